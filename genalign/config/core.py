@@ -1,0 +1,211 @@
+"""Strict, typed configs: dataclasses built from YAML dicts with ``key=value`` overrides.
+
+Rules (shared/STYLE.md): unknown keys are errors with a did-you-mean list; a value of the wrong type or outside a
+``Literal`` names the field, the value and the fix; each dataclass may define ``validate()`` for checks that need logic.
+Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Literal[...]``, ``X | None``, ``list[X]``,
+``dict[str, X]``, ``Any`` and nested dataclasses. A field whose metadata holds ``"resolve"`` picks its dataclass at
+load time from the raw value (used for the policy section, whose schema depends on ``family``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from genalign.registry import did_you_mean
+
+T = TypeVar("T")
+_YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+class ConfigError(ValueError):
+    """A config value or key is invalid; the message names the field and the fix."""
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the type ``tp`` and return it converted (ints accepted for floats, nested dataclasses)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value in get_args(tp):
+            return value
+        choices = [str(a) for a in get_args(tp)]
+        raise ConfigError(
+            f"{where}: {value!r} is not valid; use {_describe(tp)}.{did_you_mean(str(value), choices)}"
+        )
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{where}: null is not allowed; give {_describe(tp)}.")
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} is not {_describe(tp)}.")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}.")
+        return from_dict(tp, value, where)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}.")
+        (item_tp,) = get_args(tp) or (Any,)
+        return [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}.")
+        _, val_tp = get_args(tp) or (str, Any)
+        return {str(k): _convert(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}.")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}.")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            return float(value)  # PyYAML reads "1e-5" (no dot) as a string; it is a number to every reader
+        raise ConfigError(f"{where}: expected a number, got {value!r}.")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r} (quote it in YAML).")
+    raise TypeError(f"unsupported config field type {tp!r} at {where}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``, strictly; ``where`` is the dotted path used in messages."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}.")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        prefix = f"{where}." if where else ""
+        raise ConfigError(
+            f"unknown config key {prefix}{key!r}.{did_you_mean(str(key), list(fields))} "
+            f"Valid keys{' of ' + where if where else ''}: {', '.join(fields)}."
+        )
+    kwargs = {}
+    for name, value in data.items():
+        path = f"{where}.{name}" if where else name
+        resolve: Callable[[Any, str], type] | None = fields[name].metadata.get("resolve")
+        tp = resolve(value, path) if resolve is not None else hints[name]
+        kwargs[name] = _convert(value, tp, path)
+    missing = [
+        n for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"missing required config key {prefix}{missing[0]!r} ({fields[missing[0]].metadata.get('help', '')}).")
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ConfigError:
+            raise
+        except ValueError as err:
+            raise ConfigError(f"{where or cls.__name__}: {err}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-python view of a config (for saving the resolved config)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML; list items addressed by index) to a raw config dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value (e.g. optim.lr=1e-5).")
+        dotted, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        keys = dotted.split(".")
+        node: Any = data
+        for depth, key in enumerate(keys[:-1]):
+            if isinstance(node, list):
+                node = node[_list_index(node, key, keys[: depth + 1])]
+                continue
+            if key not in node or node[key] is None:
+                node[key] = {}
+            node = node[key]
+        last = keys[-1]
+        if isinstance(node, list):
+            node[_list_index(node, last, keys)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def _list_index(node: list, key: str, keys: list[str]) -> int:
+    if not key.isdigit() or int(key) >= len(node):
+        raise ConfigError(f"override {'.'.join(keys)}: {key!r} is not an index of a list of {len(node)} items.")
+    return int(key)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist.")
+    with path.open() as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level.")
+    return data
+
+
+def help_text(cls: type) -> str:
+    """A field listing with types, defaults and help, for ``genalign validate --explain``."""
+    lines = []
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"
+        )
+        lines.append(f"{f.name}: {_describe(hints[f.name])} = {default!r}  # {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+__all__ = ["ConfigError", "apply_overrides", "from_dict", "help_text", "load_yaml", "to_dict"]

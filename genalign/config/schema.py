@@ -1,0 +1,219 @@
+"""The training config: one dataclass per YAML section.
+
+The ``policy`` section's schema depends on ``policy.family`` (see :mod:`genalign.policies`); every other section is
+shared by all model families. Option names inside ``algorithm`` are checked against the registries of
+:mod:`genalign.algorithms`, and their ``*_args`` against the chosen function's keyword arguments, at load time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from genalign.config.core import ConfigError
+from genalign.data.sources import DataSourceConfig
+
+
+def _help(text: str, default: Any = None, factory: Any = None):
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = _help("Directory for metrics, samples, checkpoints and plots.", "runs/genalign")
+    seed: int = _help("Seed; the randomness of step s is a pure function of (seed, s, rank).", 0)
+    max_steps: int = _help("Number of training steps (one rollout batch each).", 100)
+    max_time_minutes: float | None = _help("Stop (and checkpoint) after this wall time; null = no limit.")
+    deterministic: bool = _help("Use deterministic torch algorithms (CPU runs become bit-reproducible).", False)
+    num_threads: int | None = _help("torch intra-op threads; null = torch default.")
+    mixed_precision: Literal["no", "bf16", "fp16"] = _help("accelerate mixed precision for the update.", "no")
+    cpu: bool = _help("Force CPU even when an accelerator is present.", False)
+    log_every: int = _help("Print a progress line every N steps (metrics.jsonl gets every step).", 1)
+    save_every: int = _help("Checkpoint every N steps; 0 = only at the end.", 0)
+    keep_last: int = _help("Checkpoints kept on disk (older ones are deleted after a new one is complete).", 2)
+    sample_every: int = _help("Dump sample outputs every N steps; 0 = never.", 10)
+    samples_per_dump: int = _help("How many outputs each dump keeps.", 4)
+    resume: str | None = _help("'latest', a checkpoint directory, or null to start fresh.")
+    trackers: list[str] = _help("accelerate trackers: 'tensorboard', 'wandb' (optional installs).", factory=list)
+    progress_bar: bool = _help("Show a tqdm progress bar.", True)
+
+    def validate(self) -> None:
+        for name in ("max_steps", "log_every", "keep_last", "samples_per_dump"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 1.")
+        for name in ("save_every", "sample_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 0 (0 disables).")
+        bad = [t for t in self.trackers if t not in ("tensorboard", "wandb")]
+        if bad:
+            raise ConfigError(f"run.trackers: {bad[0]!r} is not supported; use 'tensorboard' or 'wandb'.")
+
+
+@dataclass
+class DataConfig:
+    train: DataSourceConfig = _help("Training prompts.", factory=lambda: DataSourceConfig(source=""))
+    eval: DataSourceConfig | None = _help("Held-out prompts for `genalign eval` and periodic evaluation.")
+
+    def validate(self) -> None:
+        if not self.train.source:
+            raise ConfigError("data.train.source is empty; give a file path or 'procedural:<task>'.")
+
+
+@dataclass
+class RewardSpec:
+    fn: str = _help("Registered reward function (see genalign.rewards.REWARDS).", "")
+    weight: float = _help("Weight in the combined reward.", 1.0)
+    args: dict[str, Any] = _help("Keyword arguments for the reward factory.", factory=dict)
+    name: str | None = _help("Name used in logs (default: fn).")
+    on_error: Literal["raise", "zero"] = _help(
+        "A reward that raises: stop with an error naming the sample, or score 0 and count it.", "raise"
+    )
+
+    @property
+    def label(self) -> str:
+        return self.name or self.fn
+
+
+@dataclass
+class DynamicSamplingConfig:
+    enabled: bool = _help("DAPO dynamic sampling: resample groups whose rewards all agree.", False)
+    std_tol: float = _help("A group counts as informative when its reward std exceeds this.", 1e-6)
+    max_rounds: int = _help("Bound on extra sampling rounds per step.", 3)
+
+
+@dataclass
+class AlgorithmConfig:
+    group_size: int = _help("G: samples per prompt.", 8)
+    prompts_per_step: int = _help("Prompts per training step (across all processes).", 16)
+    advantage: str = _help("Advantage estimator (genalign.algorithms.ADVANTAGE_ESTIMATORS).", "grpo")
+    advantage_args: dict[str, Any] = _help("Keyword hyper-parameters of the estimator.", factory=dict)
+    advantage_clip: float | None = _help("Clip advantages to [-c, c] (flow models often use 5).")
+    reward_combination: str = _help("How several rewards combine (REWARD_COMBINERS).", "weighted_sum")
+    reward_combination_args: dict[str, Any] = _help("Keyword hyper-parameters of the combiner.", factory=dict)
+    ratio_level: str = _help("Importance-ratio level (RATIO_LEVELS): token, sequence, ...", "token")
+    clip: str = _help("Clip form (CLIP_FORMS): ppo, dual_clip, cispo, sapo, none.", "ppo")
+    objective_args: dict[str, Any] = _help(
+        "Hyper-parameters of the ratio level and clip form (e.g. eps_low, eps_high).", factory=dict
+    )
+    aggregation: str = _help("Loss aggregation (AGGREGATIONS).", "token_mean")
+    aggregation_args: dict[str, Any] = _help("Hyper-parameters of the aggregation (e.g. max_len).", factory=dict)
+    credit: str = _help("Per-action credit weights (CREDIT_WEIGHTS).", "none")
+    credit_args: dict[str, Any] = _help("Hyper-parameters of the credit weights.", factory=dict)
+    kl_coef: float = _help("β of the KL penalty to the reference policy; 0 = no reference model is loaded.", 0.0)
+    kl_estimator: Literal["k1", "k2", "k3"] = _help("KL estimator.", "k3")
+    kl_placement: Literal["loss", "reward"] = _help("Add the KL to the loss per action, or subtract it from the reward.", "loss")
+    entropy_coef: float = _help("Entropy bonus coefficient c (loss −= c·H).", 0.0)
+    inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
+    minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
+    micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
+    drop_zero_std_groups: bool = _help("Leave groups whose rewards all agree out of the update.", False)
+    dynamic_sampling: DynamicSamplingConfig = _help("DAPO dynamic sampling.", factory=DynamicSamplingConfig)
+
+    def validate(self) -> None:
+        for name in ("group_size", "prompts_per_step", "inner_epochs", "minibatches", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"algorithm.{name} = {getattr(self, name)} must be >= 1.")
+        if self.group_size < 2:
+            raise ConfigError(f"algorithm.group_size = {self.group_size}: group-relative methods need at least 2.")
+        if self.kl_coef < 0:
+            raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0.")
+        _check_algorithm_options(self)
+
+    @property
+    def fully_on_policy(self) -> bool:
+        """One optimizer step per rollout batch: old log-probs equal the detached current ones."""
+        return self.inner_epochs == 1 and self.minibatches == 1
+
+
+def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
+    from genalign import algorithms as alg
+
+    checks = [
+        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
+        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination, cfg.reward_combination_args),
+        ("aggregation", alg.AGGREGATIONS, cfg.aggregation, cfg.aggregation_args),
+        ("credit", alg.CREDIT_WEIGHTS, cfg.credit, cfg.credit_args),
+    ]
+    for section, registry, name, args in checks:
+        try:
+            alg.check_hyperparameters(registry, name, args)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.{section}: {err}") from None
+    try:
+        alg.check_objective_hyperparameters(cfg.ratio_level, cfg.clip, cfg.objective_args)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"algorithm.ratio_level/clip/objective_args: {err}") from None
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _help("AdamW learning rate.", 1e-5)
+    weight_decay: float = _help("AdamW weight decay.", 0.0)
+    betas: list[float] = _help("AdamW betas.", factory=lambda: [0.9, 0.999])
+    eps: float = _help("AdamW epsilon.", 1e-8)
+    schedule: Literal["constant", "linear", "cosine"] = _help("LR schedule after warm-up.", "constant")
+    warmup_steps: int = _help("Linear warm-up optimizer steps.", 0)
+    max_grad_norm: float | None = _help("Clip the global gradient norm; null = no clipping.", 1.0)
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr = {self.lr} must be > 0.")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"optim.betas = {self.betas} must be two numbers in [0, 1).")
+
+
+@dataclass
+class EvalConfig:
+    every: int = _help("Evaluate on data.eval every N steps; 0 = only before and after training.", 0)
+    num_prompts: int = _help("Held-out prompts per evaluation.", 64)
+    batch_size: int = _help("Prompts per evaluation rollout call.", 32)
+    accuracy_reward: str | None = _help("Reward label reported as accuracy (default: the first reward).")
+    at_start: bool = _help("Evaluate before the first update.", True)
+
+
+def _resolve_policy_config(value: Any, where: str) -> type:
+    from genalign.policies import load_family
+
+    if not isinstance(value, dict) or "family" not in value:
+        raise ConfigError(f"{where}: needs 'family' (one of causal_lm, vlm, flow, diffusion_lm).")
+    try:
+        return load_family(value["family"]).CONFIG_CLASS
+    except KeyError as err:
+        raise ConfigError(f"{where}.family: {err}") from None
+
+
+@dataclass
+class TrainConfig:
+    policy: Any = field(
+        default=None,
+        metadata={"help": "Model family, weights and sampling settings.", "resolve": _resolve_policy_config},
+    )
+    data: DataConfig = _help("Prompt sources.", factory=DataConfig)
+    rewards: list[RewardSpec] = _help("Reward functions and weights.", factory=list)
+    algorithm: AlgorithmConfig = _help("Group-relative optimisation options.", factory=AlgorithmConfig)
+    optim: OptimConfig = _help("Optimizer and schedule.", factory=OptimConfig)
+    eval: EvalConfig = _help("Held-out evaluation.", factory=EvalConfig)
+    run: RunConfig = _help("Output, logging, checkpoints.", factory=RunConfig)
+
+    def validate(self) -> None:
+        if self.policy is None:
+            raise ConfigError("policy: missing; give at least policy.family and the model path.")
+        if not self.rewards:
+            raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
+        from genalign.rewards import REWARDS
+
+        labels = [r.label for r in self.rewards]
+        for i, spec in enumerate(self.rewards):
+            if spec.fn not in REWARDS:
+                try:
+                    REWARDS.get(spec.fn)
+                except KeyError as err:
+                    raise ConfigError(f"rewards[{i}].fn: {err}") from None
+            if labels.count(spec.label) > 1:
+                raise ConfigError(f"rewards[{i}]: label {spec.label!r} is used twice; set a distinct 'name'.")
+        if self.eval.accuracy_reward is not None and self.eval.accuracy_reward not in labels:
+            raise ConfigError(
+                f"eval.accuracy_reward = {self.eval.accuracy_reward!r} is not a reward label; use one of {labels}."
+            )

@@ -1,0 +1,6 @@
+"""Prompt data: local files (JSONL, JSON, CSV, Parquet, ``datasets`` folders) and offline procedural generators."""
+
+from genalign.data.procedural import PROCEDURAL_TASKS, split_of
+from genalign.data.sources import DataError, DataSourceConfig, load_rows
+
+__all__ = ["PROCEDURAL_TASKS", "DataError", "DataSourceConfig", "load_rows", "split_of"]

@@ -1,0 +1,310 @@
+"""Prompt datasets from local files or procedural generators, as a list of row dicts.
+
+``load_rows(DataSourceConfig(...))`` reads one source and returns rows that all hold ``"prompt"`` (a string, or a list
+of chat messages ``{"role": ..., "content": ...}``) plus every other column, renamed through ``columns``. Rows are kept
+in memory: prompt sets for RL are small (thousands to a few hundred thousand rows).
+
+Supported sources:
+
+* ``*.jsonl`` (one JSON object per line), ``*.json`` (a list of objects), ``*.csv`` (header row; empty cells are
+  ``None``), ``*.parquet`` (needs ``pyarrow``), a folder written by ``datasets.Dataset.save_to_disk`` (needs
+  ``datasets``);
+* ``"procedural:<task>"``: a generator from :data:`genalign.data.procedural.PROCEDURAL_TASKS`, called with
+  ``size`` and ``seed`` taken from ``args`` and the remaining ``args`` as keyword arguments.
+
+A bad row raises :class:`DataError` naming the file, the row (``line N`` for text files, 1-based; ``row N`` for
+Parquet and ``datasets`` folders, 0-based) and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genalign.data.procedural import PROCEDURAL_TASKS
+from genalign.registry import did_you_mean
+
+PROCEDURAL_PREFIX = "procedural:"
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+class DataError(ValueError):
+    """A dataset file or row that cannot be used; the message names the file, the row and the column."""
+
+
+@dataclass
+class DataSourceConfig:
+    """Where prompts come from and how their columns are named."""
+
+    source: str = field(
+        default="",
+        metadata={
+            "help": "A .jsonl/.json/.csv/.parquet file, a folder saved with datasets' save_to_disk, or "
+            "'procedural:<task>' (tasks: arithmetic, reasoning_gym)."
+        },
+    )
+    columns: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Our column name -> the source's column name, e.g. {prompt: question, answer: solution}. "
+            "Unmapped columns keep their names."
+        },
+    )
+    args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Arguments of a procedural task: size, seed, split and the task's own (digits, task ...)."},
+    )
+    split: str | None = field(
+        default=None,
+        metadata={"help": "Split to read from a datasets folder holding a DatasetDict (e.g. 'train')."},
+    )
+    limit: int | None = field(default=None, metadata={"help": "Keep only the first N rows (after shuffling)."})
+    shuffle: bool = field(default=False, metadata={"help": "Shuffle rows once, with `seed`, before `limit`."})
+    seed: int = field(default=0, metadata={"help": "Seed of the shuffle."})
+
+    def validate(self) -> None:
+        if not self.source:
+            raise ValueError(
+                "data.source is empty; set it to a .jsonl/.json/.csv/.parquet file, a datasets folder or "
+                "'procedural:<task>'."
+            )
+        if self.source.startswith(PROCEDURAL_PREFIX):
+            task = self.source[len(PROCEDURAL_PREFIX) :]
+            if task not in PROCEDURAL_TASKS:
+                names = PROCEDURAL_TASKS.names()
+                raise ValueError(
+                    f"data.source={self.source!r}: unknown procedural task {task!r}.{did_you_mean(task, names)} "
+                    f"Valid: {', '.join(PROCEDURAL_PREFIX + n for n in names)}."
+                )
+            size = self.args.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ValueError(
+                    f"data.args.size={size!r}: a procedural source needs a positive integer size; set e.g. "
+                    "data.args.size=1000."
+                )
+        else:
+            if self.args:
+                raise ValueError(
+                    f"data.args={self.args!r} only applies to procedural sources, but data.source={self.source!r} "
+                    "is a file; remove data.args."
+                )
+            suffix = Path(self.source).suffix.lower()
+            if suffix and suffix not in FILE_SUFFIXES and not Path(self.source).is_dir():
+                raise ValueError(
+                    f"data.source={self.source!r}: unsupported file type {suffix!r}; use one of "
+                    f"{', '.join(FILE_SUFFIXES)}, a datasets save_to_disk folder or 'procedural:<task>'."
+                )
+        for ours, theirs in self.columns.items():
+            if not isinstance(theirs, str) or not theirs:
+                raise ValueError(
+                    f"data.columns.{ours}={theirs!r}: the value must be the source's column name (a string)."
+                )
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"data.limit={self.limit!r} must be a positive integer or null (all rows).")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# readers: (path) -> iterator of (location, raw row)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(
+                    f"{path}, line {line_number}: invalid JSON ({error.msg} at column {error.colno})."
+                ) from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}.")
+            rows.append((f"line {line_number}", row))
+    return rows
+
+
+def _read_json(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: invalid JSON ({error.msg} at line {error.lineno}, column {error.colno}).") from None
+    if not isinstance(data, list):
+        raise DataError(
+            f"{path}: expected a JSON list of objects, got {type(data).__name__}; use one object per line in a "
+            ".jsonl file or wrap the rows in a list."
+        )
+    rows = []
+    for index, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, item {index} (0-based): expected a JSON object, got {type(row).__name__}.")
+        rows.append((f"item {index} (0-based)", row))
+    return rows
+
+
+def _read_csv(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames:
+            raise DataError(f"{path}: the CSV file has no header row.")
+        for row in reader:
+            if None in row:  # more cells than header names
+                raise DataError(
+                    f"{path}, line {reader.line_num}: more cells than the {len(reader.fieldnames)} header columns."
+                )
+            rows.append(
+                (
+                    f"line {reader.line_num}",
+                    {key: (None if value in ("", None) else value) for key, value in row.items()},
+                )
+            )
+    return rows
+
+
+def _read_parquet(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError as error:
+        raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from error
+    table = parquet.read_table(path)
+    return [(f"row {index} (0-based)", row) for index, row in enumerate(table.to_pylist())]
+
+
+def _read_datasets_folder(path: Path, split: str | None) -> list[tuple[str, dict[str, Any]]]:
+    try:
+        import datasets
+    except ImportError as error:
+        raise ImportError(
+            f"reading the datasets folder {path} needs the datasets package: pip install datasets"
+        ) from error
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        splits = list(loaded.keys())
+        if split is None and len(splits) == 1:
+            split = splits[0]
+        if split not in loaded:
+            raise DataError(
+                f"{path}: holds splits {splits}; set data.split to one of them (got {split!r})."
+                + did_you_mean(split or "", splits)
+            )
+        loaded = loaded[split]
+    elif split is not None:
+        raise DataError(f"{path}: holds a single Dataset, not a DatasetDict; remove data.split={split!r}.")
+    return [(f"row {index} (0-based)", dict(row)) for index, row in enumerate(loaded)]
+
+
+def _read_source(config: DataSourceConfig) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """``(name used in error messages, [(location, raw row), ...])`` for the configured source."""
+    if config.source.startswith(PROCEDURAL_PREFIX):
+        task = config.source[len(PROCEDURAL_PREFIX) :]
+        args = dict(config.args)
+        size, seed = args.pop("size"), args.pop("seed", 0)
+        generated = PROCEDURAL_TASKS.get(task)(size, seed, **args)
+        return config.source, [(f"row {index} (0-based)", row) for index, row in enumerate(generated)]
+    path = Path(config.source).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"data.source: {config.source!r} does not exist (resolved to {path.resolve()}).")
+    if path.is_dir():
+        return str(path), _read_datasets_folder(path, config.split)
+    readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
+    suffix = path.suffix.lower()
+    if suffix not in readers:
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)} or a datasets folder."
+        )
+    return str(path), readers[suffix](path)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# row checks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _check_prompt(prompt: Any, where: str, column: str) -> None:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DataError(f"{where}, column {column!r}: the prompt is empty.")
+        return
+    if isinstance(prompt, list) and prompt:
+        for index, message in enumerate(prompt):
+            if not (
+                isinstance(message, dict)
+                and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)
+            ):
+                raise DataError(
+                    f"{where}, column {column!r}: chat message {index} must be a dict with string 'role' and "
+                    f"'content', got {message!r}."
+                )
+        return
+    raise DataError(
+        f"{where}, column {column!r}: a prompt must be a non-empty string or a list of chat messages, "
+        f"got {type(prompt).__name__} {prompt!r:.80}."
+    )
+
+
+def _map_row(raw: dict[str, Any], columns: dict[str, str], required: list[str], where: str) -> dict[str, Any]:
+    """Rename ``raw`` through ``columns`` (ours -> theirs) and check that every required column holds a value."""
+    renamed_sources = set(columns.values())
+    row = {key: value for key, value in raw.items() if key not in renamed_sources}
+    for ours, theirs in columns.items():
+        if theirs not in raw:
+            raise DataError(
+                f"{where}: column {theirs!r} (mapped to {ours!r} by data.columns) is missing; available columns: "
+                f"{sorted(raw)}.{did_you_mean(theirs, sorted(raw))}"
+            )
+        row[ours] = raw[theirs]
+    for ours in required:
+        theirs = columns.get(ours, ours)
+        if ours not in row:
+            hint = "" if ours in columns else f" Map it with data.columns.{ours}=<your column>."
+            raise DataError(
+                f"{where}: required column {theirs!r} is missing; available columns: {sorted(raw)}.{hint}"
+                f"{did_you_mean(theirs, sorted(raw))}"
+            )
+        if _is_missing(row[ours]):
+            raise DataError(f"{where}, column {theirs!r}: the value is empty (null/NaN).")
+    _check_prompt(row["prompt"], where, columns.get("prompt", "prompt"))
+    return row
+
+
+def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Read the configured source into rows with ``"prompt"`` and the other (renamed) columns.
+
+    Args:
+        config: the data source; validated here.
+        required: columns (our names) every row must hold with a non-null value, besides ``"prompt"``, e.g. the
+            ``answer`` column an exact-match reward reads.
+
+    Returns:
+        ``[{"prompt": str | list[dict], <column>: value, ...}, ...]``, shuffled with ``config.seed`` when
+        ``config.shuffle`` and cut to ``config.limit``.
+
+    Raises:
+        DataError: a bad file or row (message names the file, the row and the column).
+        FileNotFoundError: the file does not exist.
+        ImportError: Parquet or ``datasets`` support is not installed (message says what to install).
+    """
+    config.validate()
+    name, raw_rows = _read_source(config)
+    if not raw_rows:
+        raise DataError(f"{name}: the source holds no rows.")
+    required_columns = ["prompt", *(c for c in required if c != "prompt")]
+    rows = [_map_row(raw, config.columns, required_columns, f"{name}, {location}") for location, raw in raw_rows]
+    if config.shuffle:
+        random.Random(config.seed).shuffle(rows)
+    if config.limit is not None:
+        rows = rows[: config.limit]
+    return rows

@@ -1,0 +1,61 @@
+"""One sampling step shared by the engines that own their decode loop.
+
+The filters follow the usual order and semantics (temperature, then top-k keeping ties, then top-p keeping the smallest
+set of most likely tokens whose mass reaches ``top_p``, never fewer than one), so a sample drawn here has the same
+distribution as one drawn by Hugging Face ``generate`` with the same settings.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from genalign.engines.base import SamplingParams
+
+
+def filtered_logits(scaled: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Apply top-k then top-p to temperature-scaled logits ``scaled`` ``[B, V]``; removed tokens get ``-inf``."""
+    out = scaled
+    if 0 < top_k < out.shape[-1]:
+        kth = torch.topk(out, top_k, dim=-1).values[:, -1:]  # [B, 1]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, sorted_index = torch.sort(out, dim=-1, descending=False)  # [B, V]
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [B, V]
+        remove_sorted = cumulative <= 1.0 - top_p
+        remove_sorted[:, -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, sorted_index, remove_sorted)  # back to vocabulary order
+        out = out.masked_fill(remove, float("-inf"))
+    return out
+
+
+def sample_from_probs(probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One draw per row of ``probs`` ``[B, V]`` (unnormalised is fine) by inverting the cumulative distribution.
+
+    Exactly the categorical distribution, like ``torch.multinomial``, but one cumulative sum and one binary search per
+    row instead of multinomial's CPU path, which costs several times a full softmax at vocabulary 50k.
+    """
+    cumulative = probs.cumsum(dim=-1)  # [B, V]
+    total = cumulative[:, -1:].contiguous()  # [B, 1]
+    target = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype) * total  # [B, 1]
+    tokens = torch.searchsorted(cumulative, target, right=True)  # [B, 1] first index with cumulative > target
+    last_positive = torch.searchsorted(cumulative, total, right=False)  # [B, 1] guards target rounding up to total
+    return torch.minimum(tokens, last_positive).squeeze(1)  # [B]
+
+
+def sample_next_token(logits: Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Draw one token per row from ``logits`` ``[B, V]``.
+
+    Returns:
+        tokens ``[B]`` long and their behaviour log-probs ``[B]`` float32 under ``log softmax(logits / T)`` (the
+        unfiltered distribution at the sampling temperature, which is what re-scoring computes).
+    """
+    scaled = logits.float() / params.temperature  # [B, V]
+    log_norm = torch.logsumexp(scaled, dim=-1)  # [B]
+    if params.top_k > 0 or params.top_p < 1.0:
+        probs = filtered_logits(scaled, top_k=params.top_k, top_p=params.top_p).softmax(dim=-1)  # [B, V]
+    else:
+        probs = torch.exp(scaled - log_norm[:, None])  # [B, V]
+    tokens = sample_from_probs(probs, generator)  # [B]
+    logp = scaled.gather(1, tokens[:, None]).squeeze(1) - log_norm  # [B]
+    return tokens, logp

@@ -1,0 +1,424 @@
+"""Generation with per-step log-probabilities for diffusers flow-matching pipelines (SD3, FLUX.1, Wan2.1).
+
+Usable without training::
+
+    pipe = FlowLogProbPipeline.from_pretrained("path/to/sd3", torch_dtype=torch.bfloat16, device="cuda")
+    out = pipe(["two red circles"], num_inference_steps=10, guidance_scale=4.5, height=512, width=512)
+    out.outputs[0].save("sample.png"); out.log_probs  # [N, S]
+
+The denoising loop reads as diffusers' ``__call__`` does (encode -> prepare latents -> timesteps -> denoise -> decode);
+each step is :meth:`FlowSDEScheduler.step`, the same function that :func:`score_transitions` evaluates on stored
+latents, so re-scoring a trajectory with unchanged parameters reproduces its log-probabilities exactly (Flow-GRPO [319]).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+from torch import Tensor, nn
+
+from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
+from genalign.schedulers.flow_sde import FlowSDEScheduler
+from genalign.schedulers.sde_dynamics import LogProbReduction
+
+OdeSolver = Literal["euler", "ab2"]
+
+
+@dataclass
+class FlowTrajectory:
+    """A batch of denoising trajectories.
+
+    Attributes:
+        latents: ``[N, S + 1, ...]`` float32 states ``x_0`` (noise) ... ``x_S`` (final); None when not recorded.
+        log_probs: ``[N, S]`` float32 log-probability of each transition (0 on deterministic steps).
+        stochastic: ``[N, S]`` bool, True where the transition was sampled with ``std > 0``.
+        final: ``[N, ...]`` float32 final latents.
+        timesteps: ``[S]`` the schedule's timesteps (sigma x 1000).
+    """
+
+    latents: Tensor | None
+    log_probs: Tensor
+    stochastic: Tensor
+    final: Tensor
+    timesteps: Tensor
+
+
+@dataclass
+class FlowGenerationOutput:
+    """``outputs``: ``[N]`` PIL images or ``[F, H, W, 3]`` uint8 videos; ``trajectory``: the latents and log-probs."""
+
+    outputs: list[Any]
+    trajectory: FlowTrajectory
+
+    @property
+    def log_probs(self) -> Tensor:
+        return self.trajectory.log_probs
+
+
+class NonFiniteLatentsError(FloatingPointError):
+    """Raised when a denoising step produces NaN/inf latents; the message names the step and the samples."""
+
+
+def check_finite(latents: Tensor, *, step: int, prompts: list[str] | None = None) -> None:
+    """Raise :class:`NonFiniteLatentsError` naming ``step`` and the bad samples if ``latents`` ``[B, ...]`` has NaN/inf."""
+    finite = torch.isfinite(latents.flatten(1)).all(dim=1)  # [B]
+    if bool(finite.all()):
+        return
+    bad = (~finite).nonzero().flatten().tolist()
+    named = [f"{i} ({prompts[i]!r})" for i in bad[:5]] if prompts else [str(i) for i in bad[:5]]
+    raise NonFiniteLatentsError(
+        f"non-finite latents after denoising step {step} for sample(s) {', '.join(named)}"
+        f"{' and more' if len(bad) > 5 else ''} of {latents.shape[0]}. Check the learning rate, the dtype "
+        "(float16 overflows; use bfloat16 or float32) and the noise level."
+    )
+
+
+def guided_velocity(
+    arch: FlowArchitecture,
+    transformer: nn.Module,
+    latents: Tensor,
+    timestep: Tensor,
+    cond: PromptEmbeddings,
+    uncond: PromptEmbeddings | None,
+    *,
+    guidance_scale: float,
+) -> Tensor:
+    """Velocity ``[B, ...]`` with classifier-free guidance; the unconditional branch never carries gradient.
+
+    With ``uncond`` None (FLUX.1, or guidance 1) it is the conditional prediction (FLUX passes ``guidance_scale`` to its
+    guidance embedding). The same function runs in rollout (no grad) and training, so both see identical numerics.
+    """
+    v_cond = arch.velocity(transformer, latents, timestep, cond, guidance=guidance_scale)  # [B, ...]
+    if uncond is None or not arch.uses_true_cfg or guidance_scale == 1.0:
+        return v_cond
+    with torch.no_grad():
+        v_uncond = arch.velocity(transformer, latents, timestep, uncond, guidance=guidance_scale)  # [B, ...]
+    return v_uncond + guidance_scale * (v_cond - v_uncond)
+
+
+def slice_embeddings(embeds: PromptEmbeddings, index: Tensor | slice) -> PromptEmbeddings:
+    return {k: v[index] for k, v in embeds.items()}
+
+
+def denoise(
+    arch: FlowArchitecture,
+    transformer: nn.Module,
+    scheduler: FlowSDEScheduler,
+    latents: Tensor,
+    cond: PromptEmbeddings,
+    uncond: PromptEmbeddings | None,
+    *,
+    guidance_scale: float,
+    sde_mask: Tensor,
+    noise_level: float,
+    generator: torch.Generator | None,
+    record_latents: bool,
+    ode_solver: OdeSolver = "euler",
+    prompts: list[str] | None = None,
+) -> FlowTrajectory:
+    """Run the denoising loop from noise ``latents`` ``[N, ...]`` (``scheduler.set_timesteps`` already called).
+
+    Args:
+        sde_mask: ``[N, S]`` bool; stochastic steps use ``noise_level``, the others are ODE steps.
+        ode_solver: ``"euler"``, or ``"ab2"`` (second-order Adams-Bashforth on the velocity, no extra model call)
+            for the deterministic steps after the last stochastic step of the whole batch (MixGRPO-Flash style).
+            Steps before or inside the stochastic region always use the scheduler's step.
+    """
+    num_steps = len(scheduler.timesteps)
+    if sde_mask.shape != (latents.shape[0], num_steps):
+        raise ValueError(f"sde_mask has shape {tuple(sde_mask.shape)}, expected {(latents.shape[0], num_steps)}.")
+    check_finite(latents, step=-1, prompts=prompts)
+    sde_mask = sde_mask.to(latents.device)
+    last_sde = int(sde_mask.any(dim=0).nonzero().max()) if bool(sde_mask.any()) else -1
+    states = [latents] if record_latents else []
+    log_probs, stochastic = [], []
+    previous_velocity: Tensor | None = None
+    x = latents
+    for i in range(num_steps):
+        timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [N]
+        velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
+        levels = sde_mask[:, i].float() * noise_level  # [N]
+        if ode_solver == "ab2" and i > last_sde and previous_velocity is not None:
+            x_next = _adams_bashforth2(x, velocity, previous_velocity, scheduler.sigmas, i)
+            log_prob, std_positive = torch.zeros(x.shape[0], device=x.device), torch.zeros(x.shape[0], dtype=torch.bool)
+        else:
+            out = scheduler.step(
+                velocity, scheduler.timesteps[i], x, step_index=i, noise_level=levels, generator=generator
+            )
+            x_next, log_prob = out.prev_sample, out.log_prob
+            std_positive = out.std.flatten(1)[:, 0] > 0  # [N]
+        check_finite(x_next, step=i, prompts=prompts)
+        previous_velocity = velocity
+        log_probs.append(log_prob)
+        stochastic.append(std_positive.to(x.device))
+        x = x_next
+        if record_latents:
+            states.append(x)
+    return FlowTrajectory(
+        latents=torch.stack(states, dim=1) if record_latents else None,  # [N, S + 1, ...]
+        log_probs=torch.stack(log_probs, dim=1).float(),  # [N, S]
+        stochastic=torch.stack(stochastic, dim=1),  # [N, S]
+        final=x,
+        timesteps=scheduler.timesteps,
+    )
+
+
+def _adams_bashforth2(x: Tensor, velocity: Tensor, previous_velocity: Tensor, sigmas: Tensor, i: int) -> Tensor:
+    """Variable-step AB2: ``x' = x + dt ((1 + r/2) v_i - r/2 v_{i-1})``, ``r = dt_i / dt_{i-1}``."""
+    dt = float(sigmas[i + 1] - sigmas[i])
+    ratio = dt / float(sigmas[i] - sigmas[i - 1])
+    return x + dt * ((1 + ratio / 2) * velocity - (ratio / 2) * previous_velocity)  # [N, ...]
+
+
+@dataclass
+class TransitionScores:
+    """What :func:`score_transitions` returns, each ``[n, S]`` float32 (0 where a step is not scored).
+
+    Attributes:
+        log_probs: log-probability of the stored transition under the current parameters (with grad).
+        entropy: differential entropy of the step's Gaussian, ``log std + log(2 pi e) / 2`` per element (reduced like
+            the log-prob); it depends on the schedule only, so it carries no gradient.
+        kl: mean-space KL to the reference, ``|mean - mean_ref|^2 / (2 std^2)`` (reduced like the log-prob), or None.
+    """
+
+    log_probs: Tensor
+    entropy: Tensor
+    kl: Tensor | None
+
+
+def score_transitions(
+    arch: FlowArchitecture,
+    transformer: nn.Module,
+    scheduler: FlowSDEScheduler,
+    latents: Tensor,
+    step_mask: Tensor,
+    cond: PromptEmbeddings,
+    uncond: PromptEmbeddings | None,
+    *,
+    guidance_scale: float,
+    noise_level: Tensor | float,
+    reference_context: Callable[[], AbstractContextManager] | None = None,
+) -> TransitionScores:
+    """Score stored transitions under the current parameters with the rollout's step function.
+
+    Args:
+        latents: ``[n, S + 1, ...]`` stored states of the trajectories.
+        step_mask: ``[n, S]`` bool, the steps to score (the other entries of the result are 0 and carry no gradient).
+            The transformer runs once per step that any sample needs, on the whole micro-batch.
+        noise_level: float or ``[n, S]`` per-sample levels used in the rollout.
+        reference_context: a context-manager factory inside which ``transformer`` is the reference policy (e.g. LoRA
+            adapters disabled); when given, the mean-space KL is computed.
+    """
+    n, num_steps = step_mask.shape
+    levels = torch.as_tensor(noise_level, dtype=torch.float32, device=latents.device).expand(n, num_steps)  # [n, S]
+    zeros = torch.zeros(n, device=latents.device, dtype=torch.float32)
+    reduce = torch.mean if scheduler.config.log_prob_reduction == "mean" else torch.sum
+    log_prob_columns, entropy_columns, kl_columns = [], [], []
+    for i in range(num_steps):
+        if not bool(step_mask[:, i].any()):
+            log_prob_columns.append(zeros)
+            entropy_columns.append(zeros)
+            kl_columns.append(zeros)
+            continue
+        x, x_next = latents[:, i], latents[:, i + 1]  # [n, ...]
+        timestep = scheduler.timesteps[i].expand(n).to(latents.device)  # [n]
+        velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
+        out = scheduler.step(velocity, None, x, step_index=i, prev_sample=x_next, noise_level=levels[:, i])
+        active = step_mask[:, i].to(latents.device) & (out.std.flatten(1)[:, 0] > 0)  # [n]
+        log_prob_columns.append(torch.where(active, out.log_prob, zeros))
+        safe_std = torch.where(out.std > 0, out.std, torch.ones_like(out.std)).detach()  # [n, 1, ...]
+        entropy = reduce((torch.log(safe_std) + 0.5 * math.log(2 * math.pi * math.e)).expand_as(x).flatten(1), dim=1)
+        entropy_columns.append(torch.where(active, entropy, zeros))
+        if reference_context is not None:
+            with torch.no_grad(), reference_context():
+                ref_velocity = guided_velocity(
+                    arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale
+                )
+                ref = scheduler.step(ref_velocity, None, x, step_index=i, prev_sample=x_next, noise_level=levels[:, i])
+            kl = reduce(((out.mean - ref.mean) ** 2 / (2 * safe_std**2)).flatten(1), dim=1)  # [n]
+            kl_columns.append(torch.where(active, kl, zeros))
+    return TransitionScores(
+        log_probs=torch.stack(log_prob_columns, dim=1),  # [n, S]
+        entropy=torch.stack(entropy_columns, dim=1),  # [n, S]
+        kl=torch.stack(kl_columns, dim=1) if reference_context is not None else None,  # [n, S]
+    )
+
+
+class FlowLogProbPipeline:
+    """A diffusers flow-matching pipeline whose sampling records per-step log-probabilities.
+
+    Args:
+        pipe: a loaded ``StableDiffusion3Pipeline``, ``FluxPipeline`` or ``WanPipeline``.
+        architecture: ``"auto"`` (from the pipeline class) or ``"sd3"`` / ``"flux"`` / ``"wan"``.
+        dynamics, noise_level, log_prob_reduction: defaults of the :class:`FlowSDEScheduler` built from the
+            pipeline's own sigma schedule.
+    """
+
+    def __init__(
+        self,
+        pipe: DiffusionPipeline,
+        *,
+        architecture: str = "auto",
+        dynamics: str = "flow_sde",
+        noise_level: float = 0.7,
+        log_prob_reduction: LogProbReduction = "mean",
+    ) -> None:
+        self.pipe = pipe
+        self.arch = architecture_for(pipe, architecture)
+        config = self.arch.scheduler_config(pipe)
+        config |= {"dynamics": dynamics, "noise_level": noise_level, "log_prob_reduction": log_prob_reduction}
+        self.scheduler = FlowSDEScheduler.from_config(config)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        torch_dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        **kwargs: Any,
+    ) -> FlowLogProbPipeline:
+        """Load a diffusers folder (never downloads when ``HF_HUB_OFFLINE=1``) and wrap it."""
+        if not Path(path).exists():
+            raise FileNotFoundError(
+                f"model path {str(path)!r} does not exist; pass a local diffusers folder (with model_index.json)."
+            )
+        pipe = DiffusionPipeline.from_pretrained(str(path), torch_dtype=torch_dtype, **_absent_components(Path(path)))
+        pipe.set_progress_bar_config(disable=True)
+        return cls(pipe.to(device), **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.pipe.transformer.parameters()).device
+
+    @torch.no_grad()
+    def encode(
+        self, prompts: list[str], *, negative_prompt: str = "", max_sequence_length: int = 128
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        """Conditional and unconditional embeddings ``[B, ...]`` of ``prompts``."""
+        return self.arch.encode(
+            self.pipe,
+            prompts,
+            negative_prompt=negative_prompt,
+            max_sequence_length=max_sequence_length,
+            device=self.device,
+        )
+
+    def prepare(
+        self,
+        batch_size: int,
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        num_inference_steps: int,
+        generator: torch.Generator,
+    ) -> Tensor:
+        """Initial noise ``[B, ...]`` and ``scheduler.set_timesteps`` for ``num_inference_steps`` (dynamic shift aware)."""
+        latents = self.arch.initial_latents(
+            self.pipe, batch_size, height=height, width=width, num_frames=num_frames, generator=generator
+        ).to(self.device)
+        self.set_schedule(num_inference_steps, latents)
+        return latents
+
+    def set_schedule(self, num_inference_steps: int, latents: Tensor) -> None:
+        """``scheduler.set_timesteps`` for latents shaped like ``latents`` ``[B, ...]`` (dynamic shift needs the size).
+
+        With dynamic shifting the base sigmas are ``1, 1 - 1/S, ..., 1/S`` as in diffusers' FLUX pipeline.
+        """
+        mu = self.arch.schedule_mu(self.pipe, latents)
+        sigmas = None if mu is None else [1.0 - k / num_inference_steps for k in range(num_inference_steps)]
+        self.scheduler.set_timesteps(num_inference_steps, device=self.device, sigmas=sigmas, mu=mu)
+
+    @torch.no_grad()
+    def decode(self, latents: Tensor, *, height: int, width: int) -> list[Any]:
+        return self.arch.decode(self.pipe, latents, height=height, width=width)
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        prompts: list[str],
+        *,
+        num_inference_steps: int = 10,
+        guidance_scale: float = 4.5,
+        height: int = 512,
+        width: int = 512,
+        num_frames: int = 1,
+        negative_prompt: str = "",
+        max_sequence_length: int = 128,
+        sde_mask: Tensor | None = None,
+        noise_level: float | None = None,
+        generator: torch.Generator | None = None,
+        record_latents: bool = False,
+        ode_solver: OdeSolver = "euler",
+    ) -> FlowGenerationOutput:
+        """Generate one output per prompt with per-step log-probabilities (numbered stages as in diffusers).
+
+        ``sde_mask`` ``[N, S]`` selects stochastic steps (default: all); ``noise_level`` 0 gives plain ODE sampling.
+        """
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise ValueError(f"prompts must be a non-empty list of strings, got {prompts!r}.")
+        generator = generator or torch.Generator(self.device).manual_seed(0)
+        # 1. encode the prompts
+        cond, uncond = self.encode(prompts, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length)
+        # 2. initial latents and 3. timesteps
+        latents = self.prepare(
+            len(prompts),
+            height=height,
+            width=width,
+            num_frames=num_frames,
+            num_inference_steps=num_inference_steps,
+            generator=generator,
+        )
+        mask = torch.ones(len(prompts), num_inference_steps, dtype=torch.bool) if sde_mask is None else sde_mask
+        # 4. denoising loop
+        trajectory = denoise(
+            self.arch,
+            self.pipe.transformer,
+            self.scheduler,
+            latents,
+            cond,
+            uncond,
+            guidance_scale=guidance_scale,
+            sde_mask=mask,
+            noise_level=self.scheduler.config.noise_level if noise_level is None else noise_level,
+            generator=generator,
+            record_latents=record_latents,
+            ode_solver=ode_solver,
+            prompts=prompts,
+        )
+        # 5. decode
+        return FlowGenerationOutput(
+            outputs=self.decode(trajectory.final, height=height, width=width), trajectory=trajectory
+        )
+
+
+def _absent_components(folder: Path) -> dict[str, None]:
+    """``{name: None}`` for components saved as ``[null, null]`` in ``model_index.json``.
+
+    diffusers writes an absent optional component (e.g. SD3 without its T5 encoder) that way but refuses to load the
+    folder unless the component is passed explicitly as None.
+    """
+    index_file = folder / "model_index.json"
+    if not index_file.exists():
+        raise FileNotFoundError(f"{str(index_file)!r} does not exist; pass a diffusers pipeline folder.")
+    index = json.loads(index_file.read_text())
+    return {name: None for name, value in index.items() if isinstance(value, list) and value == [None, None]}
+
+
+@contextmanager
+def adapters_disabled(transformer: nn.Module) -> Iterator[None]:
+    """Inside the block the transformer runs without its LoRA adapters (the reference policy)."""
+    transformer.disable_adapters()
+    try:
+        yield
+    finally:
+        transformer.enable_adapters()

@@ -1,0 +1,98 @@
+"""Turn dataset rows into a left-padded batch of prompt token ids, applying the long-prompt policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class EncodedPrompts:
+    """Prompts of the rows that were kept.
+
+    Attributes:
+        kept: indices (into the input rows) of the prompts that were encoded.
+        ids: ``[R, P]`` long, left-padded with the pad id. ``mask``: ``[R, P]`` long, 1 for prompt tokens.
+        skipped: indices of rows dropped because their prompt was too long (``on_long_prompt="skip"``).
+        truncated: indices of rows whose prompt was cut on the left (``on_long_prompt="truncate_left"``).
+    """
+
+    kept: list[int]
+    ids: Tensor
+    mask: Tensor
+    skipped: list[int] = field(default_factory=list)
+    truncated: list[int] = field(default_factory=list)
+
+
+def prompt_text(
+    row: dict[str, Any], index: int, tokenizer, *, use_chat_template: bool, system_prompt: str | None
+) -> str:
+    """The text fed to the model for ``row["prompt"]`` (a string, or a list of ``{"role", "content"}`` messages)."""
+    if "prompt" not in row:
+        raise KeyError(
+            f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data column mapping."
+        )
+    prompt = row["prompt"]
+    if not use_chat_template:
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"row {index}: prompt is a {type(prompt).__name__} (chat messages?) but policy.use_chat_template is false; "
+                "set policy.use_chat_template=true or give plain strings."
+            )
+        return prompt
+    if isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}]
+    elif isinstance(prompt, list) and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in prompt):
+        messages = list(prompt)
+    else:
+        raise TypeError(
+            f"row {index}: prompt must be a string or a list of {{'role', 'content'}} dicts, got {prompt!r:.80}"
+        )
+    if system_prompt is not None and messages[0]["role"] != "system":
+        messages = [{"role": "system", "content": system_prompt}, *messages]
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("policy.use_chat_template is true but the tokenizer has no chat template; set it to false.")
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompts(
+    rows: list[dict[str, Any]],
+    tokenizer,
+    *,
+    use_chat_template: bool,
+    system_prompt: str | None,
+    max_prompt_tokens: int | None,
+    on_long_prompt: Literal["error", "truncate_left", "skip"],
+    pad_token_id: int,
+) -> EncodedPrompts:
+    """Tokenize, check lengths and left-pad ``rows``' prompts."""
+    token_lists: list[list[int]] = []
+    kept, skipped, truncated = [], [], []
+    for index, row in enumerate(rows):
+        text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
+        ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+        if not ids:
+            raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
+        if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+            if on_long_prompt == "error":
+                raise ValueError(
+                    f"row {index}: prompt has {len(ids)} tokens, more than policy.max_prompt_tokens={max_prompt_tokens}; "
+                    "raise the limit or set policy.on_long_prompt to 'truncate_left' or 'skip'."
+                )
+            if on_long_prompt == "skip":
+                skipped.append(index)
+                continue
+            ids = ids[-max_prompt_tokens:]
+            truncated.append(index)
+        token_lists.append(ids)
+        kept.append(index)
+    width = max((len(ids) for ids in token_lists), default=0)
+    prompt_ids = torch.full((len(token_lists), width), pad_token_id, dtype=torch.long)  # [R, P]
+    prompt_mask = torch.zeros(len(token_lists), width, dtype=torch.long)  # [R, P]
+    for row, ids in enumerate(token_lists):
+        prompt_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        prompt_mask[row, width - len(ids) :] = 1
+    return EncodedPrompts(kept=kept, ids=prompt_ids, mask=prompt_mask, skipped=skipped, truncated=truncated)

@@ -1,0 +1,27 @@
+"""Loading a tokenizer folder as it was saved.
+
+transformers 5 picks the tokenizer class from the model's ``model_type`` for some architectures (Qwen2, Llama, ...) even
+when ``tokenizer_config.json`` names the generic ``TokenizersBackend`` / ``PreTrainedTokenizerFast``; the model-specific
+class then rebuilds the pre-tokenizer and decoder (byte-level), which breaks a custom ``tokenizer.json`` such as the
+word-level vocabularies of small demo and test models. A folder that declares a generic class is therefore loaded with
+that class; every other folder goes through ``AutoTokenizer`` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(path: str):
+    """The tokenizer saved in ``path`` (a local folder or a hub name)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = Path(path) / "tokenizer_config.json"
+    if config_file.is_file() and (Path(path) / "tokenizer.json").is_file():
+        declared = json.loads(config_file.read_text()).get("tokenizer_class")
+        if declared in GENERIC_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)

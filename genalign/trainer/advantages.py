@@ -1,0 +1,45 @@
+"""Rewards of one step -> advantages, computed over the GLOBAL batch (all processes) and sliced back per process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from genalign import algorithms as alg
+from genalign.config.schema import AlgorithmConfig
+from genalign.trainer.distributed import all_gather_cat, rank_and_world
+
+
+@dataclass
+class StepAdvantages:
+    advantages: Tensor  # [n] local
+    combined_reward: Tensor  # [n] local, after KL-in-reward shaping
+    zero_std: Tensor  # [n] bool local: the sample's group has (near-)identical rewards
+    stats: dict[str, float]  # global statistics for logging
+
+
+def step_advantages(
+    rewards: Tensor, group_ids: Tensor, weights: Tensor, cfg: AlgorithmConfig, kl_per_sample: Tensor | None = None
+) -> StepAdvantages:
+    """Args: rewards ``[n, K]`` (NaN = not applicable), group_ids ``[n]`` globally unique, weights ``[K]``,
+    kl_per_sample ``[n]`` (only with ``kl_placement == "reward"``)."""
+    rank, _ = rank_and_world()
+    sizes = all_gather_cat(torch.tensor([rewards.shape[0]]))
+    start = int(sizes[:rank].sum())
+    stop = start + rewards.shape[0]
+    all_rewards, all_groups = all_gather_cat(rewards), all_gather_cat(group_ids)  # [N, K], [N]
+    combined, stats = alg.REWARD_COMBINERS.get(cfg.reward_combination)(
+        all_rewards, all_groups, weights, **cfg.reward_combination_args
+    )  # [N]
+    if kl_per_sample is not None:
+        combined = alg.kl_in_reward(combined, all_gather_cat(kl_per_sample), cfg.kl_coef)
+    advantages = alg.compute_advantages(
+        cfg.advantage, combined, all_groups, clip=cfg.advantage_clip, **cfg.advantage_args
+    )  # [N]
+    zero_std = alg.zero_std_mask(combined, all_groups, tol=cfg.dynamic_sampling.std_tol)  # [N]
+    stats = dict(stats)
+    stats["frac_reward_zero_std"] = float(alg.frac_reward_zero_std(combined, all_groups, tol=cfg.dynamic_sampling.std_tol))
+    stats["advantage/abs_mean"] = float(advantages.abs().mean())
+    return StepAdvantages(advantages[start:stop], combined[start:stop], zero_std[start:stop], stats)

@@ -1,0 +1,52 @@
+"""Evaluate the configured reward functions on a rollout: ``[N, K]`` rewards, NaN where a reward does not apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from genalign.config.schema import RewardSpec
+from genalign.rewards import REWARDS
+from genalign.rewards.runner import call_reward
+
+
+def prompt_text(row: dict[str, Any]) -> str:
+    """The prompt as text: the string itself, or the text of the last user message of a chat prompt."""
+    prompt = row["prompt"]
+    if isinstance(prompt, str):
+        return prompt
+    for message in reversed(prompt):
+        if message.get("role") == "user":
+            content = message.get("content", "")
+            if isinstance(content, str):
+                return content
+            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+class RewardSet:
+    """The configured rewards, built once. ``__call__`` returns ``(rewards [N, K], error_counts [K])``."""
+
+    def __init__(self, specs: list[RewardSpec]) -> None:
+        self.specs = specs
+        self.labels = [s.label for s in specs]
+        self.weights = torch.tensor([s.weight for s in specs], dtype=torch.float32)
+        self.fns = []
+        for i, spec in enumerate(specs):
+            try:
+                self.fns.append(REWARDS.get(spec.fn)(**spec.args))
+            except TypeError as err:
+                raise ValueError(f"rewards[{i}] ({spec.fn}): bad args {spec.args}: {err}") from None
+
+    def __call__(self, rows: list[dict[str, Any]], outputs: list[Any]) -> tuple[Tensor, Tensor]:
+        prompts = [prompt_text(r) for r in rows]
+        keys = sorted({k for r in rows for k in r if k != "prompt"})
+        columns = {k: [r.get(k) for r in rows] for k in keys}
+        values, errors = [], []
+        for spec, fn in zip(self.specs, self.fns):
+            scores, num_errors = call_reward(spec.label, fn, prompts, outputs, columns, on_error=spec.on_error)
+            values.append(torch.tensor(scores, dtype=torch.float32))
+            errors.append(num_errors)
+        return torch.stack(values, dim=1), torch.tensor(errors, dtype=torch.float32)  # [N, K], [K]

@@ -1,0 +1,132 @@
+"""The policy update of one rollout batch: μ epochs × minibatches (optimizer steps) × micro-batches (accumulation).
+
+Loss math is never written here: per-action losses come from :func:`genalign.algorithms.policy_loss` and are turned
+into a scalar by :func:`genalign.algorithms.aggregate` with a normaliser computed over the WHOLE optimisation batch
+(all micro-batches, all processes), so that the gradient never depends on how a batch is split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from genalign import algorithms as alg
+from genalign.config.schema import AlgorithmConfig
+from genalign.policies.base import Policy, Rollout
+from genalign.trainer.distributed import all_reduce_sum, sum_gradients
+
+
+@dataclass
+class PrePass:
+    """Quantities scored under ``no_grad`` before the update. All ``[N, T]`` or ``None``."""
+
+    old_logp: Tensor | None = None
+    entropy: Tensor | None = None
+    kl: Tensor | None = None
+
+
+def score_without_grad(
+    policy: Policy, rollout: Rollout, micro_batch_size: int, *, entropy: bool, kl_estimator: str | None
+) -> PrePass:
+    """Score ``rollout`` in micro-batches (the same composition as the update) without gradient."""
+    logps, entropies, kls = [], [], []
+    with torch.no_grad():
+        for start in range(0, len(rollout), micro_batch_size):
+            out = policy.score(
+                rollout.select(range(start, min(start + micro_batch_size, len(rollout)))),
+                entropy=entropy,
+                kl_estimator=kl_estimator,
+            )
+            logps.append(out.logp.float())
+            entropies.append(out.entropy)
+            kls.append(out.kl)
+    cat = (lambda xs: torch.cat(xs) if xs and all(x is not None for x in xs) else None)  # noqa: E731
+    return PrePass(old_logp=torch.cat(logps), entropy=cat(entropies), kl=cat(kls))
+
+
+def _chunks(indices: list[int], size: int) -> list[list[int]]:
+    return [indices[i : i + size] for i in range(0, len(indices), size)]
+
+
+def split_minibatches(n: int, minibatches: int) -> list[list[int]]:
+    """Contiguous index blocks (groups stay together when ``n`` is a multiple of the group size)."""
+    bounds = torch.linspace(0, n, minibatches + 1).round().long().tolist()
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(minibatches)]
+
+
+def run_update(
+    policy: Policy,
+    rollout: Rollout,
+    advantages: Tensor,
+    old_logp: Tensor | None,
+    cfg: AlgorithmConfig,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    parameters: list[nn.Parameter],
+    max_grad_norm: float | None,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict[str, float]:
+    """Optimise on one rollout batch and return action-weighted mean metrics.
+
+    Args:
+        advantages: ``[N]`` or ``[N, T]`` (per-action credit already applied).
+        old_logp: ``[N, T]`` log-probs before the update, or ``None`` when the update is fully on-policy (one optimizer
+            step per batch), in which case the detached current log-probs are used and the ratio is exactly 1.
+    """
+    kl_in_loss = cfg.kl_coef > 0 and cfg.kl_placement == "loss"
+    sums: dict[str, float] = defaultdict(float)
+    grad_norms: list[float] = []
+    weight_total = 0.0
+    after_step = getattr(policy, "after_optimizer_step", None)
+    for _ in range(cfg.inner_epochs):
+        for block in split_minibatches(len(rollout), cfg.minibatches):
+            mask = rollout.action_mask[block]  # [n, T]
+            normalizer = all_reduce_sum(
+                alg.loss_normalizer(mask, cfg.aggregation, advantages=advantages[block], **cfg.aggregation_args)
+            )
+            optimizer.zero_grad(set_to_none=True)
+            for micro in _chunks(block, cfg.micro_batch_size):
+                batch = rollout.select(micro)
+                with autocast():
+                    out = policy.score(batch, entropy=True, kl_estimator=cfg.kl_estimator if kl_in_loss else None)
+                logp = out.logp.float()  # [m, T]
+                old = logp.detach() if old_logp is None else old_logp[micro]
+                per_action, metrics = alg.policy_loss(
+                    logp, old, advantages[micro], batch.action_mask,
+                    ratio_level=cfg.ratio_level, clip=cfg.clip, **cfg.objective_args,
+                )  # fmt: skip
+                if kl_in_loss:
+                    per_action = per_action + cfg.kl_coef * out.kl.float()  # [m, T]
+                if cfg.entropy_coef and out.entropy is not None:
+                    per_action = per_action - cfg.entropy_coef * out.entropy.float()  # [m, T]
+                loss = alg.aggregate(
+                    per_action, batch.action_mask, cfg.aggregation, normalizer,
+                    advantages=advantages[micro], **cfg.aggregation_args,
+                )  # fmt: skip
+                loss.backward()
+                weight = float(batch.action_mask.sum())
+                weight_total += weight
+                sums["loss"] += float(loss.detach())
+                for key, value in metrics.items():
+                    sums[key] += float(value) * weight
+                if out.entropy is not None:
+                    sums["entropy"] += float((out.entropy.detach().float() * batch.action_mask).sum())
+                if out.kl is not None:
+                    sums["kl"] += float((out.kl.detach().float() * batch.action_mask).sum())
+            sum_gradients(parameters)
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm or float("inf"))))
+            optimizer.step()
+            scheduler.step()
+            if callable(after_step):
+                after_step()
+    steps = cfg.inner_epochs * cfg.minibatches
+    result = {k: v / max(weight_total, 1.0) for k, v in sums.items() if k != "loss"}
+    result["loss"] = sums["loss"] / steps
+    result["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    result["lr"] = scheduler.get_last_lr()[0]
+    return result

@@ -1,0 +1,281 @@
+"""Causal-LM policy adapter: on-policy exactness, masks, chunked log-probs, LoRA, reference model, prompts, config."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from genalign.policies.base import Policy
+from genalign.policies.causal_lm import CausalLMPolicyConfig, LoRAConfig, build_policy
+from genalign.policies.lm.logprobs import naive_completion_logprobs, token_logprobs_from_hidden
+from genalign.policies.lm.tiny import build_tiny_causal_lm
+
+torch.set_num_threads(1)
+PROMPTS = [{"prompt": "1 + 2 ="}, {"prompt": "what is 3 * 4 ? answer :"}, {"prompt": "a b c"}]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {arch: build_tiny_causal_lm(root / arch, architecture=arch, vocab_size=96) for arch in ("qwen2", "llama")}
+
+
+def make_policy(model_dirs, arch="qwen2", **overrides):
+    config = CausalLMPolicyConfig(model=str(model_dirs[arch]), max_new_tokens=8)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return build_policy(config, "cpu")
+
+
+def test_policy_satisfies_the_protocol(model_dirs):
+    assert isinstance(make_policy(model_dirs), Policy)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_score_reproduces_rollout_and_is_micro_batch_invariant(model_dirs, arch, engine):
+    policy = make_policy(model_dirs, arch, engine=engine, temperature=0.9)
+    rollout = policy.rollout(PROMPTS, group_size=3)
+    assert len(rollout) == 9 and rollout.group_ids.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    with torch.no_grad():
+        first = policy.score(rollout).logp
+        second = policy.score(rollout).logp
+        pieces = torch.cat([policy.score(rollout.select(idx)).logp for idx in ([0, 1], [2, 3, 4, 5], [6, 7, 8])])
+    assert torch.equal(first, second)
+    assert (first - pieces).abs().max().item() <= 1e-6
+    assert (first - rollout.old_logp).abs().max().item() < 1e-4  # behaviour log-probs from the engine's KV cache
+    assert torch.all(first[rollout.action_mask == 0] == 0)
+    assert policy.rollout_logp_is_exact is False
+
+
+def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
+    policy = make_policy(model_dirs, max_new_tokens=6)
+    eos = policy.tokenizer.eos_token_id
+    head = policy.causal_lm.get_output_embeddings()
+    head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([eos]), 2.5))
+    rollout = policy.rollout(PROMPTS, group_size=4)
+    data = rollout.per_sample
+    lengths = rollout.action_mask.sum(1).long()
+    for row in range(len(rollout)):
+        n = int(lengths[row])
+        ids = data["completion_ids"][row]
+        ended = ids[n - 1].item() == eos
+        assert eos not in ids[: n - 1].tolist()
+        assert bool(data["truncated"][row]) == (not ended)
+        assert not ended or data["completion_ids"][row, n:].eq(policy.pad_token_id).all()
+        if data["truncated"][row]:
+            assert n == 6
+    assert data["prompt_mask"][:, 0].sum() < len(rollout), "prompts are left-padded"
+    assert data["prompt_mask"][:, -1].all()
+    assert rollout.info["completion_tokens"] == int(lengths.sum())
+
+
+def test_empty_completion_has_exactly_one_action(model_dirs):
+    policy = make_policy(model_dirs)
+    eos = policy.tokenizer.eos_token_id
+    head = policy.causal_lm.get_output_embeddings()
+    head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([eos]), 50.0))
+    rollout = policy.rollout(PROMPTS[:1], group_size=2)
+    assert rollout.outputs == ["", ""]
+    assert rollout.action_mask.tolist() == [[1.0], [1.0]]
+    score = policy.score(rollout)
+    assert score.logp.shape == (2, 1) and torch.isfinite(score.logp).all()
+
+
+def test_stop_strings_end_the_completion_and_are_cut_from_text(model_dirs):
+    policy = make_policy(model_dirs, stop=["STOP"], max_new_tokens=10)
+    stop_id = policy.tokenizer.convert_tokens_to_ids("STOP")
+    head = policy.causal_lm.get_output_embeddings()
+    head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([stop_id]), 4.0))
+    rollout = policy.rollout(PROMPTS[:1], group_size=8)
+    stopped = ~rollout.per_sample["truncated"]
+    assert stopped.sum() >= 4
+    for row in torch.nonzero(stopped).flatten().tolist():
+        n = int(rollout.action_mask[row].sum())
+        assert rollout.per_sample["completion_ids"][row, n - 1].item() == stop_id
+        assert "STOP" not in rollout.outputs[row]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 1000])
+def test_chunked_logprobs_and_entropy_equal_the_naive_full_logits(model_dirs, chunk_size):
+    policy = make_policy(model_dirs, logprob_chunk_size=chunk_size, temperature=0.7)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    data = rollout.per_sample
+    score = policy.score(rollout, entropy=True)
+    naive = naive_completion_logprobs(
+        policy.causal_lm,
+        data["prompt_ids"],
+        data["prompt_mask"],
+        data["completion_ids"],
+        data["completion_mask"],
+        temperature=0.7,
+    )
+    torch.testing.assert_close(score.logp, naive, atol=1e-5, rtol=0)
+    # Entropy by hand for one token.
+    hidden = torch.randn(1, 1, policy.causal_lm.config.hidden_size)
+    head = policy.causal_lm.get_output_embeddings()
+    _, entropy = token_logprobs_from_hidden(
+        hidden, torch.tensor([[3]]), torch.ones(1, 1), head, temperature=0.7, chunk_size=chunk_size, with_entropy=True
+    )
+    probs = (head(hidden[0, 0]) / 0.7).softmax(-1)
+    assert entropy.item() == pytest.approx(-(probs * probs.log()).sum().item(), abs=1e-5)
+
+
+def test_chunked_gradients_equal_naive_gradients(model_dirs):
+    policy = make_policy(model_dirs, logprob_chunk_size=3)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    data = rollout.per_sample
+    policy.score(rollout).logp.sum().backward()
+    chunked = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    naive_completion_logprobs(
+        policy.causal_lm,
+        data["prompt_ids"],
+        data["prompt_mask"],
+        data["completion_ids"],
+        data["completion_mask"],
+        temperature=1.0,
+    ).sum().backward()
+    for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def _lora_policy(model_dirs, **overrides):
+    policy = make_policy(model_dirs, lora=LoRAConfig(rank=4, alpha=8.0), **overrides)
+    torch.manual_seed(5)
+    for name, param in policy.model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.5)  # LoRA starts as the identity; make it change the outputs
+    return policy
+
+
+def test_lora_trains_only_adapters_and_roundtrips_through_save_load(model_dirs, tmp_path):
+    policy = _lora_policy(model_dirs)
+    trainable = {id(p) for p in policy.trainable_parameters()}
+    assert trainable and all("lora_" in n for n, p in policy.model.named_parameters() if id(p) in trainable)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    policy.score(rollout).logp.sum().backward()
+    for name, param in policy.model.named_parameters():
+        assert (param.grad is not None) == ("lora_" in name), name
+    policy.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "adapter_model.safetensors").exists()
+    assert not (tmp_path / "ckpt" / "model.safetensors").exists()
+    fresh = make_policy(model_dirs, lora=LoRAConfig(rank=4, alpha=8.0))
+    with torch.no_grad():
+        assert not torch.allclose(fresh.score(rollout).logp, policy.score(rollout).logp)
+        fresh.load(tmp_path / "ckpt")
+        torch.testing.assert_close(fresh.score(rollout).logp, policy.score(rollout).logp, atol=0, rtol=0)
+
+
+def test_full_weights_roundtrip_and_mismatched_checkpoint_errors(model_dirs, tmp_path):
+    policy = make_policy(model_dirs)
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.01)
+    rollout = policy.rollout(PROMPTS, group_size=1)
+    policy.save(tmp_path / "full")
+    fresh = make_policy(model_dirs)
+    fresh.load(tmp_path / "full")
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.score(rollout).logp, policy.score(rollout).logp, atol=0, rtol=0)
+    with pytest.raises(FileNotFoundError, match="LoRA"):
+        _lora_policy(model_dirs).save(tmp_path / "lora") or fresh.load(tmp_path / "lora")
+
+
+def test_reference_with_adapters_disabled_equals_the_base_model(model_dirs):
+    policy = _lora_policy(model_dirs)
+    base = make_policy(model_dirs)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    with torch.no_grad():
+        torch.testing.assert_close(policy.reference_logprobs(rollout), base.score(rollout).logp, atol=1e-6, rtol=0)
+    score = policy.score(rollout, kl_estimator="k3")
+    assert score.kl.shape == rollout.action_mask.shape and (score.kl >= 0).all() and score.kl.sum() > 0
+
+
+def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs):
+    policy = make_policy(model_dirs, reference="auto")
+    assert policy.reference_mode == "frozen_copy" and policy._frozen_reference is None
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    assert policy._frozen_reference is None
+    score = policy.score(rollout, kl_estimator="k3")
+    assert policy._frozen_reference is not None
+    assert score.kl.abs().max().item() < 1e-6
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    assert policy.score(rollout, kl_estimator="k3").kl.sum() > 0
+    none_policy = make_policy(model_dirs, reference="none")
+    with pytest.raises(ValueError, match="reference='none'"):
+        none_policy.score(rollout, kl_estimator="k1")
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
+    plain = make_policy(model_dirs)
+    checkpointed = make_policy(model_dirs, gradient_checkpointing=True)
+    rollout = plain.rollout(PROMPTS, group_size=2)
+    for policy in (plain, checkpointed):
+        policy.model.train()
+        policy.score(rollout).logp.sum().backward()
+    for a, b in zip(plain.trainable_parameters(), checkpointed.trainable_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_long_prompts_error_truncate_or_skip_with_counts(model_dirs):
+    rows = [{"prompt": "1 + 2 ="}, {"prompt": " ".join("abcdefghij")}]
+    with pytest.raises(ValueError, match=r"row 1: prompt has 10 tokens.*max_prompt_tokens=5"):
+        make_policy(model_dirs, max_prompt_tokens=5).rollout(rows, group_size=2)
+    truncated = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="truncate_left").rollout(rows, group_size=2)
+    assert truncated.info["prompts_truncated"] == 1 and len(truncated) == 4
+    assert truncated.per_sample["prompt_ids"].shape[1] == 5
+    kept_tokens = truncated.per_sample["prompt_ids"][2].tolist()
+    assert kept_tokens == make_policy(model_dirs).tokenizer("f g h i j")["input_ids"]
+    skipped = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="skip").rollout(rows, group_size=2)
+    assert skipped.info["prompts_skipped_too_long"] == 1 and len(skipped) == 2
+    assert [r["prompt"] for r in skipped.rows] == ["1 + 2 ="] * 2
+    all_skipped = make_policy(model_dirs, max_prompt_tokens=1, on_long_prompt="skip").rollout(rows, group_size=2)
+    assert len(all_skipped) == 0 and all_skipped.info["prompts_skipped_too_long"] == 2
+
+
+def test_chat_template_with_system_prompt_and_message_lists(model_dirs):
+    policy = make_policy(model_dirs, use_chat_template=True, system_prompt="answer")
+    rollout = policy.rollout([{"prompt": "1 + 2"}, {"prompt": [{"role": "user", "content": "3 + 4"}]}], group_size=1)
+    decoded = [policy.tokenizer.decode(ids[mask.bool()]) for ids, mask in zip(*rollout_prompt(rollout), strict=True)]
+    assert decoded == ["system : answer ; user : 1 + 2 ; assistant :", "system : answer ; user : 3 + 4 ; assistant :"]
+    with pytest.raises(TypeError, match="use_chat_template"):
+        make_policy(model_dirs).rollout([{"prompt": [{"role": "user", "content": "1"}]}], group_size=1)
+    with pytest.raises(KeyError, match="no 'prompt' column"):
+        make_policy(model_dirs).rollout([{"question": "1"}], group_size=1)
+
+
+def rollout_prompt(rollout):
+    return rollout.per_sample["prompt_ids"], rollout.per_sample["prompt_mask"]
+
+
+def test_sampler_state_roundtrip_reproduces_rollouts(model_dirs):
+    policy = make_policy(model_dirs)
+    state = copy.deepcopy(policy.state_dict_extra())
+    first = policy.rollout(PROMPTS, group_size=2).outputs
+    policy.load_state_dict_extra(state)
+    assert policy.rollout(PROMPTS, group_size=2).outputs == first
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"temperature": 0.0}, "policy.temperature=0.0"),
+        ({"top_p": 1.5}, "policy.top_p=1.5"),
+        ({"lora": LoRAConfig(rank=-1)}, "policy.lora.rank=-1"),
+        ({"reference": "lora_disabled"}, "lora_disabled"),
+        ({"system_prompt": "hi"}, "use_chat_template"),
+        ({"stop": [""]}, "empty string"),
+    ],
+)
+def test_config_validation_names_field_value_and_fix(overrides, message):
+    config = CausalLMPolicyConfig(**overrides)
+    with pytest.raises(ValueError, match=message):
+        config.validate()

@@ -1,0 +1,230 @@
+"""Flow policy contract on tiny SD3 / FLUX / Wan: exact old log-probs, one full training step, windows, LoRA, EMA."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from diffusers import DiffusionPipeline
+
+from genalign.algorithms import aggregate, compute_advantages, loss_normalizer, policy_loss
+from genalign.pipelines import FlowLogProbPipeline
+from genalign.policies import load_family
+from genalign.policies.base import Policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.schedulers import TrainStepsConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny_flow_policy_models")
+    return {name: save_tiny_pipeline(name, root / name) for name in ("sd3", "flux", "wan")}
+
+
+def _config(model_dirs, architecture: str = "sd3", **overrides) -> FlowPolicyConfig:
+    values = dict(
+        model=str(model_dirs[architecture]),
+        height=16,
+        width=16,
+        num_frames=5 if architecture == "wan" else 1,
+        num_steps=4,
+        eval_num_steps=3,
+        guidance_scale=3.0,
+        max_sequence_length=8,
+        lora_rank=4,
+        lora_alpha=4.0,
+    )
+    return FlowPolicyConfig(**(values | overrides))
+
+
+def _perturb_lora(policy, scale: float = 0.05) -> None:
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator))
+
+
+def test_policy_satisfies_the_protocol_and_is_registered(model_dirs):
+    policy = build_policy(_config(model_dirs))
+    assert isinstance(policy, Policy) and policy.rollout_logp_is_exact
+    assert load_family("flow").CONFIG_CLASS is FlowPolicyConfig
+    assert all("lora" in name for name, p in policy.transformer.named_parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("architecture", ["sd3", "flux", "wan"])
+def test_one_full_training_step(model_dirs, architecture):
+    config = _config(model_dirs, architecture, train_steps=TrainStepsConfig(strategy="random_subset", fraction=0.5))
+    policy = build_policy(config)
+    frozen = {n: p.detach().clone() for n, p in policy.transformer.named_parameters() if not p.requires_grad}
+    trainable = {n: p.detach().clone() for n, p in policy.transformer.named_parameters() if p.requires_grad}
+    text_encoder = next(policy.sampler.pipe.text_encoder.parameters()).detach().clone()
+
+    rollout = policy.rollout(ROWS, group_size=2)
+    assert rollout.old_logp.shape == rollout.action_mask.shape == (4, 4)
+    assert torch.equal(rollout.action_mask.sum(1), torch.full((4,), 2.0))
+    assert rollout.group_ids.tolist() == [0, 0, 1, 1]
+    rewards = torch.tensor(
+        [float(np.asarray(output, dtype=np.float32).mean()) for output in rollout.outputs]
+    )  # brightness
+    advantages = compute_advantages("grpo", rewards, rollout.group_ids)
+    optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+
+    scored = policy.score(rollout, kl_estimator="k3")
+    assert torch.equal(scored.logp.detach(), rollout.old_logp), "ratio must be exactly 1 before the update"
+    assert torch.equal(scored.kl, torch.zeros_like(scored.kl)), "LoRA starts at zero: policy == reference"
+    loss, metrics = policy_loss(
+        scored.logp, rollout.old_logp, advantages, rollout.action_mask, clip="ppo", eps_low=1e-4, eps_high=1e-4
+    )
+    loss = loss + 0.04 * scored.kl
+    mask = rollout.action_mask
+    aggregate(loss, mask, "token_mean", loss_normalizer(mask, "token_mean")).backward()
+    assert metrics["ratio_mean"].item() == 1.0
+    optimizer.step()
+    policy.after_optimizer_step()
+
+    changed = [
+        n for n, p in policy.transformer.named_parameters() if p.requires_grad and not torch.equal(p, trainable[n])
+    ]
+    assert changed, "LoRA weights must move"
+    assert all(torch.equal(p, frozen[n]) for n, p in policy.transformer.named_parameters() if not p.requires_grad)
+    assert torch.equal(next(policy.sampler.pipe.text_encoder.parameters()), text_encoder)
+    after = policy.score(rollout, kl_estimator="mean_space")
+    assert not torch.equal(after.logp.detach(), rollout.old_logp)
+    assert after.kl.max() > 0 and torch.all(after.kl[rollout.action_mask == 0] == 0)
+
+
+def test_only_steps_inside_the_training_window_receive_gradient(model_dirs):
+    window = TrainStepsConfig(strategy="sliding_window", stochastic="trained", window_size=2, advance_every=1)
+    policy = build_policy(_config(model_dirs, num_steps=5, train_steps=window))
+    _perturb_lora(policy)  # LoRA B = 0 would give zero gradient to the A matrices
+    policy.set_step(2)  # window = steps 2 and 3
+    rollout = policy.rollout(ROWS, group_size=1)
+    assert rollout.action_mask.tolist() == [[0, 0, 1, 1, 0]] * 2
+    assert torch.all(rollout.old_logp[:, [0, 1, 4]] == 0), "ODE outside the window"
+    logp = policy.score(rollout).logp
+    params = policy.trainable_parameters()
+    for step in range(5):
+        column = logp[:, step].sum()
+        if step in (2, 3):
+            grads = torch.autograd.grad(column, params, retain_graph=True)
+            assert sum(g.abs().sum() for g in grads) > 0
+        else:
+            assert not column.requires_grad or all(
+                g is None or torch.all(g == 0)
+                for g in torch.autograd.grad(column, params, retain_graph=True, allow_unused=True)
+            )
+
+
+def test_micro_batches_rescore_to_the_rollout_values(model_dirs):
+    policy = build_policy(_config(model_dirs))
+    rollout = policy.rollout(ROWS, group_size=2)
+    with torch.no_grad():
+        halves = [policy.score(rollout.select(idx)).logp for idx in ([0, 1], [2, 3])]
+    torch.testing.assert_close(torch.cat(halves), rollout.old_logp, rtol=1e-5, atol=1e-5)
+
+
+def test_eval_rollout_is_deterministic_ode_with_eval_steps_and_ema_weights(model_dirs):
+    policy = build_policy(_config(model_dirs, ema_decay=0.5))
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    _perturb_lora(policy)
+    live = [p.detach().clone() for p in policy.trainable_parameters()]
+    policy.after_optimizer_step()
+    for average, old, new in zip(policy._ema, before, live, strict=True):
+        torch.testing.assert_close(average, 0.5 * old + 0.5 * new)
+    evaluation = policy.rollout(ROWS[:1], group_size=2, mode="eval")
+    assert evaluation.info["num_steps"] == 3 and torch.all(evaluation.action_mask == 0)
+    assert all(torch.equal(p, q) for p, q in zip(policy.trainable_parameters(), live, strict=True)), (
+        "live weights restored"
+    )
+    with pytest.raises(ValueError, match="no stored latents"):
+        policy.score(evaluation)
+
+
+@pytest.mark.parametrize("architecture", ["sd3", "flux", "wan"])
+def test_save_writes_lora_that_diffusers_load_lora_weights_reads(model_dirs, tmp_path, architecture):
+    policy = build_policy(_config(model_dirs, architecture))
+    _perturb_lora(policy)
+    policy.save(tmp_path / "lora")
+    assert (tmp_path / "lora" / "pytorch_lora_weights.safetensors").exists()
+    pipe = DiffusionPipeline.from_pretrained(model_dirs[architecture])
+    pipe.load_lora_weights(tmp_path / "lora")
+    loaded = FlowLogProbPipeline(pipe)
+    kwargs = dict(
+        num_inference_steps=2, guidance_scale=3.0, height=16, width=16, max_sequence_length=8, noise_level=0.0
+    )
+    kwargs |= {"num_frames": 5} if architecture == "wan" else {}
+    with_lora = loaded(["two red circles"], generator=torch.Generator().manual_seed(0), **kwargs).trajectory.final
+    expected = policy.sampler(
+        ["two red circles"], generator=torch.Generator().manual_seed(0), **kwargs
+    ).trajectory.final
+    torch.testing.assert_close(with_lora, expected)
+    restored = build_policy(_config(model_dirs, architecture))
+    restored.load(tmp_path / "lora")
+    for a, b in zip(restored.trainable_parameters(), policy.trainable_parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_prompt_embeddings_are_cached_with_lru_eviction(model_dirs, monkeypatch):
+    policy = build_policy(_config(model_dirs, prompt_cache_size=1))
+    encoded: list[list[str]] = []
+    original = policy.sampler.encode
+
+    def counting(prompts, **kwargs):
+        encoded.append(list(prompts))
+        return original(prompts, **kwargs)
+
+    monkeypatch.setattr(policy.sampler, "encode", counting)
+    policy.rollout(ROWS, group_size=2)
+    policy.rollout(ROWS, group_size=2)
+    assert encoded == [["two red circles", "a blue square"]], "each distinct prompt is encoded once"
+    policy.rollout(ROWS[1:], group_size=1)
+    assert list(policy._embedding_cache) == ["a blue square"]
+
+
+def test_bfloat16_weights_keep_float32_log_probs_and_exact_ratio(model_dirs):
+    policy = build_policy(_config(model_dirs, dtype="bfloat16", gradient_checkpointing=True))
+    rollout = policy.rollout(ROWS, group_size=1)
+    assert rollout.old_logp.dtype == torch.float32 and rollout.per_sample["latents"].dtype == torch.float32
+    policy.transformer.train()
+    scored = policy.score(rollout)
+    assert torch.equal(scored.logp.detach(), rollout.old_logp)
+    scored.logp.sum().backward()
+    assert all(p.grad is not None for p in policy.trainable_parameters())
+
+
+def test_entropy_is_the_constant_gaussian_entropy_of_trained_steps(model_dirs):
+    policy = build_policy(_config(model_dirs, train_steps=TrainStepsConfig(strategy="first_k", k=2)))
+    rollout = policy.rollout(ROWS, group_size=1)
+    entropy = policy.score(rollout, entropy=True).entropy
+    assert entropy.shape == (2, 4) and not entropy.requires_grad
+    assert torch.all(entropy[:, 2:] == 0) and torch.all(entropy[:, :2] != 0)
+    assert policy.score(rollout).entropy is None
+
+
+def test_cfg_free_training_makes_one_pass_per_step(model_dirs):
+    policy = build_policy(_config(model_dirs, guidance_scale=1.0))
+    rollout = policy.rollout(ROWS, group_size=1)
+    assert rollout.info["nfe_per_sample"] == 4
+    assert torch.equal(policy.score(rollout).logp.detach(), rollout.old_logp)
+
+
+def test_bad_inputs_are_named(model_dirs):
+    policy = build_policy(_config(model_dirs))
+    with pytest.raises(ValueError, match="row 1 has no string 'prompt'"):
+        policy.rollout([{"prompt": "a"}, {"caption": "b"}], group_size=1)
+    rollout = policy.rollout(ROWS, group_size=1)
+    with pytest.raises(ValueError, match="kl_estimator='k4'"):
+        policy.score(rollout, kl_estimator="k4")
+    with pytest.raises(ValueError, match=r"policy\.model is empty"):
+        FlowPolicyConfig().validate()
+    with pytest.raises(ValueError, match=r"noise_level=-0\.1"):
+        _config(model_dirs, noise_level=-0.1).validate()
+    full = build_policy(_config(model_dirs, lora_rank=0))
+    with pytest.raises(ValueError, match="lora_rank=0"):
+        full.score(full.rollout(ROWS[:1], group_size=1), kl_estimator="k3")

@@ -1,0 +1,280 @@
+"""Vision-language policy: tiny Qwen2-VL and Qwen2.5-VL built from configs, images carried through rollout, scoring,
+micro-batches and group repetition; bad inputs; LoRA / frozen vision tower; checkpoints."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from PIL import Image
+
+from genalign.assets import resolve
+from genalign.data.images import ImageLoadError
+from genalign.data.vlm_tasks import shapes_vqa_rows
+from genalign.policies.base import Policy
+from genalign.policies.causal_lm import LoRAConfig
+from genalign.policies.vlm import (
+    VLMPolicyConfig,
+    build_policy,
+    chat_messages,
+    concat_images,
+    split_images,
+    vision_tower,
+)
+
+torch.set_num_threads(1)
+ARCHS = ("qwen2_vl", "qwen2_5_vl")
+
+
+def _tiny_model(arch: str, processor):
+    """A 2-layer text model of width 64 and a 2-block vision tower of width 32, matching the processor's patches."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+    )
+
+    tok = processor.tokenizer
+    ids = {
+        t: tok.convert_tokens_to_ids(t)
+        for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+    }
+    patch = processor.image_processor.patch_size
+    text = {
+        "vocab_size": len(tok),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0, "mrope_section": [2, 3, 3]},
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": None,
+    }
+    common = {"patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2, "depth": 2, "num_heads": 2}
+    tokens = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+    torch.manual_seed(0)
+    if arch == "qwen2_vl":
+        vision = {**common, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2}
+        return Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision, **tokens))
+    vision = {**common, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64, "window_size": 16}
+    vision["fullatt_block_indexes"] = [1]
+    return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **tokens))
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(resolve("builtin:shapes-vlm"))
+    root = tmp_path_factory.mktemp("vlm")
+    dirs = {}
+    for arch in ARCHS:
+        model = _tiny_model(arch, processor)
+        model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
+        model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+        model.save_pretrained(root / arch)
+        processor.save_pretrained(root / arch)
+        dirs[arch] = str(root / arch)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return shapes_vqa_rows(3, seed=0)
+
+
+def make_policy(model_dirs, arch="qwen2_vl", **overrides) -> object:
+    config = VLMPolicyConfig(model=model_dirs[arch], max_new_tokens=6, min_pixels=24 * 24, max_pixels=48 * 48)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return build_policy(config, "cpu")
+
+
+def test_policy_satisfies_the_protocol(model_dirs):
+    assert isinstance(make_policy(model_dirs), Policy)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rollout_carries_per_sample_images_and_score_is_micro_batch_invariant(model_dirs, rows, arch):
+    policy = make_policy(model_dirs, arch, rollout_batch_size=4, temperature=0.9)
+    rollout = policy.rollout(rows, group_size=3)
+    assert len(rollout) == 9 and rollout.group_ids.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    # 48 x 48 images with 6-pixel patches: one [1, 8, 8] grid and 64 patch rows per sample.
+    patch_dim = 3 * 2 * policy.patch_size**2
+    assert all(g.tolist() == [[1, 8, 8]] for g in rollout.per_sample["image_grid_thw"])
+    assert all(p.shape == (64, patch_dim) for p in rollout.per_sample["pixel_values"])
+    assert rollout.rows[0]["image_sizes"] == [(48, 48)] and rollout.rows[0]["image_input_sizes"] == [(48, 48)]
+    with torch.no_grad():
+        whole = policy.score(rollout).logp
+        again = policy.score(rollout).logp
+        pieces = torch.cat([policy.score(rollout.select(idx)).logp for idx in ([0, 1], [2, 3, 4, 5], [6, 7, 8])])
+    assert torch.equal(whole, again)
+    assert (whole - pieces).abs().max().item() <= 1e-6
+    assert torch.all(whole[rollout.action_mask == 0] == 0)
+    assert (whole - rollout.old_logp).abs().max().item() < 1e-4  # behaviour log-probs from generate's KV cache
+
+
+def test_group_repetition_and_reordering_keep_each_samples_images(model_dirs, rows):
+    policy = make_policy(model_dirs)
+    rollout = policy.rollout(rows, group_size=2)
+    with torch.no_grad():
+        whole = policy.score(rollout).logp
+        # repeat sample 4 (third prompt) and put it first: its patches must travel with it
+        picked = policy.score(rollout.select([4, 4, 0])).logp
+    assert torch.equal(rollout.select([4, 0]).per_sample["pixel_values"][0], rollout.per_sample["pixel_values"][4])
+    assert (picked[0] - whole[4]).abs().max().item() <= 1e-6
+    assert (picked[1] - whole[4]).abs().max().item() <= 1e-6
+    assert (picked[2] - whole[0]).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_one_training_step_on_cpu_with_on_policy_ratio_exactly_one(model_dirs, rows, arch):
+    policy = make_policy(model_dirs, arch)
+    rollout = policy.rollout(rows[:2], group_size=2)
+    for module in policy.modules_to_train():
+        module.train()
+    with torch.no_grad():
+        old_logp = policy.score(rollout).logp  # the trainer's re-score before the update
+    logp = policy.score(rollout).logp
+    ratio = torch.exp(logp - old_logp)  # [N, T]
+    assert torch.equal(ratio.detach(), torch.ones_like(ratio))
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    mask = rollout.action_mask
+    loss = -(ratio * advantages[:, None] * mask).sum() / mask.sum()
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2)
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in vision_tower(policy.model).parameters())
+    optimizer.step()
+    changed = sum(not torch.equal(b, p.detach()) for b, p in zip(before, policy.trainable_parameters()))
+    assert changed > 0
+    with torch.no_grad():
+        assert not torch.equal(policy.score(rollout).logp, old_logp)
+
+
+def test_several_images_per_prompt_and_text_only_rows(model_dirs):
+    policy = make_policy(model_dirs)
+    two = [Image.new("RGB", (48, 48), (200, 30, 30)), Image.new("RGB", (36, 24), (30, 30, 200))]
+    batch = [
+        {"prompt": "<image> left, <image> right: which is red?", "image": two},
+        {"prompt": "How many red circles are there?", "image": None},
+        {"prompt": "How many blue squares are there?", "image": two[1]},
+    ]
+    rollout = policy.rollout(batch, group_size=2)
+    grids = rollout.per_sample["image_grid_thw"]
+    assert grids[0].tolist() == [[1, 8, 8], [1, 4, 6]]  # 48x48 and 36x24 in 6-pixel patches
+    assert rollout.per_sample["pixel_values"][0].shape[0] == 64 + 24
+    assert grids[2].shape == (0, 3) and rollout.per_sample["pixel_values"][2].shape[0] == 0
+    assert rollout.rows[0]["image_input_sizes"] == [(48, 48), (36, 24)]
+    with torch.no_grad():
+        whole = policy.score(rollout).logp
+        parts = torch.cat([policy.score(rollout.select([i])).logp for i in range(len(rollout))])
+    assert (whole - parts).abs().max().item() <= 1e-6
+
+
+def test_image_marker_count_must_match_images(model_dirs):
+    policy = make_policy(model_dirs)
+    image = Image.new("RGB", (48, 48))
+    with pytest.raises(ValueError, match=r"row 1: the prompt has 2 '<image>' markers but the row has 1 image"):
+        policy.rollout([{"prompt": "q", "image": image}, {"prompt": "<image> and <image>?", "image": image}], 1)
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]}]
+    with pytest.raises(ValueError, match=r"row 0: the chat prompt has 1 image block\(s\) but the row has 2"):
+        policy.rollout([{"prompt": chat, "image": [image, image]}], 1)
+
+
+def test_corrupt_and_missing_image_files_name_the_row_and_path(model_dirs, tmp_path):
+    policy = make_policy(model_dirs)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png at all")
+    good = {"prompt": "q", "image": Image.new("RGB", (48, 48))}
+    with pytest.raises(ImageLoadError, match=r"row 1, column 'image': cannot read image '.*broken\.png'"):
+        policy.rollout([good, {"prompt": "q", "image": str(broken)}], 1)
+    with pytest.raises(ImageLoadError, match=r"row 0, column 'image': image file '.*missing\.png' does not exist"):
+        policy.rollout([{"prompt": "q", "image": str(tmp_path / "missing.png")}], 1)
+
+
+def test_chat_messages_places_images_where_the_markers_are():
+    messages = chat_messages("a <image> b <image>", 2, row_index=0, system_prompt="sys")
+    assert messages[0] == {"role": "system", "content": "sys"}
+    assert messages[1]["content"] == [
+        {"type": "text", "text": "a "},
+        {"type": "image"},
+        {"type": "text", "text": " b "},
+        {"type": "image"},
+    ]
+    plain = chat_messages("how many?", 2, row_index=0, system_prompt=None)
+    assert plain == [
+        {"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "how many?"}]}
+    ]
+
+
+def test_split_images_uses_the_grid_sizes():
+    grid = torch.tensor([[1, 2, 2], [1, 2, 4], [1, 4, 4]])  # 4, 8 and 16 patches
+    flat = torch.arange(28, dtype=torch.float32)[:, None].repeat(1, 3)  # [28, 3]
+    first, second, third = split_images(flat, grid, [2, 0, 1])
+    assert (
+        first[:, 0].tolist() == list(range(12))
+        and second.shape == (0, 3)
+        and third[:, 0].tolist() == list(range(12, 28))
+    )
+    joined = concat_images([first, second, third], [grid[:2], grid[:0], grid[2:]])
+    assert torch.equal(joined["pixel_values"], flat) and torch.equal(joined["image_grid_thw"], grid)
+    with pytest.raises(ValueError, match="covers 28 patches but pixel_values has 27 rows"):
+        split_images(flat[:27], grid, [2, 0, 1])
+
+
+def test_freeze_vision_tower(model_dirs):
+    policy = make_policy(model_dirs, freeze_vision_tower=True)
+    tower = {id(p) for p in vision_tower(policy.model).parameters()}
+    trainable = policy.trainable_parameters()
+    assert trainable and not any(id(p) in tower for p in trainable)
+
+
+@pytest.mark.parametrize("scope", ["language_model", "language_model_and_vision_tower"])
+def test_lora_scope_and_reference_with_adapters_disabled(model_dirs, rows, scope, tmp_path):
+    targets = ["q_proj", "v_proj", "qkv"]
+    policy = make_policy(model_dirs, lora=LoRAConfig(rank=4, alpha=8.0, target_modules=targets), lora_scope=scope)
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    in_tower = [n for n in names if ".visual." in n]
+    assert bool(in_tower) == (scope == "language_model_and_vision_tower")
+    rollout = policy.rollout(rows[:1], group_size=2)
+    with torch.no_grad():
+        out = policy.score(rollout, kl_estimator="k3")  # fresh LoRA (B = 0): policy == reference
+    assert torch.allclose(out.kl, torch.zeros_like(out.kl), atol=1e-6)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05)
+    policy.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "adapter_model.safetensors").exists()
+    reloaded = make_policy(model_dirs, lora=LoRAConfig(rank=4, alpha=8.0, target_modules=targets), lora_scope=scope)
+    reloaded.load(tmp_path / "ckpt")
+    with torch.no_grad():
+        assert torch.equal(policy.score(rollout).logp, reloaded.score(rollout).logp)
+
+
+def test_frozen_copy_reference_kl_is_zero_before_training(model_dirs, rows):
+    policy = make_policy(model_dirs, reference="auto")
+    rollout = policy.rollout(rows[:1], group_size=2)
+    with torch.no_grad():
+        out = policy.score(rollout, entropy=True, kl_estimator="k2")
+    assert torch.equal(out.kl, torch.zeros_like(out.kl))
+    assert out.entropy is not None and torch.all(out.entropy[rollout.action_mask > 0] > 0)
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match=r"policy.min_pixels=5000 and policy.max_pixels=100"):
+        VLMPolicyConfig(min_pixels=5000, max_pixels=100).validate()
+    with pytest.raises(ValueError, match=r"policy.reference='lora_disabled' needs policy.lora.rank > 0"):
+        VLMPolicyConfig(reference="lora_disabled").validate()

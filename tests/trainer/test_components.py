@@ -1,0 +1,76 @@
+"""Trainer components: prompt stream, LR schedule, atomic checkpoints, JSON-lines log, minibatch split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints, save_checkpoint
+from genalign.trainer.data_stream import PromptStream
+from genalign.trainer.metrics import JsonlLog
+from genalign.trainer.optim import lr_multiplier
+from genalign.trainer.update import split_minibatches
+from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
+
+
+def test_prompt_stream_visits_every_row_once_per_epoch_and_resumes_from_its_cursor():
+    rows = [{"prompt": str(i)} for i in range(5)]
+    stream = PromptStream(rows, seed=3)
+    first_epoch = [r["prompt"] for _, r in stream.take(5)]
+    assert sorted(first_epoch) == [str(i) for i in range(5)]
+    rest = stream.take(7)
+    assert [pos for pos, _ in rest] == list(range(5, 12))
+    resumed = PromptStream(rows, seed=3, cursor=5)
+    assert [r for _, r in resumed.take(7)] == [r for _, r in rest]
+    with pytest.raises(ValueError, match="no rows"):
+        PromptStream([], seed=0)
+
+
+@pytest.mark.parametrize(
+    ("step", "schedule", "expected"),
+    [(0, "constant", 0.5), (1, "constant", 1.0), (5, "constant", 1.0), (2, "linear", 1.0), (7, "linear", 0.375),
+     (10, "linear", 0.0), (6, "cosine", 0.5 * (1 + math.cos(math.pi * 0.5)))],
+)  # fmt: skip
+def test_lr_multiplier_hand_values(step, schedule, expected):
+    assert lr_multiplier(step, warmup_steps=2, total_steps=10, schedule=schedule) == pytest.approx(expected)
+
+
+def test_split_minibatches_covers_the_batch_in_order():
+    blocks = split_minibatches(10, 3)
+    assert [i for b in blocks for i in b] == list(range(10)) and len(blocks) == 3
+
+
+def _save(tmp_path, step, policy, keep_last=2):
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    return save_checkpoint(tmp_path, step, policy, optimizer, scheduler, {"data_cursor": step * 4}, keep_last)
+
+
+def test_checkpoints_are_complete_pruned_and_found(tmp_path):
+    policy = ToyPolicy(ToyPolicyConfig())
+    for step in (1, 2, 3):
+        _save(tmp_path, step, policy)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-2", "step-3"]
+    assert find_checkpoint(tmp_path, "latest").name == "step-3"
+
+
+def test_a_half_written_checkpoint_is_never_picked(tmp_path):
+    policy = ToyPolicy(ToyPolicyConfig())
+    _save(tmp_path, 1, policy)
+    (tmp_path / "checkpoints" / ".tmp-step-2-999").mkdir()  # a crash while writing step 2
+    (tmp_path / "checkpoints" / "step-3").mkdir()  # a directory without the COMPLETE marker
+    assert find_checkpoint(tmp_path, "latest").name == "step-1"
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        find_checkpoint(tmp_path, str(tmp_path / "checkpoints" / "step-3"))
+    with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
+        find_checkpoint(tmp_path / "elsewhere", "latest")
+
+
+def test_jsonl_log_truncates_records_after_a_step(tmp_path):
+    log = JsonlLog(tmp_path / "m.jsonl")
+    for step in range(1, 6):
+        log.append({"step": step, "x": torch.tensor(step * 1.0), "nan": float("nan")})
+    log.truncate_after(3)
+    assert [r["step"] for r in log.read()] == [1, 2, 3] and log.read()[0]["nan"] is None
