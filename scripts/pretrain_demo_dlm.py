@@ -38,7 +38,7 @@ from genalign.schedulers.masked_diffusion import generate  # noqa: E402
 SEED = 0
 DIGITS = 2
 GEN_LENGTH = 4  # up to 3 answer digits + at least one [EOS]
-MAX_EXTRA_PAD = 2
+MAX_EXTRA_PAD = 0
 MISTAKE_RATE = 0.85
 BATCH_SIZE = 128
 LEARNING_RATE = 2e-3

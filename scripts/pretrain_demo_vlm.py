@@ -258,7 +258,7 @@ def write_model_card(output: Path, args: argparse.Namespace, results: dict, num_
         "",
         "## How it was made",
         "",
-        f"`python scripts/pretrain_demo_vlm.py --output {args.output}` (deterministic, CPU, {args.threads} thread(s), "
+        f"`python scripts/pretrain_demo_vlm.py` (deterministic, CPU, {args.threads} thread(s), "
         f"{seconds / 60:.1f} minutes): {args.steps} AdamW steps of batch {args.batch_size}, lr {args.lr} with warm-up "
         f"and cosine decay, on {args.train_size} training problems (train split).",
         "",
@@ -283,7 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/shapes-vlm"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--train-size", type=int, default=6000)

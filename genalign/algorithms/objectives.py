@@ -27,17 +27,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from genalign.algorithms._validation import check_float_tensor, check_hyperparameters, check_mask, check_shape
+from genalign.algorithms._validation import (
+    HyperparameterError,
+    accepted_hyperparameters,
+    check_float_tensor,
+    check_mask,
+    check_shape,
+)
 from genalign.algorithms._validation import expand_advantages as _expand_advantages
+from genalign.algorithms.context import ObjectiveContext, check_context
 from genalign.algorithms.regularizers import kl_k3
-from genalign.registry import Registry
+from genalign.registry import Registry, did_you_mean
 
 RatioLevelName = Literal["token", "sequence", "sequence_token", "geometric"]
 ClipFormName = Literal["ppo", "dual_clip", "cispo", "sapo", "none"]
@@ -58,7 +65,7 @@ class ClippedLogRatio:
     clipped_high: Tensor
 
 
-#: ``fn(log_ratio [N, T], advantages [N, T], **hp) -> ClippedLogRatio``
+#: ``fn(log_ratio [N, T], advantages [N, T], context: ObjectiveContext | None = None, **hp) -> ClippedLogRatio``
 ClipForm = Callable[..., ClippedLogRatio]
 CLIP_FORMS: Registry[ClipForm] = Registry("clip form")
 
@@ -79,9 +86,12 @@ class LevelOutput:
     clipped_high: Tensor
 
 
-#: ``fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn) -> LevelOutput`` where
-#: ``clip_fn(log_ratio [N, T], advantages [N, T]) -> ClippedLogRatio`` is the chosen clip form with its hp bound.
-RatioLevel = Callable[[Tensor, Tensor, Tensor, Callable[[Tensor, Tensor], ClippedLogRatio]], LevelOutput]
+#: ``clip_fn(log_ratio [N, T], advantages [N, T], context=None) -> ClippedLogRatio``: the chosen clip form with its hp
+#: and the batch's context bound; a level may pass a derived context (e.g. sentence-averaged entropy).
+ClipFn = Callable[..., ClippedLogRatio]
+
+#: ``fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, context, **hp) -> LevelOutput``
+RatioLevel = Callable[..., LevelOutput]
 RATIO_LEVELS: Registry[RatioLevel] = Registry("ratio level")
 
 
@@ -102,7 +112,14 @@ def _log_bounds(eps_low: float | None, eps_high: float | None) -> tuple[float | 
     source="formulas.md §2 (PPO/GRPO; DAPO clip-higher)",
     summary="PPO clipped surrogate with separate lower and upper clip ranges.",
 )
-def ppo_clip(log_ratio: Tensor, advantages: Tensor, *, eps_low: float = 0.2, eps_high: float = 0.2) -> ClippedLogRatio:
+def ppo_clip(
+    log_ratio: Tensor,
+    advantages: Tensor,
+    context: ObjectiveContext | None = None,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> ClippedLogRatio:
     """PPO clip in log space: for ``A > 0`` the ratio is capped at ``1 + eps_high``, for ``A < 0`` floored at
     ``1 - eps_low``; the clipped side carries no gradient (formulas.md §2; DAPO clip-higher uses 0.2 / 0.28).
 
@@ -128,6 +145,7 @@ def ppo_clip(log_ratio: Tensor, advantages: Tensor, *, eps_low: float = 0.2, eps
 def dual_clip(
     log_ratio: Tensor,
     advantages: Tensor,
+    context: ObjectiveContext | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -158,7 +176,12 @@ def dual_clip(
     summary="Clipped, stop-gradient importance weight on a REINFORCE term; every action keeps its gradient.",
 )
 def cispo(
-    log_ratio: Tensor, advantages: Tensor, *, eps_low: float | None = None, eps_high: float = 0.28
+    log_ratio: Tensor,
+    advantages: Tensor,
+    context: ObjectiveContext | None = None,
+    *,
+    eps_low: float | None = None,
+    eps_high: float = 0.28,
 ) -> ClippedLogRatio:
     """CISPO: the importance weight is clipped and detached, the gradient flows through ``logπθ`` for every action.
 
@@ -184,7 +207,14 @@ def cispo(
     source="[235] SAPO",
     summary="Smooth temperature-controlled gate instead of a hard clip; slope 1 at ρ = 1.",
 )
-def sapo(log_ratio: Tensor, advantages: Tensor, *, tau_pos: float = 1.0, tau_neg: float = 1.05) -> ClippedLogRatio:
+def sapo(
+    log_ratio: Tensor,
+    advantages: Tensor,
+    context: ObjectiveContext | None = None,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> ClippedLogRatio:
     """SAPO soft gate [235]: ``f(ρ) = σ(τ(ρ − 1)) · 4/τ`` replaces the clipped ratio; its slope ``4σ(1−σ)`` is 1 at
     ``ρ = 1`` and decays smoothly off-policy, so only the offending actions are down-weighted.
 
@@ -212,7 +242,7 @@ def sapo(log_ratio: Tensor, advantages: Tensor, *, tau_pos: float = 1.0, tau_neg
     source="formulas.md §2; [3]",
     summary="Unclipped importance-weighted policy gradient (REINFORCE when on-policy).",
 )
-def no_clip(log_ratio: Tensor, advantages: Tensor) -> ClippedLogRatio:
+def no_clip(log_ratio: Tensor, advantages: Tensor, context: ObjectiveContext | None = None) -> ClippedLogRatio:
     """No clipping: ``ℓ̃ = ℓ``; on-policy this is plain REINFORCE ``−A·∇logπθ`` ([3], formulas.md §2)."""
     never = torch.zeros_like(log_ratio, dtype=torch.bool)
     return ClippedLogRatio(log_ratio, never, never)
@@ -230,7 +260,9 @@ def _sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
     source="formulas.md §2 (PPO/GRPO)",
     summary="One ratio per action (token, denoising step).",
 )
-def token_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: Callable) -> LevelOutput:
+def token_level(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+) -> LevelOutput:
     """Token-level ratio ``ρ_{i,t}`` with a per-action clip (formulas.md §2). Shapes ``[N, T]``."""
     clipped = clip_fn(log_ratio, advantages)
     return LevelOutput(
@@ -247,7 +279,9 @@ def token_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: Ca
     source="[293] GSPO",
     summary="Length-normalised sequence ratio with sequence-level clipping (GSPO).",
 )
-def sequence_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: Callable) -> LevelOutput:
+def sequence_level(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+) -> LevelOutput:
     """GSPO [293] sequence ratio ``s_i = exp(mean_t ℓ_{i,t})``, clipped once per sequence (use small eps, ~3e-4).
 
     The sequence's surrogate ``A·clip(s_i)`` is placed on each of its actions (``[N, T]``), so
@@ -270,7 +304,9 @@ def sequence_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn:
     source="[293] GSPO-token",
     summary="GSPO's token form: the sequence ratio's value with per-action gradients (allows per-token advantages).",
 )
-def sequence_token_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: Callable) -> LevelOutput:
+def sequence_token_level(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+) -> LevelOutput:
     """GSPO-token [293]: ``ℓ_{i,t} = sg[mean_t ℓ_i] + ℓ_{i,t} − sg[ℓ_{i,t}]``: the value is the sequence log-ratio,
     the gradient is each action's own ``∇logπθ``. Shapes ``[N, T]``."""
     sequence = _sequence_mean(log_ratio, mask)[:, None].detach()  # [N, 1]
@@ -290,7 +326,9 @@ def sequence_token_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, cl
     source="[157] GMPO",
     summary="Geometric mean of per-action clipped ratios (GMPO), less sensitive to outlier ratios.",
 )
-def geometric_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: Callable) -> LevelOutput:
+def geometric_level(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+) -> LevelOutput:
     """GMPO [157]: clip each action's log-ratio (sign-aware, with the chosen clip form), then take the geometric mean
     over the sequence: ``ρ_i = exp(mean_t ℓ̃_{i,t})``; the surrogate ``A·ρ_i`` is placed on every action.
 
@@ -330,11 +368,35 @@ def _policy_metrics(out: LevelOutput, log_ratio: Tensor, valid: Tensor) -> dict[
     return values
 
 
+def split_objective_hyperparameters(
+    ratio_level: str, clip: str, hp: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``hp`` (a config's ``objective_args``) into the keywords of the ratio level and of the clip form.
+
+    Raises ``UnknownOptionError`` for an unknown name and :class:`HyperparameterError` for a keyword that neither
+    option takes (with a did-you-mean hint).
+    """
+    level_keys = accepted_hyperparameters(RATIO_LEVELS, ratio_level)
+    clip_keys = accepted_hyperparameters(CLIP_FORMS, clip)
+    shared = set(level_keys) & set(clip_keys)
+    assert not shared, f"ratio level {ratio_level!r} and clip form {clip!r} share keywords {sorted(shared)}"
+    unknown = [key for key in hp if key not in level_keys and key not in clip_keys]
+    if unknown:
+        accepted = [*level_keys, *clip_keys]
+        hints = "".join(did_you_mean(key, accepted) for key in unknown)
+        raise HyperparameterError(
+            f"ratio level {ratio_level!r} with clip form {clip!r} got unknown hyper-parameter(s) "
+            f"{', '.join(map(repr, unknown))}.{hints} Accepted keywords: {', '.join(accepted) or 'none'}."
+        )
+    level_hp = {key: value for key, value in hp.items() if key in level_keys}
+    clip_hp = {key: value for key, value in hp.items() if key in clip_keys}
+    return level_hp, clip_hp
+
+
 def check_objective_hyperparameters(ratio_level: str, clip: str, hp: Mapping[str, Any]) -> None:
-    """Validate an objective choice early (config load): both names exist and ``hp`` only holds keywords of the clip
-    form (ratio levels take none). Raises ``UnknownOptionError`` or :class:`HyperparameterError`."""
-    RATIO_LEVELS.get(ratio_level)
-    check_hyperparameters(CLIP_FORMS, clip, hp)
+    """Validate an objective choice early (config load): both names exist and every keyword of ``hp`` belongs to the
+    ratio level or the clip form. Raises ``UnknownOptionError`` or :class:`HyperparameterError`."""
+    split_objective_hyperparameters(ratio_level, clip, hp)
 
 
 def policy_loss(
@@ -343,9 +405,10 @@ def policy_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    ratio_level: RatioLevelName = "token",
-    clip: ClipFormName = "ppo",
-    **hp: float | None,
+    ratio_level: RatioLevelName | str = "token",
+    clip: ClipFormName | str = "ppo",
+    context: ObjectiveContext | None = None,
+    **hp: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-action policy loss for one (micro-)batch; aggregate it with :func:`genalign.algorithms.aggregate`.
 
@@ -356,15 +419,17 @@ def policy_loss(
         mask: ``[N, T]`` bool or float, 1 where an action is trained. Padding may hold any value (even ``-inf``).
         ratio_level: a name in :data:`RATIO_LEVELS`.
         clip: a name in :data:`CLIP_FORMS`.
-        **hp: keyword hyper-parameters of the clip form (``eps_low``, ``eps_high``, ``dual_clip_c``, ``tau_pos``,
-            ``tau_neg``); an unknown keyword raises :class:`HyperparameterError`.
+        context: extra per-action inputs some options need (:class:`ObjectiveContext`: entropy, rollout-engine
+            log-probs, sentence ids, group reward std, training progress); ``old_logp`` and ``mask`` are filled here.
+        **hp: keyword hyper-parameters of the ratio level and of the clip form (``eps_low``, ``eps_high``, ...); an
+            unknown keyword raises :class:`HyperparameterError`.
     Returns:
         ``(loss [N, T], metrics)``: ``loss = −A·exp(ℓ̃)`` on valid actions and 0 on padding, in float32 or wider
         (``logp`` is promoted before the ratio is formed); metrics are detached
         scalars over the valid actions of this batch: ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``,
         ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``approx_kl`` (k3 of KL(π_old‖πθ), token level).
     """
-    check_objective_hyperparameters(ratio_level, clip, hp)
+    level_hp, clip_hp = split_objective_hyperparameters(ratio_level, clip, hp)
     level_fn, clip_form = RATIO_LEVELS.get(ratio_level), CLIP_FORMS.get(clip)
     logp = check_float_tensor(logp, "logp", "[N, T]")
     if logp.ndim != 2:
@@ -376,8 +441,33 @@ def policy_loss(
     advantages = _expand_advantages(advantages, shape).detach().to(dtype)  # [N, T]
     mask = check_mask(mask, shape, dtype)  # [N, T]
     valid = mask > 0  # [N, T]
+    context = _complete_context(check_context(context, shape), old_logp, mask, valid, dtype)
 
     log_ratio = torch.where(valid, logp - old_logp, 0.0)  # [N, T]; padding never reaches exp
-    out = level_fn(log_ratio, advantages, mask, lambda lr, adv: clip_form(lr, adv, **hp))
+
+    def clip_fn(lr: Tensor, adv: Tensor, ctx: ObjectiveContext | None = None) -> ClippedLogRatio:
+        return clip_form(lr, adv, context if ctx is None else ctx, **clip_hp)
+
+    out = level_fn(log_ratio, advantages, mask, clip_fn, context, **level_hp)
     loss = torch.where(valid, -out.surrogate, 0.0)  # [N, T]
     return loss, _policy_metrics(out, log_ratio, valid)
+
+
+def _complete_context(
+    context: ObjectiveContext, old_logp: Tensor, mask: Tensor, valid: Tensor, dtype: torch.dtype
+) -> ObjectiveContext:
+    """Fill ``old_logp`` and ``mask``; cast float fields to ``dtype`` and zero them on padding (no NaN/-inf leaks)."""
+
+    def clean(value: Tensor | None) -> Tensor | None:
+        return None if value is None else torch.where(valid, value.to(dtype), 0.0)
+
+    return replace(
+        context,
+        entropy=clean(context.entropy),
+        rollout_logp=None
+        if context.rollout_logp is None
+        else torch.where(valid, context.rollout_logp.to(dtype), old_logp),
+        group_reward_std=None if context.group_reward_std is None else context.group_reward_std.to(dtype),
+        old_logp=torch.where(valid, old_logp, 0.0),
+        mask=mask,
+    )

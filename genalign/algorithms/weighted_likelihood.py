@@ -6,7 +6,7 @@ pure tensor functions and apply to any family. Registry :data:`LIKELIHOOD_OBJECT
     fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)
 
 ``loss`` is per action and 0 on padding; aggregate it with :func:`genalign.algorithms.aggregate` like the output of
-:func:`genalign.algorithms.policy_loss`. ``seq-mean-token-sum`` is the natural mode for both (one term per sequence).
+:func:`genalign.algorithms.policy_loss`. ``seq_mean_token_sum`` is the natural mode for both (one term per sequence).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ shared by all model families. Option names inside ``algorithm`` are checked agai
 
 from __future__ import annotations
 
+import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,9 +80,17 @@ class RewardSpec:
 
 @dataclass
 class DynamicSamplingConfig:
-    enabled: bool = _help("DAPO dynamic sampling: resample groups whose rewards all agree.", False)
-    std_tol: float = _help("A group counts as informative when its reward std exceeds this.", 1e-6)
-    max_rounds: int = _help("Bound on extra sampling rounds per step.", 3)
+    """DAPO dynamic sampling, in one round: sample ``oversample`` × the prompts, keep informative groups up to the
+    step's prompt count. (DAPO samples sequential rounds until the batch is full; one larger round is equivalent in
+    expectation, batches better, and never needs rollouts of different lengths concatenated.)"""
+
+    enabled: bool = _help("Keep only groups whose rewards differ (std > std_tol), from an oversampled rollout.", False)
+    std_tol: float = _help("A group is informative when its reward std exceeds this.", 1e-6)
+    oversample: float = _help("Prompts sampled per step = ceil(prompts_per_step × oversample).", 1.5)
+
+    def validate(self) -> None:
+        if self.oversample < 1:
+            raise ConfigError(f"algorithm.dynamic_sampling.oversample = {self.oversample} must be >= 1.")
 
 
 @dataclass
@@ -110,6 +120,12 @@ class AlgorithmConfig:
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
     drop_zero_std_groups: bool = _help("Leave groups whose rewards all agree out of the update.", False)
     dynamic_sampling: DynamicSamplingConfig = _help("DAPO dynamic sampling.", factory=DynamicSamplingConfig)
+
+    def prompts_to_sample(self) -> int:
+        """Prompts drawn per step (all processes): more than ``prompts_per_step`` with dynamic sampling."""
+        if not self.dynamic_sampling.enabled:
+            return self.prompts_per_step
+        return math.ceil(self.prompts_per_step * self.dynamic_sampling.oversample)
 
     def validate(self) -> None:
         for name in ("group_size", "prompts_per_step", "inner_epochs", "minibatches", "micro_batch_size"):
@@ -211,9 +227,39 @@ class TrainConfig:
                     REWARDS.get(spec.fn)
                 except KeyError as err:
                     raise ConfigError(f"rewards[{i}].fn: {err}") from None
+            _check_reward_args(i, spec)
             if labels.count(spec.label) > 1:
                 raise ConfigError(f"rewards[{i}]: label {spec.label!r} is used twice; set a distinct 'name'.")
         if self.eval.accuracy_reward is not None and self.eval.accuracy_reward not in labels:
             raise ConfigError(
                 f"eval.accuracy_reward = {self.eval.accuracy_reward!r} is not a reward label; use one of {labels}."
             )
+
+
+def _check_reward_args(index: int, spec: RewardSpec) -> None:
+    """Reject ``args`` a reward does not take, and ``Literal`` values it does not accept, before any model loads."""
+    import inspect
+
+    from genalign.config.core import _convert
+    from genalign.registry import did_you_mean
+    from genalign.rewards import REWARDS
+
+    factory = REWARDS.get(spec.fn)
+    target = factory.__init__ if isinstance(factory, type) else factory
+    params = inspect.signature(target).parameters
+    accepted = [
+        n for n, p in params.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in ("self", "prompts", "completions")
+    ]  # fmt: skip
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(target))
+    except Exception:  # annotations that cannot be resolved are simply not type-checked
+        hints = {}
+    for key, value in spec.args.items():
+        if key not in accepted:
+            raise ConfigError(
+                f"rewards[{index}].args.{key}: reward {spec.fn!r} takes no argument {key!r}.{did_you_mean(key, accepted)} "
+                f"Accepted: {', '.join(accepted) or 'none'}."
+            )
+        if typing.get_origin(hints.get(key)) is Literal:
+            _convert(value, hints[key], f"rewards[{index}].args.{key}")

@@ -50,12 +50,16 @@ def sample_next_token(logits: Tensor, params: SamplingParams, generator: torch.G
         tokens ``[B]`` long and their behaviour log-probs ``[B]`` float32 under ``log softmax(logits / T)`` (the
         unfiltered distribution at the sampling temperature, which is what re-scoring computes).
     """
-    scaled = logits.float() / params.temperature  # [B, V]
-    log_norm = torch.logsumexp(scaled, dim=-1)  # [B]
+    scaled = logits.float().div_(params.temperature) if logits.dtype != torch.float32 else logits / params.temperature
     if params.top_k > 0 or params.top_p < 1.0:
-        probs = filtered_logits(scaled, top_k=params.top_k, top_p=params.top_p).softmax(dim=-1)  # [B, V]
-    else:
-        probs = torch.exp(scaled - log_norm[:, None])  # [B, V]
-    tokens = sample_from_probs(probs, generator)  # [B]
+        log_norm = torch.logsumexp(scaled, dim=-1)  # [B]
+        tokens = sample_from_probs(
+            filtered_logits(scaled, top_k=params.top_k, top_p=params.top_p).softmax(dim=-1), generator
+        )
+    else:  # one exp pass serves both the sample and the normaliser
+        peak = scaled.max(dim=-1, keepdim=True).values  # [B, 1]
+        unnormalised = (scaled - peak).exp_()  # [B, V]
+        tokens = sample_from_probs(unnormalised, generator)  # [B]
+        log_norm = peak.squeeze(1) + unnormalised.sum(dim=-1).log()  # [B]
     logp = scaled.gather(1, tokens[:, None]).squeeze(1) - log_norm  # [B]
     return tokens, logp

@@ -103,7 +103,8 @@ def masked_token_logp(
         completion_noise: ``[N, K, T]`` bool, answer positions to mask in each copy.
 
     Returns:
-        ``[N, K, T]`` float32 ``log p(x_j | noisy copy)`` at every answer position (masked or not; callers weight).
+        ``[N, K, T]`` float32 ``log p(x_j | noisy copy)`` at every answer position (masked or not; callers weight),
+        under the model's distribution over real tokens (the mask token excluded, as in the sampler).
     """
     n, k, t = completion_noise.shape
     device = completion_ids.device
@@ -117,6 +118,7 @@ def masked_token_logp(
         full = torch.cat([prompt_attention_mask, torch.ones_like(completion_ids)], dim=1)  # [N, P + T]
         attention = full.unsqueeze(1).expand(n, k, -1).reshape(n * k, -1)
     logits = model_fn(input_ids, attention)[:, -t:].float()  # [N·K, T, V]
+    logits = logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), -torch.inf)  # as the sampler
     logp = torch.log_softmax(logits, dim=-1).gather(-1, answers.reshape(n * k, t, 1)).squeeze(-1)  # [N·K, T]
     return logp.reshape(n, k, t)
 

@@ -104,10 +104,6 @@ def guided_velocity(
     return v_uncond + guidance_scale * (v_cond - v_uncond)
 
 
-def slice_embeddings(embeds: PromptEmbeddings, index: Tensor | slice) -> PromptEmbeddings:
-    return {k: v[index] for k, v in embeds.items()}
-
-
 def denoise(
     arch: FlowArchitecture,
     transformer: nn.Module,

@@ -47,7 +47,9 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
 
     Args:
         num_train_timesteps, shift, use_dynamic_shifting, base_shift, max_shift, base_image_seq_len, max_image_seq_len,
-            shift_terminal, time_shift_type: the sigma schedule, with the meaning of ``FlowMatchEulerDiscreteScheduler``.
+            shift_terminal, time_shift_type, use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas: the sigma
+            schedule, with the meaning of ``FlowMatchEulerDiscreteScheduler``.
+        invert_sigmas: accepted so that Euler configs load; True raises (not a rectified-flow sampling direction).
         dynamics: registered dynamics used when ``step`` is not told otherwise (``ode``, ``flow_sde``, ``dance_sde``,
             ``cps``; see :mod:`genalign.schedulers.sde_dynamics`).
         noise_level: default strength of the dynamics (``a`` ≈ 0.7 for ``flow_sde``, ``eta`` ≈ 0.3 for ``dance_sde``).
@@ -69,11 +71,19 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
         max_image_seq_len: int = 4096,
         shift_terminal: float | None = None,
         time_shift_type: Literal["exponential", "linear"] = "exponential",
+        use_karras_sigmas: bool = False,
+        use_exponential_sigmas: bool = False,
+        use_beta_sigmas: bool = False,
+        invert_sigmas: bool = False,
         dynamics: str = "flow_sde",
         noise_level: float = 0.7,
         log_prob_reduction: LogProbReduction = "mean",
     ) -> None:
         SDE_DYNAMICS.get(dynamics)  # fail early with a did-you-mean list
+        if invert_sigmas:
+            raise ValueError(
+                "invert_sigmas=True (sigma running from 0 to 1) is not supported; use invert_sigmas=False."
+            )
         if noise_level < 0:
             raise ValueError(f"noise_level={noise_level} must be >= 0 (0 gives the deterministic Euler step).")
         if log_prob_reduction not in ("mean", "sum"):
@@ -88,6 +98,9 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
             max_image_seq_len=max_image_seq_len,
             shift_terminal=shift_terminal,
             time_shift_type=time_shift_type,
+            use_karras_sigmas=use_karras_sigmas,
+            use_exponential_sigmas=use_exponential_sigmas,
+            use_beta_sigmas=use_beta_sigmas,
         )
         self.timesteps: Tensor = self._sigma_schedule.timesteps.clone()  # [num_train_timesteps]
         self.sigmas: Tensor = self._sigma_schedule.sigmas.clone()  # [num_train_timesteps + 1]

@@ -2,7 +2,7 @@
 
 The answer starts as ``gen_length`` mask tokens, split into ``gen_length // block_length`` blocks decoded left to
 right. Each block gets ``steps // num_blocks`` steps; at every step the model predicts every masked position at once,
-a token is drawn per position by Gumbel-max sampling at a temperature, and some of the drawn tokens are *committed*
+a token other than the mask is drawn per position by Gumbel-max sampling at a temperature, and some of the drawn tokens are *committed*
 (written into the sequence for good), the others stay masked (shared/reference/formulas.md §6):
 
 * ``"low_confidence"``: commit the ``k`` positions whose drawn token has the highest probability (LLaDA);
@@ -171,6 +171,9 @@ class MaskedDiffusionScheduler:
         in_block[:, start:end] = True
         candidates = is_masked & in_block  # [B, L]
 
+        logits = logits.index_fill(
+            -1, torch.tensor([self.mask_id], device=logits.device), -torch.inf
+        )  # never draw [MASK]
         drawn = gumbel_max_sample(logits, self.temperature, generator)  # [B, L]
         if self.remasking == "random":
             confidence = torch.rand(sample.shape, generator=generator, device=sample.device, dtype=torch.float64)

@@ -109,7 +109,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
     started = time.monotonic()
     last_eval: dict[str, Any] = {}
     step = start_step
-    local_prompts = cfg.prompts_per_step // world
+    sampled_prompts = cfg.prompts_to_sample()
+    sampled_prompts += -sampled_prompts % world  # every process samples the same number of prompts
+    local_prompts, local_sampled = cfg.prompts_per_step // world, sampled_prompts // world
     for step in range(start_step + 1, run.max_steps + 1):
         seed_step(run.seed, step, rank)
         if hasattr(policy, "set_step"):
@@ -117,14 +119,15 @@ def train(config: TrainConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
 
         # 3a. Rollout: this process's share of the step's prompts, G samples each.
-        taken = stream.take(cfg.prompts_per_step)[rank * local_prompts : (rank + 1) * local_prompts]
+        taken = stream.take(sampled_prompts)[rank * local_sampled : (rank + 1) * local_sampled]
         stream_ids = torch.tensor([position for position, _ in taken])
         rollout = policy.rollout([row for _, row in taken], cfg.group_size)
         rollout.group_ids = stream_ids[rollout.group_ids]
         t_rollout = time.perf_counter() - t0
 
         # 3b. Rewards [n, K] and, when needed, one scoring pass without gradient before the update.
-        reward_table, reward_errors = rewards(rollout.rows, rollout.outputs)
+        lengths = rollout.action_mask.sum(1).long().tolist()
+        reward_table, reward_errors = rewards(rollout.rows, rollout.outputs, completion_length=lengths)
         need_old = not cfg.fully_on_policy and not policy.rollout_logp_is_exact
         kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
         prepass = None
@@ -147,8 +150,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if not cfg.fully_on_policy:
             old_logp = rollout.old_logp if policy.rollout_logp_is_exact else prepass.old_logp
         keep = torch.arange(len(rollout))
-        if cfg.drop_zero_std_groups:
+        if cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled:
             keep = (~adv.zero_std).nonzero().flatten()
+        if cfg.dynamic_sampling.enabled:  # at most the step's prompt count of informative groups
+            kept_groups = rollout.group_ids[keep].unique_consecutive()[:local_prompts]
+            keep = keep[torch.isin(rollout.group_ids[keep], kept_groups)]
         update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
         t1 = time.perf_counter()
 
@@ -161,6 +167,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
         # 3e. Metrics, samples, evaluation, checkpoint.
         record = _step_record(step, rollout, reward_table, reward_errors, rewards.labels, adv, update_metrics)
+        record["num_trained_samples"] = len(keep)
         record |= {"time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t0}
         if main:
             metrics_log.append(record)

@@ -40,10 +40,11 @@ class RewardSet:
             except TypeError as err:
                 raise ValueError(f"rewards[{i}] ({spec.fn}): bad args {spec.args}: {err}") from None
 
-    def __call__(self, rows: list[dict[str, Any]], outputs: list[Any]) -> tuple[Tensor, Tensor]:
+    def __call__(self, rows: list[dict[str, Any]], outputs: list[Any], **extra_columns: list[Any]) -> tuple[Tensor, Tensor]:
+        """``extra_columns`` come from the rollout (e.g. ``completion_length``, the number of actions per sample)."""
         prompts = [prompt_text(r) for r in rows]
         keys = sorted({k for r in rows for k in r if k != "prompt"})
-        columns = {k: [r.get(k) for r in rows] for k in keys}
+        columns = {k: [r.get(k) for r in rows] for k in keys} | extra_columns
         values, errors = [], []
         for spec, fn in zip(self.specs, self.fns):
             scores, num_errors = call_reward(spec.label, fn, prompts, outputs, columns, on_error=spec.on_error)

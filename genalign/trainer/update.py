@@ -89,6 +89,8 @@ def run_update(
             normalizer = all_reduce_sum(
                 alg.loss_normalizer(mask, cfg.aggregation, advantages=advantages[block], **cfg.aggregation_args)
             )
+            if float(normalizer.sum()) == 0:  # nothing to train on in the whole (global) batch: no optimizer step
+                continue
             optimizer.zero_grad(set_to_none=True)
             for micro in _chunks(block, cfg.micro_batch_size):
                 batch = rollout.select(micro)
@@ -124,9 +126,9 @@ def run_update(
             scheduler.step()
             if callable(after_step):
                 after_step()
-    steps = cfg.inner_epochs * cfg.minibatches
+    steps = max(len(grad_norms), 1)
     result = {k: v / max(weight_total, 1.0) for k, v in sums.items() if k != "loss"}
     result["loss"] = sums["loss"] / steps
-    result["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    result["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
     result["lr"] = scheduler.get_last_lr()[0]
     return result

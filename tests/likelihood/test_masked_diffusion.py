@@ -32,6 +32,10 @@ def toy_model(seed: int = 0):
     return model_fn
 
 
+def log_softmax_without_mask(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.index_fill(-1, torch.tensor([MASK]), -torch.inf), dim=-1)
+
+
 def exact_elbo(model_fn, prompt, answer) -> float:
     """Σ over non-empty mask subsets S of the answer: Σ_{j∈S} log p(x_j | x with S masked) / (|S| · C(L, |S|))."""
     length = answer.shape[1]
@@ -67,7 +71,7 @@ def test_exact_elbo_is_below_the_exact_log_likelihood_of_the_enumerated_chain_ru
     # sanity of the enumeration: for a length-1 answer the ELBO is exactly log p(x | prompt, [MASK])
     model = toy_model()
     answer = torch.tensor([[2]])
-    direct = torch.log_softmax(model(torch.tensor([[1, 3, MASK]]), None), -1)[0, 2, 2].item()
+    direct = log_softmax_without_mask(model(torch.tensor([[1, 3, MASK]]), None))[0, 2, 2].item()
     assert exact_elbo(model, PROMPT, answer) == pytest.approx(direct, abs=1e-6)
 
 
@@ -117,7 +121,7 @@ def test_one_step_masks_the_whole_answer_and_prompt_tokens_with_their_probabilit
     model = toy_model()
     out = LIKELIHOOD_PROXIES.get("one_step")(model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]),
                                              prompt_mask_prob=0.0)
-    expected = torch.log_softmax(model(torch.tensor([[1, 3, MASK, MASK, MASK]]), None), -1)[0, 2:]  # [T, V+1]
+    expected = log_softmax_without_mask(model(torch.tensor([[1, 3, MASK, MASK, MASK]]), None))[0, 2:]  # [T, V+1]
     assert torch.allclose(out.logp[0], expected[torch.arange(3), ANSWER[0]])
     assert out.logp.shape == (1, 3) and out.num_forward == 1
 
@@ -157,7 +161,7 @@ def test_trace_replay_scores_each_token_in_the_state_it_was_decoded():
                                           decode_step=decode_step)
 
     def logp(ids, position):
-        return torch.log_softmax(model(torch.tensor([ids]), None), -1)[0, 2 + position, ANSWER[0, position]]
+        return log_softmax_without_mask(model(torch.tensor([ids]), None))[0, 2 + position, ANSWER[0, position]]
 
     expected = torch.stack([
         logp([1, 3, MASK, 0, MASK], 0),  # decoded at step 1: token 1 visible

@@ -279,3 +279,32 @@ def test_config_validation_names_field_value_and_fix(overrides, message):
     config = CausalLMPolicyConfig(**overrides)
     with pytest.raises(ValueError, match=message):
         config.validate()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_head_logprob_and_entropy_gradients_equal_autograd_through_full_logits(fused):
+    """The fused linear-head function (and the checkpointed fallback) against plain autograd on full logits."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(6, 11, bias=True).double()
+    head = linear if fused else torch.nn.Sequential(linear)
+    hidden = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 11, (2, 5))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    weights_logp, weights_entropy = torch.randn(2, 5), torch.randn(2, 5)
+
+    def objective(logp, entropy):
+        return (logp * weights_logp).sum() + (entropy * weights_entropy).sum()
+
+    logp, entropy = token_logprobs_from_hidden(hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True)
+    objective(logp, entropy).backward()
+    got = [hidden.grad.clone(), linear.weight.grad.clone(), linear.bias.grad.clone()]
+    for tensor in (hidden, linear.weight, linear.bias):
+        tensor.grad = None
+    log_probs = (linear(hidden) / 0.7).log_softmax(-1)  # [2, 5, V]
+    ref_logp = log_probs.gather(2, targets[..., None]).squeeze(2) * mask
+    ref_entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
+    torch.testing.assert_close(logp.double(), ref_logp, atol=1e-6, rtol=0)
+    torch.testing.assert_close(entropy.double(), ref_entropy, atol=1e-6, rtol=0)
+    objective(ref_logp, ref_entropy).backward()
+    for a, b in zip(got, [hidden.grad, linear.weight.grad, linear.bias.grad], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

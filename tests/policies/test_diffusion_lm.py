@@ -112,7 +112,7 @@ def test_one_training_step_moves_the_likelihood_of_rewarded_samples(tiny_bert):
     logp = policy.score(rollout).logp
     loss, metrics = policy_loss(logp, rollout.old_logp, advantages, rollout.action_mask)
     assert metrics["ratio_mean"].item() == 1.0
-    mode = "seq-mean-token-mean"
+    mode = "seq_mean_token_mean"
     aggregate(loss, rollout.action_mask, mode, loss_normalizer(rollout.action_mask, mode)).backward()
     optimizer.step()
     with torch.no_grad():

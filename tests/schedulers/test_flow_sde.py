@@ -114,3 +114,13 @@ def test_internal_counter_follows_the_diffusers_loop_and_errors_are_clear():
         scheduler.step(torch.zeros(1, 2), None, torch.zeros(1, 2), step_index=0, prev_sample=torch.zeros(1, 3))
     with pytest.raises(ValueError, match="noise_level=-1"):
         FlowSDEScheduler(noise_level=-1)
+    with pytest.raises(ValueError, match="invert_sigmas=True"):
+        FlowSDEScheduler(invert_sigmas=True)
+
+
+def test_karras_sigmas_are_passed_to_the_schedule():
+    reference = FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True)
+    ours = FlowSDEScheduler.from_config(reference.config)
+    reference.set_timesteps(6)
+    ours.set_timesteps(6)
+    torch.testing.assert_close(ours.sigmas, reference.sigmas.float())

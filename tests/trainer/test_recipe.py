@@ -106,3 +106,16 @@ def test_one_and_two_processes_give_the_same_parameters(tmp_path):
     b = load_file(str(tmp_path / "two" / "run" / "checkpoints" / "step-1" / "policy" / "weights.safetensors"))
     assert not torch.equal(a["logits"], torch.zeros_like(a["logits"]))
     torch.testing.assert_close(a["logits"], b["logits"], rtol=1e-6, atol=1e-7)
+
+
+def test_dynamic_sampling_trains_only_informative_groups(tmp_path):
+    config = write_config(
+        tmp_path,
+        algorithm={"dynamic_sampling": {"enabled": True, "oversample": 2.0}},
+        run={"max_steps": 3, "output_dir": str(tmp_path / "run")},
+    )
+    run_cli("train", str(config))
+    for record in metrics(tmp_path / "run"):
+        assert record["num_samples"] == 8 * 4  # 2 × 4 prompts sampled, G = 4
+        informative = round((1 - record["frac_reward_zero_std"]) * 8)
+        assert record["num_trained_samples"] == 4 * min(informative, 4)

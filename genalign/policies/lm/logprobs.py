@@ -1,15 +1,17 @@
 """Token log-probs of completions at the sampling temperature, without materialising ``[B, T, V]`` float32 logits.
 
 The backbone runs once over ``[prompt | completion]``; the head, the softmax and the gather then run over the hidden
-states of the *real* completion tokens only (padding is skipped), ``chunk_size`` tokens at a time. When gradients are
-needed and there is more than one chunk, each chunk is checkpointed: its logits are recomputed during backward, so at any
-moment at most one chunk's ``[chunk_size, V]`` logits (and their gradient) exist. Each token's value depends only on its
+states of the *real* completion tokens only (padding is skipped), ``chunk_size`` tokens at a time. For the usual
+``nn.Linear`` head a custom autograd function keeps only one log-normaliser per token and recomputes each chunk's logits
+in backward, turning them in place into the logit gradient; any other head is run chunk by chunk under activation
+checkpointing. Either way, at most one chunk's ``[chunk_size, V]`` float32 logits (and their gradient) exist at a time. Each token's value depends only on its
 own hidden state, so the result does not depend on how the batch or the chunks are split.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -31,6 +33,95 @@ def _chunk_logprobs(
     probs = torch.exp(scaled - log_norm[:, None])  # [n, V]
     entropy = log_norm - (probs * scaled).sum(dim=-1)  # [n]
     return logp, entropy
+
+
+class _LinearHeadLogprobs(torch.autograd.Function):
+    """Log-probs (and entropies) of ``targets`` through a linear head, chunk by chunk, with a hand-written backward.
+
+    Forward keeps only the per-token log-normaliser; backward recomputes each chunk's logits and turns them in place
+    into the logit gradient (``d logp_t / d s_j = 1[j = t] − p_j``; ``d H / d s_j = −p_j (s_j − Σ_k p_k s_k)``), so a
+    chunk costs about two ``[chunk, V]`` float32 buffers in either pass instead of the five or six that autograd keeps
+    for the same expression.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, with_entropy):
+        n = hidden.shape[0]
+        logp = hidden.new_empty(n, dtype=torch.float32)  # [n]
+        entropy = hidden.new_zeros(n, dtype=torch.float32)  # [n]
+        log_norm = hidden.new_empty(n, dtype=torch.float32)  # [n]
+        for start in range(0, n, chunk_size):
+            rows = slice(start, start + chunk_size)
+            scaled = F.linear(hidden[rows], weight, bias).float().div_(temperature)  # [c, V]
+            log_norm[rows] = torch.logsumexp(scaled, dim=-1)
+            logp[rows] = scaled.gather(1, targets[rows, None]).squeeze(1) - log_norm[rows]
+            if with_entropy:
+                mean_scaled = (scaled.sub(log_norm[rows, None]).exp_().mul_(scaled)).sum(dim=-1)  # [c] E_p[s]
+                entropy[rows] = log_norm[rows] - mean_scaled
+        ctx.save_for_backward(hidden, weight, bias, targets, log_norm)
+        ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets, log_norm = ctx.saved_tensors
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.zeros_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if need_bias else None
+        use_entropy = ctx.with_entropy and grad_entropy is not None
+        for start in range(0, hidden.shape[0], ctx.chunk_size):
+            rows = slice(start, start + ctx.chunk_size)
+            h = hidden[rows]  # [c, H]
+            scaled = F.linear(h, weight, bias).float().div_(ctx.temperature)  # [c, V]
+            probs = scaled.sub(log_norm[rows, None]).exp_()  # [c, V]
+            if use_entropy:
+                mean_scaled = (probs * scaled).sum(dim=-1, keepdim=True)  # [c, 1]
+                # d H / d s = -p (s - E_p[s]) times the incoming entropy gradient
+                scaled.sub_(mean_scaled).mul_(probs).mul_(-grad_entropy[rows, None])  # reuse as the entropy gradient
+            else:
+                scaled = None
+            grad = probs.mul_(-grad_logp[rows, None])  # [c, V] d logp / d s = onehot - p
+            grad.scatter_add_(1, targets[rows, None], grad_logp[rows, None].float())
+            if scaled is not None:
+                grad.add_(scaled)
+            grad.div_(ctx.temperature)  # d s / d logits = 1 / T
+            grad = grad.to(weight.dtype)
+            if need_hidden:
+                grad_hidden[rows] = grad @ weight  # [c, H]
+            if need_weight:
+                grad_weight.addmm_(grad.t().float(), h.float())  # [V, H]
+            if need_bias:
+                grad_bias.add_(grad.float().sum(dim=0))
+        grad_weight = grad_weight.to(weight.dtype) if need_weight else None
+        grad_bias = grad_bias.to(bias.dtype) if need_bias else None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def _head_logprobs(
+    hidden: Tensor, targets: Tensor, head: nn.Module, *, temperature: float, chunk_size: int, with_entropy: bool
+) -> tuple[Tensor, Tensor]:
+    """``[n]`` log-probs and entropies of ``targets`` from ``hidden`` ``[n, H]``, one chunk of logits at a time."""
+    if type(head) is nn.Linear:  # the usual head: fused, lean backward
+        return _LinearHeadLogprobs.apply(hidden, head.weight, head.bias, targets, temperature, chunk_size, with_entropy)
+    # Any other head (e.g. a LoRA-wrapped one): autograd per chunk, checkpointed so only one chunk lives at a time.
+    use_checkpoint = torch.is_grad_enabled() and hidden.shape[0] > chunk_size
+    logps, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk_size):
+        args = (
+            hidden[start : start + chunk_size],
+            targets[start : start + chunk_size],
+            head,
+            temperature,
+            with_entropy,
+        )
+        logp, entropy = (
+            checkpoint(_chunk_logprobs, *args, use_reentrant=False) if use_checkpoint else _chunk_logprobs(*args)
+        )
+        logps.append(logp)
+        entropies.append(entropy)
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    return (torch.cat(logps), torch.cat(entropies)) if logps else (empty, empty)
 
 
 def token_logprobs_from_hidden(
@@ -60,32 +151,16 @@ def token_logprobs_from_hidden(
     flat_index = torch.nonzero(mask.reshape(-1) > 0).flatten()  # [n] real tokens
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])[flat_index]  # [n, H]
     flat_targets = targets.reshape(-1)[flat_index]  # [n]
-    use_checkpoint = torch.is_grad_enabled() and flat_index.numel() > chunk_size
-    logps, entropies = [], []
-    for start in range(0, flat_index.numel(), chunk_size):
-        args = (
-            flat_hidden[start : start + chunk_size],
-            flat_targets[start : start + chunk_size],
-            head,
-            temperature,
-            with_entropy,
-        )
-        if use_checkpoint:
-            logp, entropy = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            logp, entropy = _chunk_logprobs(*args)
-        logps.append(logp)
-        entropies.append(entropy)
-    values = torch.cat(logps) if logps else hidden.new_zeros(0, dtype=torch.float32)  # [n]
-    logp_out = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put((flat_index,), values)
-    logp_out = logp_out.view(mask.shape)  # [B, C]
+    values, entropy_values = _head_logprobs(
+        flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy
+    )
+    logp = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put((flat_index,), values)
     if not with_entropy:
-        return logp_out, None
-    entropy_values = torch.cat(entropies) if entropies else values
-    entropy_out = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put(
+        return logp.view(mask.shape), None
+    entropy = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put(
         (flat_index,), entropy_values
     )
-    return logp_out, entropy_out.view(mask.shape)
+    return logp.view(mask.shape), entropy.view(mask.shape)
 
 
 def completion_logprobs(
