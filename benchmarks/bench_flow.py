@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=25, help="MixGRPO: a window of 4 over 25 steps")
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="Write the markdown table here.")

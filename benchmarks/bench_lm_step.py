@@ -45,7 +45,6 @@ MODEL_SIZES = {  # name -> Qwen2 shape (tied embeddings, like small Qwen2 checkp
 PROMPTS = ["Question: what is 12 + 7? Think step by step. Answer:", "Question: what is 3 * 14 + 5? Answer:"]
 GROUP_SIZE = 8
 NEW_TOKENS = 64
-THREADS = 2
 SYSTEMS = ("floor", "genalign", "genalign-hf", "trl")
 
 
@@ -167,7 +166,6 @@ def run_genalign(model_dir: Path, steps: int, engine: str) -> dict:
 
 
 def run_trl(model_dir: Path, steps: int) -> dict:
-    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -176,7 +174,7 @@ def run_trl(model_dir: Path, steps: int) -> dict:
 
     tokenizer = load_tokenizer(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    timings = {"rollout": [], "tokens": [], "step": [], "start": 0.0, "base_rss": 0.0}
+    timings = {"rollout": [], "tokens": [], "step": [], "cpu": [], "start": 0.0, "cpu_start": 0.0, "base_rss": 0.0}
     generate = model.generate
 
     def timed_generate(*args, **kwargs):
@@ -196,10 +194,11 @@ def run_trl(model_dir: Path, steps: int) -> dict:
         def on_step_begin(self, args, state, control, **kwargs):
             if state.global_step == 1:
                 timings["base_rss"] = rss_mb()
-            timings["start"] = time.perf_counter()
+            timings["start"], timings["cpu_start"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             timings["step"].append(time.perf_counter() - timings["start"])
+            timings["cpu"].append(time.process_time() - timings["cpu_start"])
 
     with tempfile.TemporaryDirectory() as out_dir:
         config = GRPOConfig(
@@ -233,11 +232,11 @@ def run_trl(model_dir: Path, steps: int) -> dict:
             processing_class=tokenizer,
             callbacks=[StepTimer()],
         )
-        torch.set_num_threads(THREADS)
         trainer.train()
     step_s, rollout_s = timings["step"][1:], timings["rollout"][1:]
     return {
         "step_s": statistics.median(step_s),
+        "step_cpu_s": statistics.mean(timings["cpu"][1:]),
         "rollout_s": statistics.median(rollout_s) if rollout_s else float("nan"),
         "rollout_tokens": statistics.median(timings["tokens"][1:]) if rollout_s else 0,
         "base_rss_mb": timings["base_rss"],
@@ -252,9 +251,11 @@ def measure(step, steps: int, model) -> dict:
     torch.manual_seed(0)
     step()  # warm-up
     base = rss_mb()
+    cpu_start = time.process_time()
     results = [step() for _ in range(steps)]
     return {
         "step_s": statistics.median(r[0] for r in results),
+        "step_cpu_s": (time.process_time() - cpu_start) / steps,
         "rollout_s": statistics.median(r[1] for r in results),
         "rollout_tokens": statistics.median(r[2] for r in results),
         "base_rss_mb": base,
@@ -296,7 +297,10 @@ def run_logprob_memory(model_dir: Path, mode: str, completion_tokens: int, chunk
 # ---- driver ------------------------------------------------------------------------------------------------------
 def spawn(args: list[str], timeout: int) -> dict:
     command = [sys.executable, __file__, *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    # A fixed mmap threshold makes glibc return every large freed buffer to the OS at once, so the peak resident size
+    # measures live tensors rather than allocator fragmentation (the same setting for every system).
+    env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"worker {args} failed:\n{done.stderr[-3000:]}")
@@ -317,15 +321,16 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
         "# One GRPO step of a causal LM: genalign vs TRL GRPOTrainer vs the compute floor",
         "",
         f"Measured by `python benchmarks/bench_lm_step.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-        f"CPU, {THREADS} threads, torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}. "
+        f"CPU, {args.threads} torch thread(s) per process, torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}. "
         f"Load average at start: {args.load_at_start}. Qwen2 architecture, GPT-2 vocabulary (50,257), "
         f"{len(PROMPTS)} prompts x {GROUP_SIZE} = {len(PROMPTS) * GROUP_SIZE} rollouts of {NEW_TOKENS} new tokens, "
         f"mu = 1, no KL. Median of {args.steps} steps after one warm-up step; each system in its own process. "
         "Step = rollout + rewards + advantages + log-prob forward/backward + clip + AdamW. "
         "Floor = bare `generate` + bare forward/backward (cross-entropy) + clip + AdamW.",
         "",
-        "| model | system | step (s) | step / TRL | step / floor | rollout (s) | rollout tokens/s | peak RSS (MB) | step peak over start (MB) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | system | step (s) | step / TRL | step / floor | step CPU (s) | rollout (s) | rollout tokens/s "
+        "| peak RSS (MB) | step peak over start (MB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for size, by_system in results.items():
         params = next(iter(by_system.values()))["params"] / 1e6
@@ -336,6 +341,7 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
             tokens_per_s = r["rollout_tokens"] / r["rollout_s"] if r["rollout_s"] else float("nan")
             lines.append(
                 f"| {size} ({params:.1f}M) | {system} | {r['step_s']:.3f} | {to_trl} | {r['step_s'] / floor_step:.2f} | "
+                f"{r['step_cpu_s']:.3f} | "
                 f"{r['rollout_s']:.3f} | {tokens_per_s:,.0f} | {r['peak_rss_mb']:,.0f} | {r['peak_rss_mb'] - r['base_rss_mb']:,.0f} |"
             )
     naive, chunked = memory["naive"], memory["chunked"]
@@ -361,10 +367,11 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per worker (the issue: 2 cores)")
     parser.add_argument("--sizes", nargs="+", default=list(MODEL_SIZES), choices=list(MODEL_SIZES))
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--logprob-tokens", type=int, default=2048)
-    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "genalign_bench_lm")
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("lm_step_results.md"))
     parser.add_argument("--worker", choices=[*SYSTEMS, "logprob-naive", "logprob-chunked"], help=argparse.SUPPRESS)
@@ -373,7 +380,7 @@ def main() -> None:
 
     import torch
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(args.threads)
     if args.worker is not None:
         model_dir = args.workdir / args.size
         workers = {
@@ -390,7 +397,7 @@ def main() -> None:
     args.load_at_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     args.workdir.mkdir(parents=True, exist_ok=True)
     prepare_models(args.workdir)
-    common = ["--workdir", str(args.workdir), "--steps", str(args.steps)]
+    common = ["--workdir", str(args.workdir), "--steps", str(args.steps), "--threads", str(args.threads)]
     results: dict[str, dict[str, dict]] = {}
     for size in args.sizes:
         results[size] = {}

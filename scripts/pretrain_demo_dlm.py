@@ -3,8 +3,8 @@
 Run: ``HF_HUB_OFFLINE=1 python scripts/pretrain_demo_dlm.py [--out genalign/assets/arith-dlm]`` (~5-10 min, 1 thread).
 
 The model is a bidirectional BERT masked LM (~0.8M parameters) over a character vocabulary, trained with the
-masked-diffusion ELBO of LLaDA (shared/reference/formulas.md §6): the answer (``"579"`` then ``[EOS]`` up to
-``GEN_LENGTH`` tokens) is masked token by token with probability ``t ~ U(eps, 1)``; the loss is the cross-entropy of the
+masked-diffusion ELBO of LLaDA (shared/reference/formulas.md §6): the answer (right-aligned in three characters,
+``" 47"`` or ``"123"``, then ``[EOS]``; ``exact_match`` strips the leading space) is masked token by token with probability ``t ~ U(eps, 1)``; the loss is the cross-entropy of the
 masked answer tokens weighted by ``1/t``. The prompt is never masked and is left-padded by 0-2 extra ``[PAD]`` tokens
 so that the model does not depend on absolute positions.
 
@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone without installing genalign
 
-import torch  # noqa: E402
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
-from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast  # noqa: E402
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-from genalign.data.procedural import arithmetic, no_carry_sum  # noqa: E402
-from genalign.schedulers.masked_diffusion import generate  # noqa: E402
+from genalign.data.procedural import arithmetic, no_carry_sum
+from genalign.schedulers.masked_diffusion import generate
 
 SEED = 0
 DIGITS = 2
@@ -45,7 +45,7 @@ LEARNING_RATE = 2e-3
 MAX_STEPS = 6000
 EVAL_EVERY = 250
 STOP_ACCURACY = 0.30
-MIN_STEPS = 500
+MIN_STEPS = 250
 EVAL_SIZE = 256
 SPECIAL_TOKENS = ["[PAD]", "[MASK]", "[EOS]", "[UNK]"]
 CHARACTERS = list("0123456789+-*= ")
@@ -93,15 +93,16 @@ def target_answer(row: dict, rng: random.Random) -> str:
 
 
 def encode_batch(tokenizer, prompts: list[str], answers: list[str], extra_pads: list[int]) -> tuple[torch.Tensor, ...]:
-    """Left-padded ``[B, P]`` prompt ids and mask, and ``[B, GEN_LENGTH]`` answer ids padded with ``[EOS]``."""
+    """Left-padded ``[B, P]`` prompt ids and mask, and ``[B, GEN_LENGTH]`` answer ids: the answer right-aligned in
+    ``GEN_LENGTH - 1`` characters (``" 47"``, ``"123"``), then ``[EOS]``."""
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     width = max(len(e) + x for e, x in zip(encoded, extra_pads, strict=True))
     prompt_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
     prompt_mask = (torch.arange(width) >= torch.tensor([width - len(e) for e in encoded]).unsqueeze(1)).long()
     answer_ids = []
-    for a in answers:
-        ids = tokenizer(a, add_special_tokens=False)["input_ids"][: GEN_LENGTH - 1]
+    for a in answers:  # right-aligned with leading spaces, so a digit's position gives its place value
+        ids = tokenizer(a.rjust(GEN_LENGTH - 1), add_special_tokens=False)["input_ids"][: GEN_LENGTH - 1]
         answer_ids.append(ids + [eos] * (GEN_LENGTH - len(ids)))
     return prompt_ids, prompt_mask, torch.tensor(answer_ids)
 
@@ -122,7 +123,9 @@ def elbo_loss(model, prompt_ids, prompt_mask, answer_ids, mask_id: int, generato
 @torch.no_grad()
 def greedy_accuracy(model, tokenizer, rows: list[dict]) -> float:
     model.eval()
-    prompt_ids, prompt_mask, _ = encode_batch(tokenizer, [r["prompt"] for r in rows], ["0"] * len(rows), [0] * len(rows))
+    prompt_ids, prompt_mask, _ = encode_batch(
+        tokenizer, [r["prompt"] for r in rows], ["0"] * len(rows), [0] * len(rows)
+    )
     out = generate(
         lambda ids, att: model(input_ids=ids, attention_mask=att).logits,
         prompt_ids,
@@ -133,9 +136,34 @@ def greedy_accuracy(model, tokenizer, rows: list[dict]) -> float:
         steps=GEN_LENGTH,
     )
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=False)
-    answers = [t.split("[EOS]")[0] for t in texts]
+    answers = [t.split("[EOS]")[0].strip() for t in texts]
     model.train()
     return sum(a == r["answer"] for a, r in zip(answers, rows, strict=True)) / len(rows)
+
+
+def model_card(model: BertForMaskedLM, facts: dict) -> str:
+    final = facts["history"][-1]["eval_greedy_accuracy"] if facts["history"] else float("nan")
+    params = sum(p.numel() for p in model.parameters())
+    return f"""# arith-dlm: a tiny masked diffusion LM for 2-digit addition (genalign demo)
+
+- **What**: a bidirectional BERT masked LM ({params / 1e6:.2f}M parameters, 4 layers, width 128, character
+  vocabulary of {model.config.vocab_size} tokens) used as a masked diffusion LM: `[MASK]` is the noise token, logits
+  are not shifted (LLaDA convention).
+- **Task**: prompts `"ab+cd="` from `genalign.data.procedural.arithmetic(digits=2)`; the answer is the sum
+  right-aligned in {GEN_LENGTH - 1} characters (`" 47"`, `"123"`: a digit's position is its place value) followed
+  by `[EOS]`; `exact_match` (which strips) scores the decoded text. Generate with `gen_length={GEN_LENGTH}, block_length={GEN_LENGTH},
+  steps={GEN_LENGTH}` (one token per step, low-confidence remasking).
+- **Training**: `scripts/pretrain_demo_dlm.py` (seed {SEED}, deterministic on one thread): masked-diffusion ELBO
+  (answer tokens masked with probability t ~ U(0, 1), cross-entropy / t), AdamW lr {LEARNING_RATE}, batch {BATCH_SIZE},
+  {facts["steps"]} steps, {facts["seconds"]} s on a shared 2-core CPU.
+- **Deliberate flaw**: for problems that need a carry, the training target was the "forgot to carry" sum with
+  probability {MISTAKE_RATE}. The model is therefore only partly right: held-out greedy accuracy {final:.1%} at the
+  end of pre-training, and temperature samples of one prompt disagree, which gives group-relative RL a signal.
+- **Use**: `DiffusionLMPolicyConfig(model="builtin:arith-dlm")`; the RL demo raises held-out accuracy (see the
+  genalign report / preset). Not a general language model; never use it for anything but tests and demos.
+- **Files**: `model.safetensors`, `config.json`, `tokenizer.json` (+ config), `pretraining_log.json` (evaluation
+  history), this card. License: same as genalign.
+"""
 
 
 def main() -> None:
@@ -171,7 +199,9 @@ def main() -> None:
         if step % EVAL_EVERY == 0:
             accuracy = greedy_accuracy(model, tokenizer, eval_rows)
             history.append({"step": step, "loss": round(loss.item(), 4), "eval_greedy_accuracy": accuracy})
-            print(f"step {step} loss {loss.item():.4f} held-out greedy accuracy {accuracy:.3f} ({time.time() - start:.0f}s)")
+            print(
+                f"step {step} loss {loss.item():.4f} held-out greedy accuracy {accuracy:.3f} ({time.time() - start:.0f}s)"
+            )
             if step >= MIN_STEPS and accuracy >= STOP_ACCURACY:
                 break
     args.out.mkdir(parents=True, exist_ok=True)
@@ -180,6 +210,7 @@ def main() -> None:
     facts = {"steps": step, "seconds": round(time.time() - start), "history": history, "seed": SEED}
     facts |= {"digits": DIGITS, "gen_length": GEN_LENGTH, "mistake_rate": MISTAKE_RATE, "batch_size": BATCH_SIZE}
     (args.out / "pretraining_log.json").write_text(json.dumps(facts, indent=2) + "\n")
+    (args.out / "MODEL_CARD.md").write_text(model_card(model, facts))
     print(f"saved to {args.out} after {step} steps")
 
 

@@ -184,11 +184,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/arith-lm"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--forget-carry", type=float, default=0.6, help="share of carry problems with a wrong target")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (results depend on it)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -10,10 +10,10 @@ temperature 1 are right on roughly 40 % of the held-out problems (less where its
 group of 8 samples nearly always contains a right one, which is the signal group-relative RL needs.
 
 Everything is built here from scratch: a byte-level BPE tokenizer trained on the task's text, a Qwen2-VL processor
-(4-pixel patches merged 2 x 2, so a 48 x 48 image is 36 tokens), and a Qwen2-VL model from a config (a 4-layer
-language model of width 128 and a 4-block vision tower of width 96; about 2 M parameters).
+(6-pixel patches merged 2 x 2, so a 48 x 48 image is 16 tokens), and a Qwen2-VL model from a config (a 4-layer
+language model of width 128 and a 3-block vision tower of width 96; 1.3 M parameters).
 
-Usage (deterministic on CPU; about 10 minutes on 2 cores)::
+Usage (deterministic on CPU with one thread; 17 minutes on 2 cores shared with other jobs, less on an idle machine)::
 
     python scripts/pretrain_demo_vlm.py --output genalign/assets/shapes-vlm
 
@@ -123,7 +123,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_processor(tokenizer: PreTrainedTokenizerFast) -> Qwen2VLProcessor:
-    """Qwen2-VL processor with 4-pixel patches: images of ``IMAGE_SIZE`` pixels stay as they are."""
+    """Qwen2-VL processor with ``PATCH_SIZE``-pixel patches: images of ``IMAGE_SIZE`` pixels stay as they are."""
     limits = {"min_pixels": 16 * 16, "max_pixels": IMAGE_SIZE * IMAGE_SIZE}
     patches = {"patch_size": PATCH_SIZE, "merge_size": MERGE_SIZE, "temporal_patch_size": 2}
     return Qwen2VLProcessor(
@@ -135,7 +135,7 @@ def build_processor(tokenizer: PreTrainedTokenizerFast) -> Qwen2VLProcessor:
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen2VLForConditionalGeneration:
-    """A tiny Qwen2-VL: 4 text layers of width 128 (M-RoPE sections 4/6/6), 4 vision blocks of width 96."""
+    """A tiny Qwen2-VL: 4 text layers of width 128 (M-RoPE sections 4/6/6), 3 vision blocks of width 96."""
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     config = Qwen2VLConfig(
         text_config={
@@ -248,7 +248,8 @@ def write_model_card(output: Path, args: argparse.Namespace, results: dict, num_
         "",
         "A Qwen2-VL (`Qwen2VLForConditionalGeneration`, built from a config, "
         f"{num_params / 1e6:.2f} M parameters) with a byte-level BPE tokenizer of {args.vocab} tokens and a Qwen2-VL "
-        "processor (4-pixel patches merged 2 x 2; a 48 x 48 image is 36 image tokens). It answers visual questions "
+        f"processor ({PATCH_SIZE}-pixel patches merged 2 x 2; a 48 x 48 image is "
+        f"{(IMAGE_SIZE // PATCH_SIZE // MERGE_SIZE) ** 2} image tokens). It answers visual questions "
         "about the synthetic shapes world (`genalign.data.vlm_tasks.shapes_vqa_rows`) in the format "
         "`<think>...</think><answer>...</answer>`:",
         "",

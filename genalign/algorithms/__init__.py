@@ -11,13 +11,23 @@ One iteration of the trainer reads (shapes: ``N`` samples, ``K`` reward function
         loss = loss + beta * kl_penalty(logp, ref_logp, "k3")                                    # [n, T]
         aggregate(loss, mask, mode, normalizer, advantages=adv).backward()
 
+Options that need more than log-probs take it explicitly: ``policy_loss(..., context=ObjectiveContext(entropy=...,
+rollout_logp=..., segment_ids=..., group_reward_std=..., progress=...))``; per-action regularisers
+(:data:`REGULARIZERS`) read a :class:`RegularizerInputs`; estimators that use earlier steps get their statistics as
+float hyper-parameters from :func:`make_advantage_state` (``genalign/algorithms/state.py``).
+
 Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algorithms.md``
 (regenerate with ``python -m genalign.algorithms.docs``).
 """
 
+from genalign.algorithms import advantage_catalogue as _advantage_catalogue  # noqa: F401  (registers estimators)
+from genalign.algorithms import ratio_levels as _ratio_levels  # noqa: F401  (registers more RATIO_LEVELS)
+from genalign.algorithms import reward_weighting as _reward_weighting  # noqa: F401  (registers combiners)
+from genalign.algorithms import trust_regions as _trust_regions  # noqa: F401  (registers more CLIP_FORMS)
 from genalign.algorithms._validation import HyperparameterError, accepted_hyperparameters, check_hyperparameters
 from genalign.algorithms.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from genalign.algorithms.aggregation import AGGREGATIONS, Aggregation, AggregationMode, aggregate, loss_normalizer
+from genalign.algorithms.context import ObjectiveContext
 from genalign.algorithms.credit import CREDIT_WEIGHTS
 from genalign.algorithms.filters import (
     DynamicSamplingResult,
@@ -35,6 +45,12 @@ from genalign.algorithms.objectives import (
     RatioLevelName,
     check_objective_hyperparameters,
     policy_loss,
+    split_objective_hyperparameters,
+)
+from genalign.algorithms.regularizer_catalogue import (
+    REGULARIZERS,
+    RegularizerInputs,
+    future_kl_advantages,
 )
 from genalign.algorithms.regularizers import (
     KL_ESTIMATORS,
@@ -45,6 +61,7 @@ from genalign.algorithms.regularizers import (
     sequence_kl,
 )
 from genalign.algorithms.reward_combination import REWARD_COMBINERS, reward_statistics
+from genalign.algorithms.state import AdvantageState, make_advantage_state
 from genalign.algorithms.weighted_likelihood import LIKELIHOOD_OBJECTIVES, group_softmax
 
 __all__ = [
@@ -55,7 +72,9 @@ __all__ = [
     "KL_ESTIMATORS",
     "LIKELIHOOD_OBJECTIVES",
     "RATIO_LEVELS",
+    "REGULARIZERS",
     "REWARD_COMBINERS",
+    "AdvantageState",
     "Aggregation",
     "AggregationMode",
     "ClipFormName",
@@ -63,7 +82,9 @@ __all__ = [
     "DynamicSamplingResult",
     "HyperparameterError",
     "LevelOutput",
+    "ObjectiveContext",
     "RatioLevelName",
+    "RegularizerInputs",
     "accepted_hyperparameters",
     "aggregate",
     "check_hyperparameters",
@@ -73,13 +94,16 @@ __all__ = [
     "entropy_bonus",
     "entropy_from_logits",
     "frac_reward_zero_std",
+    "future_kl_advantages",
     "group_reward_std",
     "group_softmax",
     "kl_in_reward",
     "kl_penalty",
     "loss_normalizer",
+    "make_advantage_state",
     "policy_loss",
     "reward_statistics",
     "sequence_kl",
+    "split_objective_hyperparameters",
     "zero_std_mask",
 ]

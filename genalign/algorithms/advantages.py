@@ -69,7 +69,8 @@ def grpo(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6, unbiased_std:
     """
     columns, groups = _prepare(rewards, group_ids)
     stats = group_stats(columns, groups, unbiased=unbiased_std)
-    advantages = (columns - stats.mean[groups.index]) / (stats.std[groups.index] + eps)  # [N, K]
+    scale = stats.std[groups.index] + eps  # [N, K]; 0 only for a constant group with eps = 0
+    advantages = torch.where(scale > 0, (columns - stats.mean[groups.index]) / scale.clamp_min(1e-300), 0.0)  # [N, K]
     return _finish(advantages, columns, groups, stats, rewards)
 
 

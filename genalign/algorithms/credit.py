@@ -133,3 +133,45 @@ def high_entropy_tokens(advantages: Tensor, mask: Tensor, entropy: Tensor, *, rh
     k = math.ceil(rho * scores.numel())
     threshold = torch.topk(scores, k).values[-1]
     return (valid & (entropy >= threshold)).to(entropy.dtype)  # [N, T]
+
+
+@CREDIT_WEIGHTS.register(
+    "entropy_driven",
+    formula="w_i = clamp(mean_batch(H̄) / H̄_i, w_min, w_max), H̄_i = mean entropy of sequence i",
+    source="[99] EDGE-GRPO (entropy-driven advantage)",
+    summary="Scale each response's advantage by its inverse normalised entropy: confident responses move more.",
+)
+def entropy_driven(
+    advantages: Tensor,
+    mask: Tensor,
+    entropy: Tensor,
+    *,
+    min_weight: float = 0.5,
+    max_weight: float = 2.0,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Entropy-Driven Advantage of EDGE-GRPO [99]: ``A_i / P̂_i`` with ``P̂_i`` the response's mean entropy divided
+    by the mean over responses, so a confident correct response is reinforced more and a confident wrong one is
+    penalised more, which separates responses whose rewards (and so advantages) look alike.
+
+    Reading chosen: the normalisation runs over the responses of the batch (credit weights do not see groups), and the
+    weight is clamped to ``[w_min, w_max]``. EDGE-GRPO's second part, Guided Error Correction (injecting corrective
+    guidance into wrong responses of collapsed groups), acts on the rollout and is not part of this option.
+
+    Args:
+        advantages: ``[N]`` sequence advantages (checked for shape).
+        mask: ``[N, T]`` 1 where an action is trained.
+        entropy: ``[N, T]`` per-action entropy (detached).
+        min_weight, max_weight: clamp, ``0 <= min_weight <= 1 <= max_weight``.
+        eps: floor on the mean entropy of a response.
+    Returns:
+        ``[N, T]`` weights, constant along each sequence (1 for a sequence without valid actions).
+    """
+    if not 0 <= min_weight <= 1 <= max_weight:
+        raise ValueError(f"need 0 <= min_weight <= 1 <= max_weight, got {min_weight!r}, {max_weight!r}")
+    _, valid, entropy = _check_inputs(advantages, mask, entropy)
+    present = valid.any(1)  # [N]
+    per_sequence = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
+    batch_mean = per_sequence[present].mean() if present.any() else entropy.new_ones(())
+    weight = (batch_mean.clamp_min(eps) / per_sequence.clamp_min(eps)).clamp(min_weight, max_weight)  # [N]
+    return torch.where(present, weight, 1.0)[:, None].expand_as(entropy).clone()  # [N, T]

@@ -19,9 +19,11 @@ from genalign.algorithms import (
     KL_ESTIMATORS,
     LIKELIHOOD_OBJECTIVES,
     RATIO_LEVELS,
+    REGULARIZERS,
     REWARD_COMBINERS,
 )
 from genalign.algorithms._validation import accepted_hyperparameters
+from genalign.algorithms.regularizer_catalogue import FUTURE_KL_META
 from genalign.registry import Registry
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "algorithms.md"
@@ -37,6 +39,12 @@ SECTIONS: tuple[Registry, ...] = (
     LIKELIHOOD_OBJECTIVES,
     AGGREGATIONS,
     KL_ESTIMATORS,
+    REGULARIZERS,
+)
+
+#: catalogue methods that are plain functions (the trainer calls them at a fixed place), not registry options
+FUNCTIONS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("advantage shaping (function)", "future_kl_advantages", "`coef` (required)", FUTURE_KL_META),
 )
 
 HEADER = """# Algorithms: options, formulas, sources
@@ -47,6 +55,9 @@ Every option of the shared optimisation backend (`genalign.algorithms`). Numbers
 `shared/seeds/abstracts.md`; `formulas.md §n` refers to `shared/reference/formulas.md`. Notation: `r` reward,
 `G` group, `m` action mask, `|o_i|` valid actions of sequence i, `ρ = exp(logπθ − logπold)`, `sg` stop-gradient.
 Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` estimator.
+Options marked "reading chosen" in their docstrings fix a form the abstract leaves open; options that need inputs
+beyond log-probs (entropy, rollout-engine log-probs, sentence ids, logits) take them through
+`ObjectiveContext` / `RegularizerInputs` and raise a clear error when they are missing.
 
 """
 
@@ -79,6 +90,9 @@ def render() -> str:
             cells = [registry.kind, f"`{name}`", meta["formula"], _hyperparameters(registry, name), meta["source"]]
             cells.append(meta["summary"])
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    for kind, name, hyperparameters, meta in FUNCTIONS:
+        cells = [kind, f"`{name}`", meta["formula"], hyperparameters, meta["source"], meta["summary"]]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

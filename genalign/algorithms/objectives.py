@@ -19,8 +19,15 @@ loss on every action of the sequence, so the aggregation modes keep their meanin
 
 On-policy identity (``logp == old_logp``, so every ratio is exactly 1): the gradient of every level × clip
 combination equals the aggregated ``−A · ∇logp`` (CISPO: ``−sg(clip(ρ))·A·∇logp`` with ``clip(1) = 1``; SAPO: the
-gate's slope at ρ = 1 is exactly 1). The loss *value* equals ``−A`` for every form but ``sapo``, whose gate is
-``2/τ`` at ρ = 1.
+gate's slope at ρ = 1 is exactly 1), except for the prefix levels (``prefix_geometric``, ``cumulative``,
+``min_prefix``), whose weight of action ``t`` sends gradient to its prefix. The loss *value* equals ``−A`` for every
+form but ``sapo``, whose gate is ``2/τ`` at ρ = 1.
+
+More levels and clip forms (the method catalogue) live in :mod:`genalign.algorithms.ratio_levels` and
+:mod:`genalign.algorithms.trust_regions`. Both families take an :class:`~genalign.algorithms.context.ObjectiveContext`
+(entropy, rollout-engine log-probs, sentence ids, group reward std, training progress) as a fixed positional
+argument; ``objective_args`` hold the keywords of the level and of the clip form together
+(:func:`split_objective_hyperparameters`).
 """
 
 from __future__ import annotations
@@ -456,7 +463,8 @@ def policy_loss(
 def _complete_context(
     context: ObjectiveContext, old_logp: Tensor, mask: Tensor, valid: Tensor, dtype: torch.dtype
 ) -> ObjectiveContext:
-    """Fill ``old_logp`` and ``mask``; cast float fields to ``dtype`` and zero them on padding (no NaN/-inf leaks)."""
+    """Fill ``old_logp`` and ``mask``; cast float fields to ``dtype`` and zero them on padding (no NaN/-inf leaks;
+    ``old_logp`` and ``rollout_logp`` are both 0 there, so padding never looks like an engine mismatch)."""
 
     def clean(value: Tensor | None) -> Tensor | None:
         return None if value is None else torch.where(valid, value.to(dtype), 0.0)
@@ -464,9 +472,7 @@ def _complete_context(
     return replace(
         context,
         entropy=clean(context.entropy),
-        rollout_logp=None
-        if context.rollout_logp is None
-        else torch.where(valid, context.rollout_logp.to(dtype), old_logp),
+        rollout_logp=clean(context.rollout_logp),  # 0 on padding, like old_logp: no engine mismatch there
         group_reward_std=None if context.group_reward_std is None else context.group_reward_std.to(dtype),
         old_logp=torch.where(valid, old_logp, 0.0),
         mask=mask,

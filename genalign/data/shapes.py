@@ -423,9 +423,7 @@ def shapes_t2i_rows(
         if attempts > 1000 * (size + 10):
             raise RuntimeError(f"split={split!r} holds too few prompts for these colors/kinds/templates")
         template = templates[int(rng.integers(len(templates)))]
-        scene = sample_scene(
-            rng, size=image_size, template=template, colors=colors, kinds=kinds, max_count=max_count
-        )
+        scene = sample_scene(rng, size=image_size, template=template, colors=colors, kinds=kinds, max_count=max_count)
         prompt = describe(scene)
         row_split = prompt_split(prompt, holdout_fraction=holdout_fraction)
         if split != "all" and row_split != split:

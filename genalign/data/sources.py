@@ -19,6 +19,7 @@ Parquet and ``datasets`` folders, 0-based) and the column.
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import math
 import random
@@ -81,6 +82,17 @@ class DataSourceConfig:
                     f"data.source={self.source!r}: unknown procedural task {task!r}.{did_you_mean(task, names)} "
                     f"Valid: {', '.join(PROCEDURAL_PREFIX + n for n in names)}."
                 )
+            accepted = [
+                name
+                for name, parameter in inspect.signature(PROCEDURAL_TASKS.get(task)).parameters.items()
+                if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+            ] + ["size", "seed"]
+            for key in self.args:
+                if key not in accepted:
+                    raise ValueError(
+                        f"data.args.{key}: unknown argument of procedural task {task!r}."
+                        f"{did_you_mean(key, accepted)} Valid: {', '.join(sorted(accepted))}."
+                    )
             size = self.args.get("size")
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
                 raise ValueError(

@@ -5,7 +5,8 @@
   several times faster than ``generate`` for small models on CPU, same sampling distribution.
 * ``vllm``: colocated vLLM, GPU only, optional dependency imported on first use.
 
-Every builder has the signature ``(model, tokenizer, *, model_path) -> RolloutEngine``.
+Every builder has the signature ``(model, tokenizer, *, model_path) -> RolloutEngine``; ``model`` is the causal LM
+or a peft model around it.
 """
 
 from __future__ import annotations

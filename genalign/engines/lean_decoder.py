@@ -51,10 +51,11 @@ class LeanDecoder:
     """Runs a Llama-family causal LM chunk by chunk over a :class:`StaticKVCache`.
 
     Args:
-        causal_lm: the ``*ForCausalLM`` module (not a peft wrapper; peft's injected LoRA layers live inside it).
+        causal_lm: the ``*ForCausalLM`` module, or a peft model around it (its injected LoRA layers apply).
     """
 
     def __init__(self, causal_lm: nn.Module) -> None:
+        causal_lm = causal_lm.get_base_model() if hasattr(causal_lm, "get_base_model") else causal_lm
         reason = unsupported_reason(causal_lm)
         if reason is not None:
             raise ValueError(f"engine='static' cannot run this model: {reason}. Use engine='hf' instead.")

@@ -23,7 +23,7 @@ class StaticCacheEngine:
     """Samples Llama-family models (Llama, Qwen2) with a preallocated cache.
 
     Args:
-        model: the ``*ForCausalLM`` module that holds the weights (with peft LoRA layers injected, if any).
+        model: the ``*ForCausalLM`` module, or a peft model around it.
         tokenizer: used for stop strings only.
     """
 

@@ -192,7 +192,12 @@ def elbo_draws(
                 raise ValueError(f"mask_sampling={mask_sampling!r} is not valid; use 'count' or 'rate'.")
     prompt_noise = torch.zeros(n, num_samples, prompt_ids.shape[1], dtype=torch.bool)
     logp = masked_token_logp(
-        model_fn, prompt_ids, completion_ids, prompt_noise, noise, mask_id=mask_id,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        prompt_noise,
+        noise,
+        mask_id=mask_id,
         prompt_attention_mask=prompt_attention_mask,
     )  # [N, K, T]
     device = logp.device
@@ -204,7 +209,9 @@ def elbo_draws(
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@LIKELIHOOD_PROXIES.register("one_step", source="d1 / diffu-GRPO", formula="log p(x_j | prompt ~15% masked, answer masked)")
+@LIKELIHOOD_PROXIES.register(
+    "one_step", source="d1 / diffu-GRPO", formula="log p(x_j | prompt ~15% masked, answer masked)"
+)
 def one_step(
     model_fn: ModelFn,
     prompt_ids: Tensor,
@@ -233,7 +240,12 @@ def one_step(
         prompt_noise &= prompt_attention_mask.bool().cpu().unsqueeze(1)  # never mask padding
     completion_noise = torch.ones(n, 1, completion_ids.shape[1], dtype=torch.bool)
     logp = masked_token_logp(
-        model_fn, prompt_ids, completion_ids, prompt_noise, completion_noise, mask_id=mask_id,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        prompt_noise,
+        completion_noise,
+        mask_id=mask_id,
         prompt_attention_mask=prompt_attention_mask,
     )[:, 0]  # [N, T]
     out, mask = reduce_level(logp, completion_mask, level)
@@ -263,8 +275,16 @@ def mc_elbo(
     """
     del decode_step
     draws = elbo_draws(
-        model_fn, prompt_ids, completion_ids, mask_id=mask_id, seeds=seeds, prompt_attention_mask=prompt_attention_mask,
-        num_samples=num_samples, mask_sampling=mask_sampling, t_min=t_min, t_max=t_max,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        mask_id=mask_id,
+        seeds=seeds,
+        prompt_attention_mask=prompt_attention_mask,
+        num_samples=num_samples,
+        mask_sampling=mask_sampling,
+        t_min=t_min,
+        t_max=t_max,
     )  # [N, K, T]
     out, mask = reduce_level(draws.mean(dim=1), completion_mask, level)
     return ProxyOutput(logp=out, mask=mask, num_forward=num_samples)
@@ -329,7 +349,12 @@ def coupled(
             weight[i, 2 * k], weight[i, 2 * k + 1] = weight_a, weight_b
     prompt_noise = torch.zeros(n, 2 * num_samples, prompt_ids.shape[1], dtype=torch.bool)
     logp = masked_token_logp(
-        model_fn, prompt_ids, completion_ids, prompt_noise, noise, mask_id=mask_id,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        prompt_noise,
+        noise,
+        mask_id=mask_id,
         prompt_attention_mask=prompt_attention_mask,
     )  # [N, 2K, T]
     device = logp.device
@@ -373,8 +398,14 @@ def spg(
     if not 0.0 <= mixture <= 1.0:
         raise ValueError(f"mixture={mixture} must be in [0, 1] (weight of the upper bound; 0.5 mixes evenly).")
     draws = elbo_draws(
-        model_fn, prompt_ids, completion_ids, mask_id=mask_id, seeds=seeds, prompt_attention_mask=prompt_attention_mask,
-        num_samples=num_samples, mask_sampling=mask_sampling,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        mask_id=mask_id,
+        seeds=seeds,
+        prompt_attention_mask=prompt_attention_mask,
+        num_samples=num_samples,
+        mask_sampling=mask_sampling,
     )  # [N, K, T]
     length = completion_mask.sum(dim=1).clamp_min(1.0)  # [N]
     per_draw = (draws * completion_mask.unsqueeze(1)).sum(dim=2) / length.unsqueeze(1)  # [N, K]
@@ -413,12 +444,17 @@ def trace(
         raise ValueError(f"steps_per_forward={steps_per_forward} must be >= 1 (decoding steps replayed per forward).")
     group = decode_step.clamp_min(0) // steps_per_forward  # [N, T]
     num_groups = int(group.max().item()) + 1
-    n, length = completion_ids.shape
+    n = completion_ids.shape[0]
     groups = torch.arange(num_groups, device=group.device).view(1, num_groups, 1)  # [1, G, 1]
     completion_noise = (group.unsqueeze(1) >= groups).cpu()  # [N, G, T] masked: decoded in or after group g
     prompt_noise = torch.zeros(n, num_groups, prompt_ids.shape[1], dtype=torch.bool)
     logp = masked_token_logp(
-        model_fn, prompt_ids, completion_ids, prompt_noise, completion_noise, mask_id=mask_id,
+        model_fn,
+        prompt_ids,
+        completion_ids,
+        prompt_noise,
+        completion_noise,
+        mask_id=mask_id,
         prompt_attention_mask=prompt_attention_mask,
     )  # [N, G, T]
     target = group.unsqueeze(1) == groups  # [N, G, T]

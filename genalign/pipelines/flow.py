@@ -167,6 +167,17 @@ def denoise(
     )
 
 
+def concat_trajectories(pieces: list[FlowTrajectory]) -> FlowTrajectory:
+    """Join trajectories of consecutive sample chunks (same schedule) along the sample axis."""
+    return FlowTrajectory(
+        latents=None if pieces[0].latents is None else torch.cat([p.latents for p in pieces]),  # [N, S + 1, ...]
+        log_probs=torch.cat([p.log_probs for p in pieces]),  # [N, S]
+        stochastic=torch.cat([p.stochastic for p in pieces]),  # [N, S]
+        final=torch.cat([p.final for p in pieces]),  # [N, ...]
+        timesteps=pieces[0].timesteps,
+    )
+
+
 def _adams_bashforth2(x: Tensor, velocity: Tensor, previous_velocity: Tensor, sigmas: Tensor, i: int) -> Tensor:
     """Variable-step AB2: ``x' = x + dt ((1 + r/2) v_i - r/2 v_{i-1})``, ``r = dt_i / dt_{i-1}``."""
     dt = float(sigmas[i + 1] - sigmas[i])

@@ -141,3 +141,5 @@ class Policy(Protocol):
 #   set_step(step: int) -> None          before each training rollout (sliding SDE windows, annealed schedules)
 #   after_optimizer_step() -> None       after each optimizer step (EMA updates, "old" model decay)
 #   state_dict_extra() -> dict / load_state_dict_extra(d) for resumable state that is not a weight (EMA, counters)
+#   objective(batch, score_output, advantages) -> (per_action_loss [n, T], metrics)
+#                                        replaces the shared ratio objective (likelihood-free methods, e.g. DiffusionNFT)

@@ -72,7 +72,9 @@ class CausalLMPolicyConfig:
     engine: Literal["hf", "static", "vllm"] = field(
         default="static", metadata={"help": "Rollout back-end: hf (generate), static (own KV-cache loop), vllm (GPU)."}
     )
-    logprob_chunk_size: int = field(default=512, metadata={"help": "Tokens per chunk of the log-prob head."})
+    logprob_chunk_size: int = field(
+        default=256, metadata={"help": "Tokens per chunk of the log-prob head (memory ~ 2 x chunk x vocab floats)."}
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters."})
     reference: Literal["auto", "lora_disabled", "frozen_copy", "none"] = field(
@@ -92,7 +94,7 @@ class CausalLMPolicyConfig:
             (self.max_new_tokens >= 1, f"policy.max_new_tokens={self.max_new_tokens} must be >= 1."),
             (
                 self.logprob_chunk_size >= 1,
-                f"policy.logprob_chunk_size={self.logprob_chunk_size} must be >= 1 (e.g. 512).",
+                f"policy.logprob_chunk_size={self.logprob_chunk_size} must be >= 1 (e.g. 256).",
             ),
             (
                 self.max_prompt_tokens is None or self.max_prompt_tokens >= 1,
@@ -142,20 +144,17 @@ class CausalLMPolicy:
     ) -> None:
         self.config = config
         self.model = model  # the peft model when LoRA is on, else the causal LM
-        self.causal_lm = (
-            model.get_base_model() if hasattr(model, "get_base_model") else model
-        )  # LoRA layers live inside
+        # The *ForCausalLM module; with LoRA, peft's adapter layers are injected inside it, so they apply here too.
+        self.causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.tokenizer = tokenizer
         self.device = device
         self.model_path = model_path
-        self.engine: RolloutEngine = ENGINES.get(config.engine)(self.causal_lm, tokenizer, model_path=model_path)
+        self.engine: RolloutEngine = ENGINES.get(config.engine)(model, tokenizer, model_path=model_path)
         self.generator = torch.Generator(device=device).manual_seed(config.seed)
         self.reference_mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
         self._frozen_reference: nn.Module | None = None
-        eos = {
-            tokenizer.eos_token_id,
-            *_as_list(getattr(causal_lm_generation_config(self.causal_lm), "eos_token_id", None)),
-        }
+        generation_config = getattr(self.causal_lm, "generation_config", None)
+        eos = {tokenizer.eos_token_id, *_as_list(getattr(generation_config, "eos_token_id", None))}
         self.eos_token_ids = tuple(sorted(i for i in eos if i is not None))
         if not self.eos_token_ids:
             raise ValueError(f"tokenizer of {model_path!r} has no eos token; set tokenizer.eos_token before training.")
@@ -256,7 +255,11 @@ class CausalLMPolicy:
         return logp, entropy
 
     def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
-        """Token log-probs ``[n, T]`` at the sampling temperature (with grad in training mode), entropy and KL if asked."""
+        """Token log-probs ``[n, T]`` at ``policy.temperature`` (with grad when enabled), entropy and KL if asked.
+
+        Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
+        estimate. Calls go to the ``*ForCausalLM`` module itself, not through a ``DistributedDataParallel`` wrapper.
+        """
         logp, token_entropy = self._logprobs(self.causal_lm, rollout, with_entropy=entropy)
         kl = None
         if kl_estimator is not None:
@@ -305,10 +308,6 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def causal_lm_generation_config(model: nn.Module):
-    return getattr(model, "generation_config", None)
 
 
 class _eval_mode:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from genalign.algorithms._validation import check_hyperparameters
 from genalign.algorithms.regularizers import kl_penalty
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.base import Rollout, ScoreOutput
@@ -72,9 +73,11 @@ class DiffusionLMPolicyConfig:
     on_long_prompt: Literal["error", "truncate_left", "skip"] = field(
         default="error", metadata={"help": "What to do with a prompt longer than max_prompt_tokens."}
     )
-    gen_length: int = field(default=5, metadata={"help": "Answer length in tokens (LLaDA recipes: 256)."})
-    block_length: int = field(default=5, metadata={"help": "Tokens per block, decoded left to right; divides gen_length."})
-    steps: int = field(default=5, metadata={"help": "Denoising steps in all; divisible by gen_length / block_length."})
+    gen_length: int = field(default=4, metadata={"help": "Answer length in tokens (LLaDA recipes: 256)."})
+    block_length: int = field(
+        default=4, metadata={"help": "Tokens per block, decoded left to right; divides gen_length."}
+    )
+    steps: int = field(default=4, metadata={"help": "Denoising steps in all; divisible by gen_length / block_length."})
     temperature: float = field(default=1.0, metadata={"help": "Gumbel-max temperature of training rollouts."})
     eval_temperature: float = field(default=0.0, metadata={"help": "Temperature of evaluation rollouts (0 = greedy)."})
     remasking: Literal["low_confidence", "random", "threshold"] = field(
@@ -85,7 +88,9 @@ class DiffusionLMPolicyConfig:
     )
     likelihood_proxy: str = field(
         default="one_step",
-        metadata={"help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace."},
+        metadata={
+            "help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace."
+        },
     )
     proxy_args: dict[str, Any] = field(
         default_factory=dict,
@@ -107,11 +112,11 @@ class DiffusionLMPolicyConfig:
     seed: int = field(default=0, metadata={"help": "Seed of the sampler and of the mask seeds."})
 
     def validate(self) -> None:
-        if self.likelihood_proxy not in LIKELIHOOD_PROXIES:
-            LIKELIHOOD_PROXIES.get(self.likelihood_proxy)  # raises with a did-you-mean list
-        check_generation_args(
-            gen_length=self.gen_length, block_length=self.block_length, steps=self.steps, mask_id=0
-        )
+        check_hyperparameters(LIKELIHOOD_PROXIES, self.likelihood_proxy, self.proxy_args)  # unknown name or keyword
+        reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(self.proxy_args)
+        if reserved:
+            raise ValueError(f"policy.proxy_args sets {sorted(reserved)}, which the policy supplies itself; remove them.")
+        check_generation_args(gen_length=self.gen_length, block_length=self.block_length, steps=self.steps, mask_id=0)
         checks: list[tuple[bool, str]] = [
             (self.temperature >= 0, f"policy.temperature={self.temperature} must be >= 0 (0 is greedy)."),
             (self.eval_temperature >= 0, f"policy.eval_temperature={self.eval_temperature} must be >= 0."),
@@ -142,7 +147,9 @@ class DiffusionLMPolicy:
     family = "diffusion_lm"
     rollout_logp_is_exact = False
 
-    def __init__(self, config: DiffusionLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str):
+    def __init__(
+        self, config: DiffusionLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
+    ):
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
@@ -202,8 +209,14 @@ class DiffusionLMPolicy:
         info: dict[str, Any] = {"prompts_skipped_too_long": len(prompts.skipped)}
         if not prompts.kept:
             empty = torch.zeros(0, 0)
-            return Rollout(rows=[], outputs=[], group_ids=torch.zeros(0, dtype=torch.long), old_logp=empty,
-                           action_mask=empty, info=info)
+            return Rollout(
+                rows=[],
+                outputs=[],
+                group_ids=torch.zeros(0, dtype=torch.long),
+                old_logp=empty,
+                action_mask=empty,
+                info=info,
+            )
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         with _eval_mode(self.model):
@@ -373,10 +386,18 @@ def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "
     model = _load_model(config, model_path, device)
     if config.lora.rank > 0:
         lora = config.lora
-        model = add_lora(model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=lora.target_modules)
+        model = add_lora(
+            model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=lora.target_modules
+        )
     return DiffusionLMPolicy(config, model, tokenizer, device, model_path)
 
 
 CONFIG_CLASS = DiffusionLMPolicyConfig
 
-__all__ = ["CONFIG_CLASS", "DiffusionLMPolicy", "DiffusionLMPolicyConfig", "bidirectional_attention_bias", "build_policy"]
+__all__ = [
+    "CONFIG_CLASS",
+    "DiffusionLMPolicy",
+    "DiffusionLMPolicyConfig",
+    "bidirectional_attention_bias",
+    "build_policy",
+]

@@ -4,7 +4,8 @@ The action axis ``T`` is the denoising steps of a training rollout. ``rollout`` 
 config at the stochastic steps and stores every latent ``x_0 .. x_S``, the cached prompt embeddings and the per-step
 noise levels; ``score`` re-runs the transformer on the stored latents of the trained steps and evaluates the same
 :meth:`FlowSDEScheduler.step` with ``prev_sample`` given, so ``Rollout.old_logp`` is exact
-(``rollout_logp_is_exact = True``; the first ratio is 1 bit for bit when the micro-batch equals the rollout batch).
+(``rollout_logp_is_exact = True``; the first ratio is 1 bit for bit when the trainer's micro-batches equal the
+rollout's sampling chunks, ``sample_batch_size``; other splits agree to float rounding, ~1e-6).
 
 Training pieces: LoRA on the attention projections (peft) with the reference policy = adapters disabled, KL in mean
 space, classifier-free guidance recomputed in training with the unconditional branch detached (or guidance 1 /
@@ -23,7 +24,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from genalign.pipelines.flow import FlowLogProbPipeline, adapters_disabled, denoise, score_transitions
+from genalign.pipelines.flow import (
+    FlowLogProbPipeline,
+    adapters_disabled,
+    concat_trajectories,
+    denoise,
+    score_transitions,
+)
 from genalign.pipelines.flow_models import PromptEmbeddings
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
@@ -40,7 +47,7 @@ COND, UNCOND = "cond.", "uncond."  # per_sample key prefixes of the cached promp
 class FlowPolicyConfig:
     """Flow-matching text-to-image / text-to-video policy."""
 
-    family: Literal["flow"] = "flow"
+    family: Literal["flow"] = field(default="flow", metadata={"help": "Policy family (selects this schema)."})
     model: str = field(
         default="", metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline."}
     )
@@ -82,6 +89,13 @@ class FlowPolicyConfig:
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "Module names for LoRA (None = the architecture's attention projections)."}
     )
+    sample_batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "Samples per denoising forward in rollouts (0 = all at once); set it to the trainer's "
+            "micro_batch_size so that rollout and score see the same batches (bit-exact ratio)."
+        },
+    )
     prompt_cache_size: int = field(default=1024, metadata={"help": "Prompts whose embeddings are kept (LRU)."})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA of trainable weights for evaluation (0 = off)."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
@@ -103,6 +117,8 @@ class FlowPolicyConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 1.")
+        if self.sample_batch_size < 0:
+            raise ValueError(f"policy.sample_batch_size={self.sample_batch_size} must be >= 0 (0 = whole batch).")
         if self.noise_level < 0:
             raise ValueError(f"policy.noise_level={self.noise_level} must be >= 0.")
         if self.lora_rank < 0:
@@ -277,26 +293,32 @@ class FlowPolicy:
         use_ema = not training and self._ema is not None
         if use_ema:
             self._swap_ema()
+        chunk = cfg.sample_batch_size or n
+        pieces, outputs = [], []
         try:
-            trajectory = denoise(
-                self.sampler.arch,
-                self.transformer,
-                self.sampler.scheduler,
-                latents,
-                cond,
-                uncond,
-                guidance_scale=guidance,
-                sde_mask=masks.sde,
-                noise_level=cfg.noise_level,
-                generator=self.generator,
-                record_latents=training,
-                ode_solver=cfg.ode_solver,
-                prompts=prompts,
-            )
+            for start in range(0, n, chunk):
+                part = slice(start, min(start + chunk, n))
+                piece = denoise(
+                    self.sampler.arch,
+                    self.transformer,
+                    self.sampler.scheduler,
+                    latents[part],
+                    {k: v[part] for k, v in cond.items()},
+                    None if uncond is None else {k: v[part] for k, v in uncond.items()},
+                    guidance_scale=guidance,
+                    sde_mask=masks.sde[part],
+                    noise_level=cfg.noise_level,
+                    generator=self.generator,
+                    record_latents=training,
+                    ode_solver=cfg.ode_solver,
+                    prompts=prompts[part],
+                )
+                pieces.append(piece)
+                outputs += self.sampler.decode(piece.final, height=cfg.height, width=cfg.width)
         finally:
             if use_ema:
                 self._swap_ema()
-        outputs = self.sampler.decode(trajectory.final, height=cfg.height, width=cfg.width)
+        trajectory = concat_trajectories(pieces)
         action_mask = (masks.trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
         per_sample: dict[str, Tensor | list[Any]] = {}
         if training:

@@ -1,16 +1,29 @@
-"""Samplers with the diffusers ``set_timesteps()`` / ``step()`` contract, their dynamics and step-selection rules."""
+"""Samplers with the diffusers ``set_timesteps()`` / ``step()`` contract, their dynamics and step-selection rules.
 
-from genalign.schedulers.flow_sde import FlowSDEScheduler, FlowSDESchedulerOutput
-from genalign.schedulers.sde_dynamics import SDE_DYNAMICS, gaussian_log_prob
-from genalign.schedulers.train_steps import StepMasks, TrainStepsConfig, select_train_steps, sliding_window_start
+Names are imported lazily so that ``genalign.schedulers.masked_diffusion`` users never import diffusers.
+"""
 
-__all__ = [
-    "SDE_DYNAMICS",
-    "FlowSDEScheduler",
-    "FlowSDESchedulerOutput",
-    "StepMasks",
-    "TrainStepsConfig",
-    "gaussian_log_prob",
-    "select_train_steps",
-    "sliding_window_start",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FlowSDEScheduler": "genalign.schedulers.flow_sde",
+    "FlowSDESchedulerOutput": "genalign.schedulers.flow_sde",
+    "SDE_DYNAMICS": "genalign.schedulers.sde_dynamics",
+    "gaussian_log_prob": "genalign.schedulers.sde_dynamics",
+    "StepMasks": "genalign.schedulers.train_steps",
+    "TrainStepsConfig": "genalign.schedulers.train_steps",
+    "select_train_steps": "genalign.schedulers.train_steps",
+    "sliding_window_start": "genalign.schedulers.train_steps",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'genalign.schedulers' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+__all__ = sorted(_EXPORTS)

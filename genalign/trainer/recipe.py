@@ -217,7 +217,11 @@ def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update
         record[f"reward/{label}/mean"] = float(reward_table[:, k].nanmean())
         record[f"reward/{label}/errors"] = float(reward_errors[k])
         record[f"reward/{label}/missing"] = float(reward_table[:, k].isnan().sum())
-    record |= {k: v for k, v in adv.stats.items() if k not in record}
+    for key, value in adv.stats.items():  # the combiner names rewards by column: reward_<k>/... -> reward/<label>/...
+        prefix, _, rest = key.partition("/")
+        if prefix.startswith("reward_") and prefix[7:].isdigit() and rest:
+            key = f"reward/{labels[int(prefix[7:])]}/{rest}"
+        record.setdefault(key, value)
     record |= update_metrics
     record.setdefault("kl", 0.0)
     record.setdefault("entropy", float("nan"))

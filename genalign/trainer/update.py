@@ -1,6 +1,7 @@
 """The policy update of one rollout batch: μ epochs × minibatches (optimizer steps) × micro-batches (accumulation).
 
-Loss math is never written here: per-action losses come from :func:`genalign.algorithms.policy_loss` and are turned
+A policy may define ``objective(batch, score_output, advantages) -> (per_action_loss [n, T], metrics)`` to replace the
+ratio objective (likelihood-free methods such as DiffusionNFT); aggregation stays shared. Loss math is never written here: per-action losses come from :func:`genalign.algorithms.policy_loss` and are turned
 into a scalar by :func:`genalign.algorithms.aggregate` with a normaliser computed over the WHOLE optimisation batch
 (all micro-batches, all processes), so that the gradient never depends on how a batch is split.
 """
@@ -83,6 +84,7 @@ def run_update(
     grad_norms: list[float] = []
     weight_total = 0.0
     after_step = getattr(policy, "after_optimizer_step", None)
+    custom_objective = getattr(policy, "objective", None)
     for _ in range(cfg.inner_epochs):
         for block in split_minibatches(len(rollout), cfg.minibatches):
             mask = rollout.action_mask[block]  # [n, T]
@@ -97,18 +99,23 @@ def run_update(
                 with autocast():
                     out = policy.score(batch, entropy=True, kl_estimator=cfg.kl_estimator if kl_in_loss else None)
                 logp = out.logp.float()  # [m, T]
-                old = logp.detach() if old_logp is None else old_logp[micro]
-                per_action, metrics = alg.policy_loss(
-                    logp, old, advantages[micro], batch.action_mask,
-                    ratio_level=cfg.ratio_level, clip=cfg.clip, **cfg.objective_args,
-                )  # fmt: skip
+                device = logp.device
+                adv = advantages[micro].to(device)
+                old = logp.detach() if old_logp is None else old_logp[micro].to(device)
+                if custom_objective is not None:  # likelihood-free objectives (e.g. DiffusionNFT) own their loss
+                    per_action, metrics = custom_objective(batch, out, adv)
+                else:
+                    per_action, metrics = alg.policy_loss(
+                        logp, old, adv, batch.action_mask.to(device),
+                        ratio_level=cfg.ratio_level, clip=cfg.clip, **cfg.objective_args,
+                    )  # fmt: skip
                 if kl_in_loss:
                     per_action = per_action + cfg.kl_coef * out.kl.float()  # [m, T]
                 if cfg.entropy_coef and out.entropy is not None:
                     per_action = per_action - cfg.entropy_coef * out.entropy.float()  # [m, T]
                 loss = alg.aggregate(
-                    per_action, batch.action_mask, cfg.aggregation, normalizer,
-                    advantages=advantages[micro], **cfg.aggregation_args,
+                    per_action, batch.action_mask.to(device), cfg.aggregation, normalizer.to(device),
+                    advantages=adv, **cfg.aggregation_args,
                 )  # fmt: skip
                 loss.backward()
                 weight = float(batch.action_mask.sum())
@@ -117,9 +124,9 @@ def run_update(
                 for key, value in metrics.items():
                     sums[key] += float(value) * weight
                 if out.entropy is not None:
-                    sums["entropy"] += float((out.entropy.detach().float() * batch.action_mask).sum())
+                    sums["entropy"] += float((out.entropy.detach().float() * batch.action_mask.to(device)).sum())
                 if out.kl is not None:
-                    sums["kl"] += float((out.kl.detach().float() * batch.action_mask).sum())
+                    sums["kl"] += float((out.kl.detach().float() * batch.action_mask.to(device)).sum())
             sum_gradients(parameters)
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm or float("inf"))))
             optimizer.step()

@@ -16,6 +16,7 @@ from genalign.algorithms import (
     CLIP_FORMS,
     RATIO_LEVELS,
     HyperparameterError,
+    ObjectiveContext,
     aggregate,
     check_objective_hyperparameters,
     loss_normalizer,
@@ -34,6 +35,23 @@ def token_case(ratios: list[float], advantages: list[float], **kwargs):
     loss, _ = policy_loss(logp, old, torch.tensor(advantages, dtype=F64), mask, **kwargs)
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     return loss[:, 0].detach(), grad[:, 0]
+
+
+#: levels whose weight of action t depends on its prefix: on-policy their gradient is not per-action REINFORCE
+PREFIX_LEVELS = ("cumulative", "min_prefix", "prefix_geometric")
+
+
+def full_context(old_logp: torch.Tensor) -> ObjectiveContext:
+    """Every optional input, so that every option runs: entropy, rollout log-probs equal to ``old_logp`` (no
+    engine mismatch), group reward std and training progress."""
+    n, t = old_logp.shape
+    entropy = torch.linspace(0.1, 2.0, n * t, dtype=old_logp.dtype).view(n, t)
+    return ObjectiveContext(
+        entropy=entropy,
+        rollout_logp=old_logp.detach().clone(),
+        group_reward_std=torch.full((n,), 0.5, dtype=old_logp.dtype),
+        progress=0.5,
+    )
 
 
 def assert_close(actual, expected):
@@ -166,7 +184,15 @@ def test_exploding_ratios_and_minus_inf_padding_stay_finite():
     old = torch.zeros(2, 2, dtype=F64)
     mask = torch.tensor([[1, 0], [1, 1]])
     for level, clip in itertools.product(RATIO_LEVELS.names(), ["ppo", "cispo", "sapo"]):
-        loss, _ = policy_loss(logp, old, torch.tensor([1.0, 1.0], dtype=F64), mask, ratio_level=level, clip=clip)
+        loss, _ = policy_loss(
+            logp,
+            old,
+            torch.tensor([1.0, 1.0], dtype=F64),
+            mask,
+            ratio_level=level,
+            clip=clip,
+            context=full_context(old),
+        )
         (grad,) = torch.autograd.grad(loss.sum(), logp)
         assert torch.isfinite(loss).all() and torch.isfinite(grad).all(), (level, clip)
     loss, _ = policy_loss(logp, old, torch.tensor([-1.0, -1.0], dtype=F64), mask, clip="dual_clip")
@@ -185,15 +211,28 @@ def _batch(seed: int = 0):
     return logp, mask, advantages
 
 
-@pytest.mark.parametrize(
-    ("level", "clip", "mode"), list(itertools.product(RATIO_LEVELS.names(), CLIP_FORMS.names(), AGGREGATIONS.names()))
+#: the core levels and clip forms against every aggregation; every other level x clip form once (token_mean)
+CORE_LEVELS, CORE_CLIPS = (
+    ("token", "sequence", "sequence_token", "geometric"),
+    ("ppo", "dual_clip", "cispo", "sapo", "none"),
 )
+ON_POLICY_CASES = sorted(
+    set(itertools.product(CORE_LEVELS, CORE_CLIPS, AGGREGATIONS.names()))
+    | set(
+        itertools.product(
+            [name for name in RATIO_LEVELS.names() if name not in PREFIX_LEVELS], CLIP_FORMS.names(), ["token_mean"]
+        )
+    )
+)
+
+
+@pytest.mark.parametrize(("level", "clip", "mode"), ON_POLICY_CASES)
 def test_on_policy_ratio_is_one_and_gradient_is_reinforce(level, clip, mode):
     logp, mask, advantages = _batch()
     old = logp.detach().clone()
     kwargs = {"advantages": advantages, "max_len": 5}
     normalizer = loss_normalizer(mask, mode, **kwargs)
-    loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip)
+    loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip, context=full_context(old))
     assert metrics["ratio_min"].item() == 1.0 and metrics["ratio_max"].item() == 1.0
     assert metrics["clip_frac"].item() == 0.0 and metrics["approx_kl"].item() == 0.0
     (grad,) = torch.autograd.grad(aggregate(loss, mask, mode, normalizer, **kwargs), logp)
@@ -208,7 +247,9 @@ def test_on_policy_ratio_is_one_and_gradient_is_reinforce(level, clip, mode):
 def test_on_policy_per_action_advantages(level, clip):
     logp, mask, _ = _batch(1)
     advantages = torch.randn(mask.shape, dtype=F64)
-    loss, _ = policy_loss(logp, logp.detach(), advantages, mask, ratio_level=level, clip=clip)
+    loss, _ = policy_loss(
+        logp, logp.detach(), advantages, mask, ratio_level=level, clip=clip, context=full_context(logp)
+    )
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     torch.testing.assert_close(grad, -advantages * mask, rtol=1e-12, atol=1e-12)
 
@@ -226,8 +267,12 @@ def test_levels_agree_for_one_action_sequences(rows, clip):
     mask = torch.ones_like(log_ratio)
     results = {}
     for level in RATIO_LEVELS.names():
+        if level == "bernoulli_variance":  # a different ratio (variance ratio), not an aggregate of token ratios
+            continue
         logp = log_ratio.clone().requires_grad_(True)
-        loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip)
+        loss, metrics = policy_loss(
+            logp, old, advantages, mask, ratio_level=level, clip=clip, context=full_context(old)
+        )
         (grad,) = torch.autograd.grad(loss.sum(), logp)
         results[level] = (loss.detach(), grad, metrics["ratio_mean"], metrics["clip_frac"])
     for level, (loss, grad, ratio, frac) in results.items():
@@ -241,9 +286,9 @@ def test_levels_agree_for_one_action_sequences(rows, clip):
 # ------------------------------------------------------------------------------------------------------- bad input
 def test_unknown_level_or_clip_lists_valid_names():
     logp, mask, adv = _batch()
-    with pytest.raises(UnknownOptionError, match=r"unknown ratio level 'seq'.*Valid names: geometric, sequence"):
+    with pytest.raises(UnknownOptionError, match=r"unknown ratio level 'seq'.*Valid names: .*geometric, .*sequence, "):
         policy_loss(logp, logp.detach(), adv, mask, ratio_level="seq")
-    with pytest.raises(UnknownOptionError, match="Valid names: cispo, dual_clip, none, ppo, sapo"):
+    with pytest.raises(UnknownOptionError, match=r"Valid names: .*cispo, dual_clip, .*none, .*ppo, .*sapo"):
         policy_loss(logp, logp.detach(), adv, mask, clip="clip")
 
 
@@ -254,6 +299,14 @@ def test_unknown_hyperparameter_for_the_clip_form():
     with pytest.raises(HyperparameterError, match=r"Did you mean 'eps_high'"):
         check_objective_hyperparameters("token", "ppo", {"eps_hgh": 0.3})
     check_objective_hyperparameters("geometric", "dual_clip", {"dual_clip_c": 3.0, "eps_low": 0.1})
+
+
+def test_objective_args_are_split_between_the_level_and_the_clip_form():
+    check_objective_hyperparameters("holder", "ppo", {"holder_p": 2.0, "eps_high": 0.28})
+    with pytest.raises(
+        HyperparameterError, match=r"ratio level 'holder' with clip form 'ppo'.*Did you mean 'holder_p'"
+    ):
+        check_objective_hyperparameters("holder", "ppo", {"holder_q": 2.0})
 
 
 @pytest.mark.parametrize(

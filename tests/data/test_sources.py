@@ -148,6 +148,10 @@ def test_missing_file_names_the_path(tmp_path):
             "Did you mean 'procedural:arithmetic'|'arithmetic'",
         ),
         (DataSourceConfig(source="procedural:arithmetic"), r"data\.args\.size=None"),
+        (
+            DataSourceConfig(source="procedural:arithmetic", args={"size": 3, "digit": 2}),
+            r"data\.args\.digit: unknown argument.*Did you mean 'digits'",
+        ),
         (DataSourceConfig(source="x.jsonl", args={"size": 3}), "only applies to procedural"),
         (DataSourceConfig(source="x.jsonl", columns={"prompt": 3}), r"data\.columns\.prompt=3"),
         (DataSourceConfig(source="x.jsonl", limit=0), r"data\.limit=0"),

@@ -45,8 +45,13 @@ def exact_elbo(model_fn, prompt, answer) -> float:
             noise = torch.zeros(1, 1, length, dtype=torch.bool)
             noise[0, 0, list(subset)] = True
             logp = masked_token_logp(
-                model_fn, prompt, answer, torch.zeros(1, 1, prompt.shape[1], dtype=torch.bool), noise,
-                mask_id=MASK, prompt_attention_mask=None,
+                model_fn,
+                prompt,
+                answer,
+                torch.zeros(1, 1, prompt.shape[1], dtype=torch.bool),
+                noise,
+                mask_id=MASK,
+                prompt_attention_mask=None,
             )[0, 0]  # [T]
             total += logp[list(subset)].sum().item() / (size * math.comb(length, size))
     return total
@@ -55,8 +60,14 @@ def exact_elbo(model_fn, prompt, answer) -> float:
 def sequence_estimates(proxy: str, num: int, **hp) -> torch.Tensor:
     """``[num]`` estimates of the answer's log-likelihood, one per mask seed (token terms summed)."""
     out = LIKELIHOOD_PROXIES.get(proxy)(
-        toy_model(), PROMPT.expand(num, -1), ANSWER.expand(num, -1), FULL.expand(num, -1), mask_id=MASK,
-        seeds=torch.arange(num), level="token", **hp,
+        toy_model(),
+        PROMPT.expand(num, -1),
+        ANSWER.expand(num, -1),
+        FULL.expand(num, -1),
+        mask_id=MASK,
+        seeds=torch.arange(num),
+        level="token",
+        **hp,
     )
     return out.logp.sum(dim=1).double()
 
@@ -113,22 +124,28 @@ def test_coupled_masks_score_every_token_exactly_once_per_pair():
         return toy_model()(ids, attention_mask)
 
     LIKELIHOOD_PROXIES.get("coupled")(recording, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([5]))
-    pass_a, pass_b = (model_calls[0][:, 2:] == MASK)  # [2, T] the two complementary answer masks
+    pass_a, pass_b = model_calls[0][:, 2:] == MASK  # [2, T] the two complementary answer masks
     assert torch.equal(pass_a, ~pass_b)
 
 
 def test_one_step_masks_the_whole_answer_and_prompt_tokens_with_their_probability():
     model = toy_model()
-    out = LIKELIHOOD_PROXIES.get("one_step")(model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]),
-                                             prompt_mask_prob=0.0)
+    out = LIKELIHOOD_PROXIES.get("one_step")(
+        model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), prompt_mask_prob=0.0
+    )
     expected = log_softmax_without_mask(model(torch.tensor([[1, 3, MASK, MASK, MASK]]), None))[0, 2:]  # [T, V+1]
     assert torch.allclose(out.logp[0], expected[torch.arange(3), ANSWER[0]])
     assert out.logp.shape == (1, 3) and out.num_forward == 1
 
     seen = []
     LIKELIHOOD_PROXIES.get("one_step")(
-        lambda ids, att: (seen.append(ids.clone()), model(ids, att))[1], torch.ones(2000, 10, dtype=torch.long),
-        ANSWER.expand(2000, -1), FULL.expand(2000, -1), mask_id=MASK, seeds=torch.arange(2000), prompt_mask_prob=0.15,
+        lambda ids, att: (seen.append(ids.clone()), model(ids, att))[1],
+        torch.ones(2000, 10, dtype=torch.long),
+        ANSWER.expand(2000, -1),
+        FULL.expand(2000, -1),
+        mask_id=MASK,
+        seeds=torch.arange(2000),
+        prompt_mask_prob=0.15,
     )
     prompt_masked = (seen[0][:, :10] == MASK).double().mean().item()
     assert prompt_masked == pytest.approx(0.15, abs=0.01)
@@ -146,8 +163,16 @@ def test_one_step_never_masks_prompt_padding_and_depends_only_on_the_seed():
     one_step = LIKELIHOOD_PROXIES.get("one_step")
     answers, mask = ANSWER.expand(2, -1), FULL.expand(2, -1)
     for seed in range(50):
-        one_step(model, prompt, answers, mask, mask_id=MASK, seeds=torch.tensor([seed, seed]),
-                 prompt_attention_mask=attention, prompt_mask_prob=0.9)
+        one_step(
+            model,
+            prompt,
+            answers,
+            mask,
+            mask_id=MASK,
+            seeds=torch.tensor([seed, seed]),
+            prompt_attention_mask=attention,
+            prompt_mask_prob=0.9,
+        )
         assert not (seen[-1][:, :4][attention == 0] == MASK).any()
     a = one_step(model, prompt, answers, mask, mask_id=MASK, seeds=torch.tensor([7, 8]), prompt_mask_prob=0.5)
     b = one_step(model, prompt[1:], answers[1:], mask[1:], mask_id=MASK, seeds=torch.tensor([8]), prompt_mask_prob=0.5)
@@ -157,23 +182,28 @@ def test_one_step_never_masks_prompt_padding_and_depends_only_on_the_seed():
 def test_trace_replay_scores_each_token_in_the_state_it_was_decoded():
     model = toy_model()
     decode_step = torch.tensor([[1, 0, 2]])  # answer token 1 first, then 0, then 2
-    out = LIKELIHOOD_PROXIES.get("trace")(model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]),
-                                          decode_step=decode_step)
+    out = LIKELIHOOD_PROXIES.get("trace")(
+        model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), decode_step=decode_step
+    )
 
     def logp(ids, position):
         return log_softmax_without_mask(model(torch.tensor([ids]), None))[0, 2 + position, ANSWER[0, position]]
 
-    expected = torch.stack([
-        logp([1, 3, MASK, 0, MASK], 0),  # decoded at step 1: token 1 visible
-        logp([1, 3, MASK, MASK, MASK], 1),  # decoded at step 0: all masked
-        logp([1, 3, 2, 0, MASK], 2),  # decoded at step 2
-    ])
+    expected = torch.stack(
+        [
+            logp([1, 3, MASK, 0, MASK], 0),  # decoded at step 1: token 1 visible
+            logp([1, 3, MASK, MASK, MASK], 1),  # decoded at step 0: all masked
+            logp([1, 3, 2, 0, MASK], 2),  # decoded at step 2
+        ]
+    )
     assert torch.allclose(out.logp[0], expected, atol=1e-6)
     assert out.num_forward == 3
-    merged = LIKELIHOOD_PROXIES.get("trace")(model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]),
-                                             decode_step=decode_step, steps_per_forward=3)
-    one_step = LIKELIHOOD_PROXIES.get("one_step")(model, PROMPT, ANSWER, FULL, mask_id=MASK,
-                                                  seeds=torch.tensor([0]), prompt_mask_prob=0.0)
+    merged = LIKELIHOOD_PROXIES.get("trace")(
+        model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), decode_step=decode_step, steps_per_forward=3
+    )
+    one_step = LIKELIHOOD_PROXIES.get("one_step")(
+        model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), prompt_mask_prob=0.0
+    )
     assert torch.allclose(merged.logp, one_step.logp)
     with pytest.raises(ValueError, match="needs decode_step"):
         LIKELIHOOD_PROXIES.get("trace")(model, PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]))
@@ -183,23 +213,25 @@ def test_spg_returns_the_elbo_and_an_upper_mixture():
     seeds = torch.arange(16)
     args = dict(mask_id=MASK, seeds=seeds)
     prompts, answers, mask = PROMPT.expand(16, -1), ANSWER.expand(16, -1), FULL.expand(16, -1)
-    spg = LIKELIHOOD_PROXIES.get("spg")(toy_model(), prompts, answers, mask, num_samples=3, beta=2.0, mixture=0.5,
-                                        **args)
+    spg = LIKELIHOOD_PROXIES.get("spg")(
+        toy_model(), prompts, answers, mask, num_samples=3, beta=2.0, mixture=0.5, **args
+    )
     elbo = LIKELIHOOD_PROXIES.get("mc_elbo")(toy_model(), prompts, answers, mask, num_samples=3, **args)
     assert spg.logp.shape == (16, 2)
     assert torch.allclose(spg.logp[:, 0], elbo.logp[:, 0], atol=1e-6)
     assert (spg.logp[:, 1] >= spg.logp[:, 0] - 1e-6).all()
-    lower_only = LIKELIHOOD_PROXIES.get("spg")(toy_model(), prompts, answers, mask, num_samples=3, mixture=0.0,
-                                               **args)
+    lower_only = LIKELIHOOD_PROXIES.get("spg")(toy_model(), prompts, answers, mask, num_samples=3, mixture=0.0, **args)
     assert torch.allclose(lower_only.logp[:, 0], lower_only.logp[:, 1])
 
 
 def test_sequence_level_divides_by_the_number_of_trained_tokens():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    token = LIKELIHOOD_PROXIES.get("mc_elbo")(toy_model(), PROMPT, ANSWER, mask, mask_id=MASK, seeds=torch.tensor([3]),
-                                              level="token")
-    sequence = LIKELIHOOD_PROXIES.get("mc_elbo")(toy_model(), PROMPT, ANSWER, mask, mask_id=MASK,
-                                                 seeds=torch.tensor([3]), level="sequence")
+    token = LIKELIHOOD_PROXIES.get("mc_elbo")(
+        toy_model(), PROMPT, ANSWER, mask, mask_id=MASK, seeds=torch.tensor([3]), level="token"
+    )
+    sequence = LIKELIHOOD_PROXIES.get("mc_elbo")(
+        toy_model(), PROMPT, ANSWER, mask, mask_id=MASK, seeds=torch.tensor([3]), level="sequence"
+    )
     assert sequence.logp.shape == (1, 1) and sequence.mask.tolist() == [[1.0]]
     assert sequence.logp[0, 0].item() == pytest.approx(token.logp[0, :2].sum().item() / 2, abs=1e-6)
 
@@ -226,6 +258,7 @@ def test_bad_hyper_parameters_raise_with_the_fix():
         call(toy_model(), PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), num_samples=0)
     with pytest.raises(ValueError, match="need 0 <= t_min < t_max <= 1"):
         call(toy_model(), PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), t_min=0.8, t_max=0.2)
-    with pytest.raises(ValueError, match="prompt_mask_prob=1.5"):
-        LIKELIHOOD_PROXIES.get("one_step")(toy_model(), PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]),
-                                           prompt_mask_prob=1.5)
+    with pytest.raises(ValueError, match=r"prompt_mask_prob=1\.5"):
+        LIKELIHOOD_PROXIES.get("one_step")(
+            toy_model(), PROMPT, ANSWER, FULL, mask_id=MASK, seeds=torch.tensor([0]), prompt_mask_prob=1.5
+        )

@@ -182,3 +182,13 @@ def test_sd3_without_t5_encoder_pads_with_zero_tokens(tmp_path):
         ["two red circles"], num_inference_steps=2, height=8, width=8, max_sequence_length=1, record_latents=True
     )
     assert out.log_probs.shape == (1, 2) and torch.isfinite(out.log_probs).all()
+
+
+def test_wan_unipc_flow_shift_becomes_the_flow_sigma_shift():
+    from diffusers import UniPCMultistepScheduler
+
+    from genalign.pipelines.tiny_models import tiny_wan_pipeline
+
+    pipe = tiny_wan_pipeline()
+    pipe.scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+    assert FlowLogProbPipeline(pipe).scheduler.config.shift == 3.0

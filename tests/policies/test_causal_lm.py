@@ -295,7 +295,9 @@ def test_head_logprob_and_entropy_gradients_equal_autograd_through_full_logits(f
     def objective(logp, entropy):
         return (logp * weights_logp).sum() + (entropy * weights_entropy).sum()
 
-    logp, entropy = token_logprobs_from_hidden(hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True)
+    logp, entropy = token_logprobs_from_hidden(
+        hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True
+    )
     objective(logp, entropy).backward()
     got = [hidden.grad.clone(), linear.weight.grad.clone(), linear.bias.grad.clone()]
     for tensor in (hidden, linear.weight, linear.bias):
@@ -308,3 +310,14 @@ def test_head_logprob_and_entropy_gradients_equal_autograd_through_full_logits(f
     objective(ref_logp, ref_entropy).backward()
     for a, b in zip(got, [hidden.grad, linear.weight.grad, linear.bias.grad], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_engines_sample_through_the_lora_adapters(model_dirs, engine):
+    policy = _lora_policy(model_dirs, engine=engine)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    with torch.no_grad():
+        with_adapters = policy.score(rollout).logp
+        without = policy.reference_logprobs(rollout)
+    assert (with_adapters - rollout.old_logp).abs().max().item() < 1e-4
+    assert (without - rollout.old_logp).abs().max().item() > 1e-3

@@ -28,16 +28,25 @@ def char_tokenizer(with_mask: bool = True) -> PreTrainedTokenizerFast:
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens(specials)
     extra = {"mask_token": "[MASK]"} if with_mask else {}
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]", **extra)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]", **extra
+    )
 
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> str:
     torch.manual_seed(0)
     tokenizer = char_tokenizer()
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     path = tmp_path_factory.mktemp("tiny-bert")
     BertForMaskedLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -144,11 +153,17 @@ def test_save_and_load_round_trip(tiny_bert, tmp_path):
 
 def test_model_without_mask_token_is_rejected_with_the_fix(tmp_path):
     tokenizer = char_tokenizer(with_mask=False)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=16, max_position_embeddings=16)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=16,
+        max_position_embeddings=16,
+    )
     BertForMaskedLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="no mask token.*Set policy.mask_token_id"):
+    with pytest.raises(ValueError, match=r"no mask token.*Set policy\.mask_token_id"):
         build_policy(DiffusionLMPolicyConfig(model=str(tmp_path), gen_length=4, block_length=4, steps=4))
 
 
@@ -159,6 +174,8 @@ def test_config_rejects_impossible_schedules_and_unknown_proxies():
         DiffusionLMPolicyConfig(gen_length=8, block_length=4, steps=5).validate()
     with pytest.raises(KeyError, match="Did you mean 'coupled'"):
         DiffusionLMPolicyConfig(likelihood_proxy="couple").validate()
+    with pytest.raises(TypeError, match="num_sample"):
+        DiffusionLMPolicyConfig(likelihood_proxy="mc_elbo", proxy_args={"num_sample": 2}).validate()
 
 
 def test_dream_style_shifted_logits_are_realigned(tiny_bert):
@@ -171,13 +188,23 @@ def test_dream_style_shifted_logits_are_realigned(tiny_bert):
 
 def test_causal_decoder_body_becomes_bidirectional(tmp_path):
     tokenizer = char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    policy = build_policy(DiffusionLMPolicyConfig(model=str(tmp_path), architecture="bidirectional_causal_lm",
-                                                  gen_length=4, block_length=4, steps=4))
+    policy = build_policy(
+        DiffusionLMPolicyConfig(
+            model=str(tmp_path), architecture="bidirectional_causal_lm", gen_length=4, block_length=4, steps=4
+        )
+    )
     fn = policy.model_fn(policy.model)
     a, b = torch.tensor([[4, 5, 6, 7]]), torch.tensor([[4, 5, 6, 8]])
     assert not torch.allclose(fn(a, None)[0, 0], fn(b, None)[0, 0])  # position 0 sees the last token

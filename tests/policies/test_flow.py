@@ -99,6 +99,16 @@ def test_one_full_training_step(model_dirs, architecture):
     assert after.kl.max() > 0 and torch.all(after.kl[rollout.action_mask == 0] == 0)
 
 
+@pytest.mark.parametrize(("dynamics", "noise_level"), [("flow_sde", 0.7), ("dance_sde", 0.3), ("cps", 0.5)])
+def test_rollout_log_probs_are_exact_for_every_dynamics(model_dirs, dynamics, noise_level):
+    policy = build_policy(_config(model_dirs, dynamics=dynamics, noise_level=noise_level))
+    rollout = policy.rollout(ROWS, group_size=2)
+    with torch.no_grad():
+        assert torch.equal(policy.score(rollout).logp, rollout.old_logp)
+    expected_last = 0.0 if dynamics == "cps" else 1.0  # cps is deterministic at sigma' = 0: not an action
+    assert torch.all(rollout.action_mask[:, -1] == expected_last) and torch.all(rollout.action_mask[:, :-1] == 1)
+
+
 def test_only_steps_inside_the_training_window_receive_gradient(model_dirs):
     window = TrainStepsConfig(strategy="sliding_window", stochastic="trained", window_size=2, advance_every=1)
     policy = build_policy(_config(model_dirs, num_steps=5, train_steps=window))
@@ -119,6 +129,15 @@ def test_only_steps_inside_the_training_window_receive_gradient(model_dirs):
                 g is None or torch.all(g == 0)
                 for g in torch.autograd.grad(column, params, retain_graph=True, allow_unused=True)
             )
+
+
+def test_rollout_in_chunks_of_the_micro_batch_size_rescores_bit_exactly(model_dirs):
+    policy = build_policy(_config(model_dirs, sample_batch_size=2))
+    rollout = policy.rollout(ROWS, group_size=2)
+    assert rollout.per_sample["latents"].shape[:2] == (4, 5)
+    with torch.no_grad():
+        halves = [policy.score(rollout.select(idx)).logp for idx in ([0, 1], [2, 3])]
+    assert torch.equal(torch.cat(halves), rollout.old_logp)
 
 
 def test_micro_batches_rescore_to_the_rollout_values(model_dirs):

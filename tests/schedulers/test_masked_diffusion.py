@@ -138,7 +138,7 @@ def test_bad_input_errors_state_the_rule_and_the_fix():
         check_generation_args(gen_length=10, block_length=4, steps=10, mask_id=MASK)
     with pytest.raises(ValueError, match=r"steps=5 must be divisible by the number of blocks.*=2.*steps=4 or steps=6"):
         check_generation_args(gen_length=8, block_length=4, steps=5, mask_id=MASK)
-    with pytest.raises(ValueError, match="needs a mask token id.*Set mask_token_id"):
+    with pytest.raises(ValueError, match=r"needs a mask token id.*Set mask_token_id"):
         check_generation_args(gen_length=8, block_length=4, steps=4, mask_id=None)
     with pytest.raises(ValueError, match="exceeds block_length"):
         check_generation_args(gen_length=4, block_length=4, steps=8, mask_id=MASK)

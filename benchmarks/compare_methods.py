@@ -1,0 +1,247 @@
+"""Compare alignment methods on the LM demo (arith-lm) under a fixed training-time budget.
+
+Each (method, seed) trains ``genalign.trainer.train`` on the demo preset for ``--budget-s`` seconds of training time
+(rollout + update; evaluation is not counted), evaluating held-out accuracy every ``--eval-every`` steps. Methods
+differ only by config overrides of ``algorithm.*``. Writes one PNG (held-out accuracy and policy entropy against
+training time, mean over seeds with the min-max band) and a markdown table::
+
+    python benchmarks/compare_methods.py --budget-s 60 --seeds 0 1 2 \
+        --png benchmarks/compare_methods.png --table benchmarks/compare_methods_results.md
+
+Off-policy steps matter for ratio/clip methods: every method uses 2 minibatches per rollout batch, so the second
+optimizer step of each batch sees real importance ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from genalign.config import from_dict, load_config  # noqa: E402
+from genalign.config.core import apply_overrides  # noqa: E402
+from genalign.config.schema import TrainConfig  # noqa: E402
+from genalign.trainer import train  # noqa: E402
+
+PRESET = ROOT / "configs" / "demo_arith_grpo.yaml"
+USE_PRESET = PRESET.exists()  # decided once, so that every run of one comparison uses the same base config
+
+#: used only while configs/demo_arith_grpo.yaml does not exist; deliberate copy of the dict in
+#: tests/integration/test_method_catalogue.py (keep in sync)
+FALLBACK_PRESET: dict[str, Any] = {
+    "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "use_chat_template": False, "max_new_tokens": 5},
+    "data": {
+        "train": {"source": "procedural:arithmetic", "args": {"size": 2000, "split": "train", "digits": 3}},
+        "eval": {"source": "procedural:arithmetic", "args": {"size": 200, "split": "eval", "digits": 3}},
+    },
+    "rewards": [{"fn": "exact_match", "name": "accuracy"}],
+    "algorithm": {"group_size": 8, "prompts_per_step": 16, "micro_batch_size": 64},
+    "optim": {"lr": 1.0e-4},
+    "eval": {"num_prompts": 200, "batch_size": 200},
+    "run": {"max_steps": 100, "progress_bar": False, "num_threads": 1, "sample_every": 0},
+}
+
+#: method -> ``algorithm.*`` overrides (the rest of the preset is shared)
+METHODS: dict[str, list[str]] = {
+    "grpo": ["advantage=grpo", "ratio_level=token", "clip=ppo", "aggregation=seq_mean_token_mean"],
+    "dr_grpo": [
+        "advantage=dr_grpo", "ratio_level=token", "clip=ppo", "aggregation=seq_mean_token_sum_norm",
+        "aggregation_args={max_len: 5}",
+    ],
+    "gspo": [
+        "advantage=grpo", "ratio_level=sequence", "clip=ppo", "objective_args={eps_low: 0.0003, eps_high: 0.0004}",
+        "aggregation=seq_mean_token_mean",
+    ],
+    "cispo": ["advantage=grpo", "ratio_level=token", "clip=cispo", "aggregation=token_mean"],
+    "clip_higher": [
+        "advantage=grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.28}",
+        "aggregation=token_mean",
+    ],
+    "cumulative_ratio": ["advantage=grpo", "ratio_level=cumulative", "clip=ppo", "aggregation=token_mean"],
+    "quantile_baseline": ["advantage=quantile", "ratio_level=token", "clip=ppo", "aggregation=token_mean"],
+    "empirical_bayes": ["advantage=empirical_bayes", "ratio_level=token", "clip=ppo", "aggregation=token_mean"],
+}  # fmt: skip
+
+
+def method_config(method: str, seed: int, budget_s: float, eval_every: int, output_dir: Path) -> TrainConfig:
+    overrides = [f"algorithm.{item}" for item in METHODS[method]] + [
+        "algorithm.minibatches=2",
+        f"run.seed={seed}",
+        f"run.output_dir={output_dir}",
+        f"run.max_time_minutes={budget_s / 60.0}",
+        "run.max_steps=100000",
+        "run.progress_bar=false",
+        "run.num_threads=1",
+        "run.sample_every=0",
+        "run.save_every=0",
+        f"eval.every={eval_every}",
+        "eval.at_start=true",
+    ]
+    if USE_PRESET:
+        return load_config(PRESET, overrides)
+    return from_dict(TrainConfig, apply_overrides(json.loads(json.dumps(FALLBACK_PRESET)), overrides))
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def collect(method: str, seed: int, work: Path, wall_s: float = float("nan")) -> dict[str, Any]:
+    """Curves of a finished run: against cumulative training time (sum of ``time/step_s``) and against steps."""
+    output_dir = work / f"{method}-seed{seed}"
+    steps = _read(output_dir / "metrics.jsonl")
+    clock, elapsed = {0: 0.0}, 0.0
+    for record in steps:
+        elapsed += record["time/step_s"]
+        clock[record["step"]] = elapsed
+    evals = [e for e in _read(output_dir / "eval.jsonl") if e["step"] in clock]
+    return {
+        "method": method,
+        "seed": seed,
+        "steps": len(steps),
+        "wall_s": wall_s,
+        "accuracy": [(clock[e["step"]], e["eval/accuracy"]) for e in evals],
+        "accuracy_by_step": [(e["step"], e["eval/accuracy"]) for e in evals],
+        "entropy": [(clock[r["step"]], r["entropy"]) for r in steps],
+        "clip_frac": statistics.fmean(r.get("clip_frac", 0.0) for r in steps) if steps else float("nan"),
+    }
+
+
+def run_one(method: str, seed: int, budget_s: float, eval_every: int, work: Path) -> dict[str, Any]:
+    """Train one (method, seed) and return :func:`collect`'s curves."""
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    train(method_config(method, seed, budget_s, eval_every, work / f"{method}-seed{seed}"))
+    return collect(method, seed, work, time.perf_counter() - started)
+
+
+def _grid_mean(
+    curves: list[list[tuple[float, float]]], grid: list[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """Step-wise (last value so far) curves on a common time grid: mean, min and max over seeds."""
+    values = []
+    for curve in curves:
+        row, index = [], 0
+        for x in grid:
+            while index + 1 < len(curve) and curve[index + 1][0] <= x:
+                index += 1
+            row.append(curve[index][1] if curve and curve[0][0] <= x else float("nan"))
+        values.append(row)
+    columns = list(zip(*values))
+    finite = [[v for v in column if v == v] for column in columns]
+    return (
+        [statistics.fmean(c) if c else float("nan") for c in finite],
+        [min(c) if c else float("nan") for c in finite],
+        [max(c) if c else float("nan") for c in finite],
+    )
+
+
+def plot(results: list[dict[str, Any]], budget_s: float, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = [budget_s * i / 100 for i in range(101)]
+    common_steps = min(r["accuracy_by_step"][-1][0] for r in results)
+    step_grid = list(range(common_steps + 1))
+    fig, (ax_acc, ax_ent, ax_step) = plt.subplots(1, 3, figsize=(18, 5))
+    for method in METHODS:
+        runs = [r for r in results if r["method"] == method]
+        if not runs:
+            continue
+        for ax, key in ((ax_acc, "accuracy"), (ax_ent, "entropy")):
+            mean, low, high = _grid_mean([r[key] for r in runs], grid)
+            (line,) = ax.plot(grid, mean, label=method)
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.12)
+        mean, _, _ = _grid_mean([r["accuracy_by_step"] for r in runs], step_grid)
+        ax_step.plot(step_grid, mean, label=method)
+    ax_acc.set(xlabel="training time (s, rollout + update)", ylabel="held-out accuracy (temperature 1)")
+    ax_ent.set(xlabel="training time (s, rollout + update)", ylabel="policy entropy per token (nats)")
+    ax_step.set(xlabel="training step (same steps for every method)", ylabel="held-out accuracy, mean over seeds")
+    ax_acc.legend(fontsize=8)
+    seeds = sorted({r["seed"] for r in results})
+    fig.suptitle(f"arith-lm demo, {budget_s:.0f} s training budget, seeds {seeds} (mean, min-max band)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def _at_step(run: dict[str, Any], step: int) -> float:
+    """Accuracy of the last evaluation at or before ``step``."""
+    return [acc for s, acc in run["accuracy_by_step"] if s <= step][-1]
+
+
+def table(results: list[dict[str, Any]], budget_s: float) -> str:
+    every_eval = [{s for s, _ in r["accuracy_by_step"]} for r in results]
+    common_step = max(set.intersection(*every_eval))
+    lines = [
+        f"Budget {budget_s:.0f} s of training time per run; seeds {sorted({r['seed'] for r in results})}; "
+        "held-out accuracy = exact match at temperature 1 on the eval split.",
+        "",
+        "| method | steps (mean) | accuracy at start | final accuracy (mean ± sd) | best final | "
+        f"accuracy at step {common_step} (mean ± sd) | final entropy | clip fraction |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method in METHODS:
+        runs = [r for r in results if r["method"] == method]
+        if not runs:
+            continue
+        start = [r["accuracy"][0][1] for r in runs if r["accuracy"]]
+        final = [r["accuracy"][-1][1] for r in runs if r["accuracy"]]
+        entropy = [r["entropy"][-1][1] for r in runs if r["entropy"]]
+        at_step = [_at_step(r, common_step) for r in runs]
+        sd = statistics.stdev(final) if len(final) > 1 else 0.0
+        sd_step = statistics.stdev(at_step) if len(at_step) > 1 else 0.0
+        lines.append(
+            f"| {method} | {statistics.fmean(r['steps'] for r in runs):.0f} | {statistics.fmean(start):.3f} | "
+            f"{statistics.fmean(final):.3f} ± {sd:.3f} | {max(final):.3f} | "
+            f"{statistics.fmean(at_step):.3f} ± {sd_step:.3f} | {statistics.fmean(entropy):.3f} | "
+            f"{statistics.fmean(r['clip_frac'] for r in runs):.4f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--budget-s", type=float, default=60.0, help="training time per run (seconds)")
+    parser.add_argument("--eval-every", type=int, default=10, help="evaluate every N steps")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "compare_methods")
+    parser.add_argument("--png", type=Path, default=ROOT / "benchmarks" / "compare_methods.png")
+    parser.add_argument("--table", type=Path, default=ROOT / "benchmarks" / "compare_methods_results.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results = []
+    for seed in args.seeds:
+        for method in args.methods:
+            result = run_one(method, seed, args.budget_s, args.eval_every, args.work)
+            results.append(result)
+            print(
+                f"{method} seed {seed}: {result['steps']} steps, accuracy {result['accuracy'][-1][1]:.3f}", flush=True
+            )
+    (args.work / "results.json").write_text(json.dumps(results))
+    plot(results, args.budget_s, args.png)
+    text = table(results, args.budget_s)
+    base = (
+        f"preset {PRESET.relative_to(ROOT)}" if USE_PRESET else "the fallback preset in benchmarks/compare_methods.py"
+    )
+    args.table.write_text(f"# Method comparison on the LM demo\n\nBase config: {base}.\n\n" + text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
