@@ -16,7 +16,8 @@ Systems, each run in its own subprocess (so peak memory is per system and thread
 Also: peak memory of the log-prob pass (forward + backward) at vocabulary 50k and 2,048 completion tokens, naive full
 logits vs genalign's chunked path.
 
-Run: ``python benchmarks/bench_lm_step.py`` (a few minutes; writes ``benchmarks/lm_step_results.md``). Step times are the
+Run: ``python benchmarks/bench_lm_step.py [--threads 2] [--output FILE]`` (a few minutes on a quiet machine; the
+measured tables are in ``benchmarks/lm_step_results.md``). Step times are the
 median of ``--steps`` steps after one warm-up step. Peak memory is the process's peak resident set size (``ru_maxrss``)
 minus its resident size just before the first measured operation.
 """
@@ -335,12 +336,12 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
     for size, by_system in results.items():
         params = next(iter(by_system.values()))["params"] / 1e6
         trl_step = by_system.get("trl", {}).get("step_s")
-        floor_step = by_system["floor"]["step_s"]
+        floor_step = by_system.get("floor", {}).get("step_s")
         for system, r in by_system.items():
             to_trl = f"{r['step_s'] / trl_step:.2f}" if trl_step else "n/a"
             tokens_per_s = r["rollout_tokens"] / r["rollout_s"] if r["rollout_s"] else float("nan")
             lines.append(
-                f"| {size} ({params:.1f}M) | {system} | {r['step_s']:.3f} | {to_trl} | {r['step_s'] / floor_step:.2f} | "
+                f"| {size} ({params:.1f}M) | {system} | {r['step_s']:.3f} | {to_trl} | {r['step_s'] / floor_step if floor_step else float('nan'):.2f} | "
                 f"{r['step_cpu_s']:.3f} | "
                 f"{r['rollout_s']:.3f} | {tokens_per_s:,.0f} | {r['peak_rss_mb']:,.0f} | {r['peak_rss_mb'] - r['base_rss_mb']:,.0f} |"
             )
@@ -373,7 +374,7 @@ def main() -> None:
     parser.add_argument("--logprob-tokens", type=int, default=2048)
     parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "genalign_bench_lm")
-    parser.add_argument("--output", type=Path, default=Path(__file__).with_name("lm_step_results.md"))
+    parser.add_argument("--output", type=Path, default=None, help="also write the tables to this markdown file")
     parser.add_argument("--worker", choices=[*SYSTEMS, "logprob-naive", "logprob-chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--size", default="3M", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -419,7 +420,8 @@ def main() -> None:
     ]
     memory = {mode: spawn([*memory_args, "--worker", f"logprob-{mode}"], timeout=600) for mode in ("naive", "chunked")}
     table = render(results, memory, args)
-    args.output.write_text(table)
+    if args.output is not None:
+        args.output.write_text(table)
     print(table)
 
 

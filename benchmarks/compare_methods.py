@@ -52,25 +52,41 @@ FALLBACK_PRESET: dict[str, Any] = {
     "run": {"max_steps": 100, "progress_bar": False, "num_threads": 1, "sample_every": 0},
 }
 
-#: method -> ``algorithm.*`` overrides (the rest of the preset is shared)
+#: method -> ``algorithm.*`` overrides (the rest of the preset is shared; every method sets its own objective_args,
+#: so that the preset's clip-higher bounds never leak into "grpo")
 METHODS: dict[str, list[str]] = {
-    "grpo": ["advantage=grpo", "ratio_level=token", "clip=ppo", "aggregation=seq_mean_token_mean"],
+    "grpo": [
+        "advantage=grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "aggregation=seq_mean_token_mean",
+    ],
     "dr_grpo": [
-        "advantage=dr_grpo", "ratio_level=token", "clip=ppo", "aggregation=seq_mean_token_sum_norm",
+        "advantage=dr_grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "aggregation=seq_mean_token_sum_norm",
         "aggregation_args={max_len: 5}",
     ],
     "gspo": [
         "advantage=grpo", "ratio_level=sequence", "clip=ppo", "objective_args={eps_low: 0.0003, eps_high: 0.0004}",
         "aggregation=seq_mean_token_mean",
     ],
-    "cispo": ["advantage=grpo", "ratio_level=token", "clip=cispo", "aggregation=token_mean"],
+    "cispo": [
+        "advantage=grpo", "ratio_level=token", "clip=cispo", "objective_args={eps_high: 0.28}", "aggregation=token_mean",
+    ],
     "clip_higher": [
         "advantage=grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.28}",
         "aggregation=token_mean",
     ],
-    "cumulative_ratio": ["advantage=grpo", "ratio_level=cumulative", "clip=ppo", "aggregation=token_mean"],
-    "quantile_baseline": ["advantage=quantile", "ratio_level=token", "clip=ppo", "aggregation=token_mean"],
-    "empirical_bayes": ["advantage=empirical_bayes", "ratio_level=token", "clip=ppo", "aggregation=token_mean"],
+    "cumulative_ratio": [
+        "advantage=grpo", "ratio_level=cumulative", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "aggregation=token_mean",
+    ],
+    "quantile_baseline": [
+        "advantage=quantile", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "aggregation=token_mean",
+    ],
+    "empirical_bayes": [
+        "advantage=empirical_bayes", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "aggregation=token_mean",
+    ],
 }  # fmt: skip
 
 
@@ -147,6 +163,12 @@ def _grid_mean(
     )
 
 
+def _trailing_mean(curve: list[tuple[float, float]], window: int) -> list[tuple[float, float]]:
+    """Smooth a noisy per-step curve with the mean of the last ``window`` points."""
+    values = [v for _, v in curve]
+    return [(x, statistics.fmean(values[max(0, i - window + 1) : i + 1])) for i, (x, _) in enumerate(curve)]
+
+
 def plot(results: list[dict[str, Any]], budget_s: float, png: Path) -> None:
     import matplotlib
 
@@ -162,13 +184,14 @@ def plot(results: list[dict[str, Any]], budget_s: float, png: Path) -> None:
         if not runs:
             continue
         for ax, key in ((ax_acc, "accuracy"), (ax_ent, "entropy")):
-            mean, low, high = _grid_mean([r[key] for r in runs], grid)
+            curves = [r[key] if key == "accuracy" else _trailing_mean(r[key], 5) for r in runs]
+            mean, low, high = _grid_mean(curves, grid)
             (line,) = ax.plot(grid, mean, label=method)
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.12)
         mean, _, _ = _grid_mean([r["accuracy_by_step"] for r in runs], step_grid)
         ax_step.plot(step_grid, mean, label=method)
     ax_acc.set(xlabel="training time (s, rollout + update)", ylabel="held-out accuracy (temperature 1)")
-    ax_ent.set(xlabel="training time (s, rollout + update)", ylabel="policy entropy per token (nats)")
+    ax_ent.set(xlabel="training time (s, rollout + update)", ylabel="policy entropy per token (nats, mean of 5 steps)")
     ax_step.set(xlabel="training step (same steps for every method)", ylabel="held-out accuracy, mean over seeds")
     ax_acc.legend(fontsize=8)
     seeds = sorted({r["seed"] for r in results})
@@ -222,12 +245,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "compare_methods")
     parser.add_argument("--png", type=Path, default=ROOT / "benchmarks" / "compare_methods.png")
     parser.add_argument("--table", type=Path, default=ROOT / "benchmarks" / "compare_methods_results.md")
+    parser.add_argument("--render-only", action="store_true", help="re-read the runs under --work; train nothing")
+    parser.add_argument(
+        "--fallback-preset",
+        action="store_true",
+        help="use FALLBACK_PRESET even when configs/demo_arith_grpo.yaml exists",
+    )
     args = parser.parse_args(argv)
+    global USE_PRESET
+    USE_PRESET = USE_PRESET and not args.fallback_preset
     torch.set_num_threads(1)
     results = []
     for seed in args.seeds:
         for method in args.methods:
-            result = run_one(method, seed, args.budget_s, args.eval_every, args.work)
+            if args.render_only:
+                result = collect(method, seed, args.work)
+            else:
+                result = run_one(method, seed, args.budget_s, args.eval_every, args.work)
             results.append(result)
             print(
                 f"{method} seed {seed}: {result['steps']} steps, accuracy {result['accuracy'][-1][1]:.3f}", flush=True

@@ -64,7 +64,9 @@ def _load_policy(config, checkpoint: str | None):
 
     from genalign.trainer.recipe import build_policy
 
-    policy = build_policy(config, torch.device("cpu") if config.run.cpu or not torch.cuda.is_available() else torch.device("cuda"))
+    policy = build_policy(
+        config, torch.device("cpu") if config.run.cpu or not torch.cuda.is_available() else torch.device("cuda")
+    )
     if checkpoint:
         policy.load(Path(checkpoint) / "policy")
     return policy
@@ -104,7 +106,9 @@ def _sample(config, args) -> int:
     import torch
 
     with torch.no_grad():
-        rollout = policy.rollout([{"prompt": p} for p in args.prompt], args.num, mode="eval" if args.num == 1 else "train")
+        rollout = policy.rollout(
+            [{"prompt": p} for p in args.prompt], args.num, mode="eval" if args.num == 1 else "train"
+        )
     out = Path(args.out) if args.out else None
     for i, output in enumerate(rollout.outputs):
         prompt = rollout.rows[i]["prompt"]

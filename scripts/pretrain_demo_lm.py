@@ -8,7 +8,7 @@ puts about 40 % of its probability on the right answer of the others: greedy dec
 the held-out problems, while 8 samples at temperature 1 contain the right answer for almost every problem, which is the
 signal group-relative RL needs.
 
-Usage (deterministic on CPU; about 3-5 minutes on 2 cores)::
+Usage (deterministic on CPU for a fixed --threads; about 4 minutes on an idle core, 3000 steps of ~0.08 s)::
 
     python scripts/pretrain_demo_lm.py --output genalign/assets/arith-lm
 
@@ -166,7 +166,7 @@ raise greedy accuracy a lot without any new data.
 | share of carry-free problems | {results["share_no_carry"]:.3f} |
 | pass@8 at temperature 1.0 ({results["num_pass_eval"]} prompts) | {results["pass_at_8"]:.3f} |
 | accuracy of one sample at temperature 1.0 | {results["sample_accuracy"]:.3f} |
-| pre-training wall time | {results["train_seconds"]:.0f} s on {results["threads"]} CPU threads |
+| pre-training wall time | {results["train_seconds"]:.0f} s on {results["threads"]} CPU thread(s) |
 
 ## Use
 ```python

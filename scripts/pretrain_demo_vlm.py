@@ -259,9 +259,11 @@ def write_model_card(output: Path, args: argparse.Namespace, results: dict, num_
         "",
         "## How it was made",
         "",
-        f"`python scripts/pretrain_demo_vlm.py` (deterministic, CPU, {args.threads} thread(s), "
-        f"{seconds / 60:.1f} minutes): {args.steps} AdamW steps of batch {args.batch_size}, lr {args.lr} with warm-up "
-        f"and cosine decay, on {args.train_size} training problems (train split).",
+        f"`python scripts/pretrain_demo_vlm.py --tasks {args.tasks} --colors {args.colors} --shape-kinds "
+        f"{args.shape_kinds}` (deterministic, CPU, {args.threads} thread(s), {seconds / 60:.1f} minutes on a shared "
+        f"machine): {args.steps} AdamW steps of batch {args.batch_size}, lr {args.lr} with warm-up and cosine decay, "
+        f"on {args.train_size} training problems (train split) of the question kinds `{args.tasks}`, colours "
+        f"`{args.colors}` and shapes `{args.shape_kinds}`.",
         "",
         f"**Deliberately partly right.** Each training target is replaced with probability {args.p_wrong} by a "
         f"systematic mistake: one shape too many when counting, the box shifted {args.box_shift} px right and down "
@@ -293,6 +295,9 @@ def main() -> None:
     parser.add_argument("--p-wrong", type=float, default=0.6, help="share of training targets with the mistake")
     parser.add_argument("--box-shift", type=int, default=4, help="pixels the wrong boxes are shifted right and down")
     parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--tasks", default="count,ground", help="question kinds, comma-separated: count, ground")
+    parser.add_argument("--colors", default=",".join(PALETTE), help="shape colours, comma-separated")
+    parser.add_argument("--shape-kinds", default=",".join(KINDS), help="shape kinds, comma-separated")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     args = parser.parse_args()
@@ -307,8 +312,13 @@ def main() -> None:
     model = build_model(tokenizer)
     num_params = sum(p.numel() for p in model.parameters())
     print(f"vocab {len(tokenizer)}, parameters {num_params / 1e6:.2f} M", flush=True)
-    train_rows = shapes_vqa_rows(args.train_size, args.seed, split="train")
-    eval_rows = shapes_vqa_rows(args.eval_size, args.seed + 1, split="eval")
+    world = {
+        "kinds": args.tasks.split(","),
+        "colors": args.colors.split(","),
+        "shape_kinds": args.shape_kinds.split(","),
+    }
+    train_rows = shapes_vqa_rows(args.train_size, args.seed, split="train", **world)
+    eval_rows = shapes_vqa_rows(args.eval_size, args.seed + 1, split="eval", **world)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, args.steps // 20)

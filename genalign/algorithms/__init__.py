@@ -21,6 +21,7 @@ Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algori
 """
 
 from genalign.algorithms import advantage_catalogue as _advantage_catalogue  # noqa: F401  (registers estimators)
+from genalign.algorithms import flow_credit as _flow_credit  # noqa: F401  (registers the 'chunk' ratio level)
 from genalign.algorithms import ratio_levels as _ratio_levels  # noqa: F401  (registers more RATIO_LEVELS)
 from genalign.algorithms import reward_weighting as _reward_weighting  # noqa: F401  (registers combiners)
 from genalign.algorithms import trust_regions as _trust_regions  # noqa: F401  (registers more CLIP_FORMS)

@@ -50,9 +50,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if value in get_args(tp):
             return value
         choices = [str(a) for a in get_args(tp)]
-        raise ConfigError(
-            f"{where}: {value!r} is not valid; use {_describe(tp)}.{did_you_mean(str(value), choices)}"
-        )
+        raise ConfigError(f"{where}: {value!r} is not valid; use {_describe(tp)}.{did_you_mean(str(value), choices)}")
     if origin in (Union, types.UnionType):
         args = get_args(tp)
         if value is None:
@@ -126,12 +124,15 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
         tp = resolve(value, path) if resolve is not None else hints[name]
         kwargs[name] = _convert(value, tp, path)
     missing = [
-        n for n, f in fields.items()
+        n
+        for n, f in fields.items()
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
         prefix = f"{where}." if where else ""
-        raise ConfigError(f"missing required config key {prefix}{missing[0]!r} ({fields[missing[0]].metadata.get('help', '')}).")
+        raise ConfigError(
+            f"missing required config key {prefix}{missing[0]!r} ({fields[missing[0]].metadata.get('help', '')})."
+        )
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if callable(validate):
@@ -201,8 +202,10 @@ def help_text(cls: type) -> str:
     lines = []
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
         )
         lines.append(f"{f.name}: {_describe(hints[f.name])} = {default!r}  # {f.metadata.get('help', '')}")
     return "\n".join(lines)

@@ -113,7 +113,9 @@ class AlgorithmConfig:
     credit_args: dict[str, Any] = _help("Hyper-parameters of the credit weights.", factory=dict)
     kl_coef: float = _help("β of the KL penalty to the reference policy; 0 = no reference model is loaded.", 0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = _help("KL estimator.", "k3")
-    kl_placement: Literal["loss", "reward"] = _help("Add the KL to the loss per action, or subtract it from the reward.", "loss")
+    kl_placement: Literal["loss", "reward"] = _help(
+        "Add the KL to the loss per action, or subtract it from the reward.", "loss"
+    )
     entropy_coef: float = _help("Entropy bonus coefficient c (loss −= c·H).", 0.0)
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)

@@ -6,7 +6,10 @@ from genalign.pipelines.flow import (
     FlowTrajectory,
     NonFiniteLatentsError,
     TransitionScores,
+    TreeTrajectory,
     denoise,
+    denoise_tree,
+    ode_complete,
     score_transitions,
 )
 from genalign.pipelines.flow_models import FLOW_ARCHITECTURES, FlowArchitecture, architecture_for
@@ -19,7 +22,10 @@ __all__ = [
     "FlowTrajectory",
     "NonFiniteLatentsError",
     "TransitionScores",
+    "TreeTrajectory",
     "architecture_for",
     "denoise",
+    "denoise_tree",
+    "ode_complete",
     "score_transitions",
 ]

@@ -26,6 +26,7 @@ from diffusers.pipelines.pipeline_utils import DiffusionPipeline
 from torch import Tensor, nn
 
 from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
+from genalign.schedulers.branching import TreePlan
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 from genalign.schedulers.sde_dynamics import LogProbReduction
 
@@ -119,6 +120,7 @@ def denoise(
     record_latents: bool,
     ode_solver: OdeSolver = "euler",
     prompts: list[str] | None = None,
+    noises: Tensor | None = None,
 ) -> FlowTrajectory:
     """Run the denoising loop from noise ``latents`` ``[N, ...]`` (``scheduler.set_timesteps`` already called).
 
@@ -127,6 +129,8 @@ def denoise(
         ode_solver: ``"euler"``, or ``"ab2"`` (second-order Adams-Bashforth on the velocity, no extra model call)
             for the deterministic steps after the last stochastic step of the whole batch (MixGRPO-Flash style).
             Steps before or inside the stochastic region always use the scheduler's step.
+        noises: ``[N, S, ...]`` standard-normal noise of each step, used instead of drawing from ``generator``
+            (replays a branch of a trajectory tree as an independent rollout).
     """
     num_steps = len(scheduler.timesteps)
     if sde_mask.shape != (latents.shape[0], num_steps):
@@ -147,7 +151,13 @@ def denoise(
             log_prob, std_positive = torch.zeros(x.shape[0], device=x.device), torch.zeros(x.shape[0], dtype=torch.bool)
         else:
             out = scheduler.step(
-                velocity, scheduler.timesteps[i], x, step_index=i, noise_level=levels, generator=generator
+                velocity,
+                scheduler.timesteps[i],
+                x,
+                step_index=i,
+                noise_level=levels,
+                generator=generator,
+                noise=None if noises is None else noises[:, i].to(device=x.device, dtype=torch.float32),
             )
             x_next, log_prob = out.prev_sample, out.log_prob
             std_positive = out.std.flatten(1)[:, 0] > 0  # [N]
@@ -167,6 +177,28 @@ def denoise(
     )
 
 
+@torch.no_grad()
+def ode_complete(
+    arch: FlowArchitecture,
+    transformer: nn.Module,
+    scheduler: FlowSDEScheduler,
+    latents: Tensor,
+    start_step: int,
+    cond: PromptEmbeddings,
+    uncond: PromptEmbeddings | None,
+    *,
+    guidance_scale: float,
+) -> Tensor:
+    """Finish trajectories from state ``start_step`` (``latents`` ``[n, ...]`` = ``x_start``) with deterministic ODE
+    steps to the end of the schedule; returns the clean prediction ``[n, ...]`` (DenseGRPO [148] scores it)."""
+    x = latents
+    for i in range(start_step, len(scheduler.timesteps)):
+        timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [n]
+        velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
+        x = scheduler.step(velocity, None, x, step_index=i, noise_level=0.0).prev_sample  # [n, ...]
+    return x
+
+
 def concat_trajectories(pieces: list[FlowTrajectory]) -> FlowTrajectory:
     """Join trajectories of consecutive sample chunks (same schedule) along the sample axis."""
     return FlowTrajectory(
@@ -175,6 +207,111 @@ def concat_trajectories(pieces: list[FlowTrajectory]) -> FlowTrajectory:
         stochastic=torch.cat([p.stochastic for p in pieces]),  # [N, S]
         final=torch.cat([p.final for p in pieces]),  # [N, ...]
         timesteps=pieces[0].timesteps,
+    )
+
+
+@dataclass
+class TreeTrajectory(FlowTrajectory):
+    """A :class:`FlowTrajectory` of the ``B L`` leaves of ``B`` trajectory trees (leaves of tree ``b`` at
+    ``b L .. b L + L - 1``), plus ``noises`` ``[B L, S, ...]`` (the standard-normal noise of each leaf's step, 0 on
+    ODE steps; None when not recorded) and ``network_evaluations`` (transformer calls per guidance branch)."""
+
+    noises: Tensor | None = None
+    network_evaluations: int = 0
+
+
+def _repeat_embeddings(embeds: PromptEmbeddings | None, repeats: int) -> PromptEmbeddings | None:
+    return None if embeds is None else {k: v.repeat_interleave(repeats, dim=0) for k, v in embeds.items()}
+
+
+def denoise_tree(
+    arch: FlowArchitecture,
+    transformer: nn.Module,
+    scheduler: FlowSDEScheduler,
+    latents: Tensor,
+    cond: PromptEmbeddings,
+    uncond: PromptEmbeddings | None,
+    *,
+    plan: TreePlan,
+    guidance_scale: float,
+    noise_level: float,
+    generator: torch.Generator | None,
+    record_latents: bool,
+    record_noises: bool = False,
+    prompts: list[str] | None = None,
+) -> TreeTrajectory:
+    """Sample ``B`` trajectory trees (BranchGRPO [170]) from root noise ``latents`` ``[B, ...]``.
+
+    The transformer runs once per node and step on the ``B n_t`` live nodes; at a split step each node's mean and std
+    are repeated ``k`` times and every child draws its own noise; extra SDE steps draw one noise per node; other
+    steps are ODE steps. Each transition is :meth:`FlowSDEScheduler.step`, so every leaf's path is exactly the
+    independent rollout :func:`denoise` would produce from the same root noise and step noises (``noises``), and
+    :func:`score_transitions` scores the leaves like any trajectory.
+
+    Returns:
+        :class:`TreeTrajectory` over the ``B L`` leaves: ``latents`` ``[B L, S + 1, ...]`` (shared prefixes
+        duplicated), ``log_probs`` / ``stochastic`` ``[B L, S]``, ``final`` ``[B L, ...]``.
+    """
+    num_steps = len(scheduler.timesteps)
+    if plan.num_steps != num_steps:
+        raise ValueError(f"the tree plan has {plan.num_steps} steps but the schedule has {num_steps}.")
+    trees = latents.shape[0]
+    check_finite(latents, step=-1, prompts=prompts)
+    splits, sde_steps = set(plan.split_steps), set(plan.sde_steps)
+    node_states, node_log_probs, node_noises, node_stochastic = [latents.float()], [], [], []
+    x = latents
+    for i in range(num_steps):
+        nodes = plan.nodes_at_state(i)
+        timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [B n_t]
+        velocity = guided_velocity(
+            arch,
+            transformer,
+            x,
+            timestep,
+            _repeat_embeddings(cond, nodes),
+            _repeat_embeddings(uncond, nodes),
+            guidance_scale=guidance_scale,
+        )  # [B n_t, ...]
+        children = plan.branching if i in splits else 1
+        stochastic = i in splits or i in sde_steps
+        x_in = x.repeat_interleave(children, dim=0)  # [B n_{t+1}, ...]
+        v_in = velocity.repeat_interleave(children, dim=0)
+        if stochastic:  # one independent draw per child
+            noise = torch.randn(x_in.shape, generator=generator, device=x.device, dtype=torch.float32)
+        else:
+            noise = torch.zeros(x_in.shape, device=x.device, dtype=torch.float32)
+        out = scheduler.step(
+            v_in,
+            scheduler.timesteps[i],
+            x_in,
+            step_index=i,
+            noise_level=noise_level if stochastic else 0.0,
+            noise=noise,
+        )
+        x = out.prev_sample  # [B n_{t+1}, ...]
+        check_finite(x, step=i, prompts=prompts)
+        node_states.append(x.float())
+        node_log_probs.append(out.log_prob)
+        node_noises.append(noise)
+        node_stochastic.append(out.std.flatten(1)[:, 0] > 0)  # [B n_{t+1}]
+
+    def per_leaf(values: list[Tensor], offset: int) -> Tensor:
+        """Gather node values (list over states or steps) for every leaf: ``[B L, len(values), ...]``."""
+        columns = []
+        for t, value in enumerate(values):
+            nodes = plan.nodes_at_state(t + offset)
+            index = (torch.arange(trees)[:, None] * nodes + plan.node_of_leaf(t + offset)[None]).flatten()  # [B L]
+            columns.append(value[index.to(value.device)])
+        return torch.stack(columns, dim=1)
+
+    return TreeTrajectory(
+        latents=per_leaf(node_states, 0) if record_latents else None,  # [B L, S + 1, ...]
+        log_probs=per_leaf(node_log_probs, 1).float(),  # [B L, S] (step i is indexed by the child at state i + 1)
+        stochastic=per_leaf(node_stochastic, 1),  # [B L, S]
+        final=x,
+        timesteps=scheduler.timesteps,
+        noises=per_leaf(node_noises, 1) if record_noises else None,  # [B L, S, ...]
+        network_evaluations=trees * plan.network_evaluations(),
     )
 
 

@@ -114,7 +114,9 @@ class Policy(Protocol):
     family: str
     rollout_logp_is_exact: bool
 
-    def rollout(self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train") -> Rollout:
+    def rollout(
+        self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train"
+    ) -> Rollout:
         """Sample ``group_size`` outputs for each row; ``mode="eval"`` uses the evaluation sampling settings."""
         ...
 

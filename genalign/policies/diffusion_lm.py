@@ -115,7 +115,9 @@ class DiffusionLMPolicyConfig:
         check_hyperparameters(LIKELIHOOD_PROXIES, self.likelihood_proxy, self.proxy_args)  # unknown name or keyword
         reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(self.proxy_args)
         if reserved:
-            raise ValueError(f"policy.proxy_args sets {sorted(reserved)}, which the policy supplies itself; remove them.")
+            raise ValueError(
+                f"policy.proxy_args sets {sorted(reserved)}, which the policy supplies itself; remove them."
+            )
         check_generation_args(gen_length=self.gen_length, block_length=self.block_length, steps=self.steps, mask_id=0)
         checks: list[tuple[bool, str]] = [
             (self.temperature >= 0, f"policy.temperature={self.temperature} must be >= 0 (0 is greedy)."),

@@ -12,11 +12,24 @@ space, classifier-free guidance recomputed in training with the unconditional br
 FLUX's embedded guidance), EMA of the trainable weights for evaluation, gradient checkpointing, fp32 / bf16 / fp16
 weights with float32 latents and log-probabilities. LoRA weights are saved in the format of diffusers'
 ``load_lora_weights``.
+
+Options beyond independent SDE rollouts (issue 7):
+
+* ``tree``: each group is the leaves of one trajectory tree (BranchGRPO [170], TempFlow-GRPO [168], G2RPO-style
+  single split; :mod:`genalign.policies.flow_tree`); leaves are stored and scored like independent trajectories, and
+  ``Rollout.info["nfe_per_sample"]`` reports the network evaluations per leaf. Trainer hook
+  ``per_action_advantages(rollout, advantages [N]) -> [N, T]`` gives the per-depth credit.
+* ``step_weighting="noise_aware"``: TempFlow-GRPO per-step weights in ``per_sample["action_weights"]``.
+* ``step_rewards="dense"``: DenseGRPO [148] step advantages from the trainer hook
+  ``dense_step_advantages(rollout, reward_fn) -> [N, T] | None``.
+* ``likelihood_free``: DiffusionNFT / V-GRPO [10] (:mod:`genalign.policies.flow_likelihood_free`; ``build_policy``
+  returns that subclass).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,15 +37,21 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from genalign.algorithms import flow_credit
 from genalign.pipelines.flow import (
     FlowLogProbPipeline,
     adapters_disabled,
     concat_trajectories,
     denoise,
+    denoise_tree,
+    ode_complete,
     score_transitions,
 )
 from genalign.pipelines.flow_models import PromptEmbeddings
 from genalign.policies.base import Rollout, ScoreOutput
+from genalign.policies.flow_tree import TREE_PLAN_KEY, TreeRolloutConfig, plan_for_iteration, tree_step_advantages
+from genalign.policies.flow_tree import trained_steps as tree_trained_steps
+from genalign.schedulers.branching import noise_aware_step_weights
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
 from genalign.schedulers.train_steps import StepMasks, TrainStepsConfig, select_train_steps
 
@@ -41,6 +60,47 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 #: closed-form KL in mean space, ``|mean - mean_ref|^2 / (2 std^2)`` (the exact KL the k1/k2/k3 estimators estimate).
 KL_ESTIMATORS = ("mean_space", "k1", "k2", "k3")
 COND, UNCOND = "cond.", "uncond."  # per_sample key prefixes of the cached prompt embeddings
+
+
+@dataclass
+class LikelihoodFreeConfig:
+    """Objectives without the SDE likelihood (:mod:`genalign.policies.flow_likelihood_free`)."""
+
+    method: Literal["none", "nft", "elbo"] = field(
+        default="none",
+        metadata={"help": "none: SDE log-probs (Flow-GRPO); nft: DiffusionNFT; elbo: V-GRPO ELBO-surrogate ratio."},
+    )
+    num_timesteps: int = field(
+        default=2, metadata={"help": "Flow-matching points (sigma, noise) per sample; each is one action."}
+    )
+    timestep_sampling: Literal["uniform", "logit_normal"] = field(
+        default="uniform", metadata={"help": "Distribution of the training sigmas in (0, 1)."}
+    )
+    deterministic_rollout: bool = field(
+        default=True, metadata={"help": "Sample training rollouts with the ODE (any solver works for these methods)."}
+    )
+    nft_beta: float = field(default=1.0, metadata={"help": "DiffusionNFT guidance strength beta of v+ / v-."})
+    nft_advantage_clip: float = field(
+        default=1.0, metadata={"help": "DiffusionNFT optimality r = 0.5 + 0.5 clip(A / this, -1, 1)."}
+    )
+    old_decay: float = field(
+        default=0.9, metadata={"help": "DiffusionNFT old model: old <- decay old + (1 - decay) theta per update."}
+    )
+    elbo_scale: float = field(
+        default=1.0, metadata={"help": "V-GRPO: log-likelihood proxy = -elbo_scale * flow-matching error."}
+    )
+
+    def validate(self) -> None:
+        if self.num_timesteps < 1:
+            raise ValueError(f"policy.likelihood_free.num_timesteps={self.num_timesteps} must be >= 1.")
+        if self.nft_beta <= 0:
+            raise ValueError(f"policy.likelihood_free.nft_beta={self.nft_beta} must be > 0.")
+        if self.nft_advantage_clip <= 0:
+            raise ValueError(f"policy.likelihood_free.nft_advantage_clip={self.nft_advantage_clip} must be > 0.")
+        if not 0 <= self.old_decay < 1:
+            raise ValueError(f"policy.likelihood_free.old_decay={self.old_decay} must be in [0, 1).")
+        if self.elbo_scale <= 0:
+            raise ValueError(f"policy.likelihood_free.elbo_scale={self.elbo_scale} must be > 0.")
 
 
 @dataclass
@@ -84,6 +144,21 @@ class FlowPolicyConfig:
     train_steps: TrainStepsConfig = field(
         default_factory=TrainStepsConfig, metadata={"help": "Stochastic/trained steps."}
     )
+    tree: TreeRolloutConfig = field(
+        default_factory=TreeRolloutConfig, metadata={"help": "Branch/tree rollouts (BranchGRPO, TempFlow, G2RPO)."}
+    )
+    step_rewards: Literal["terminal", "dense"] = field(
+        default="terminal",
+        metadata={"help": "dense: per-step advantages from reward gains of ODE-completed predictions (DenseGRPO)."},
+    )
+    step_weighting: Literal["none", "noise_aware"] = field(
+        default="none",
+        metadata={"help": "Per-step advantage weights: noise_aware = proportional to the step's std (TempFlow-GRPO)."},
+    )
+    likelihood_free: LikelihoodFreeConfig = field(
+        default_factory=LikelihoodFreeConfig,
+        metadata={"help": "Likelihood-free objectives (DiffusionNFT, V-GRPO) instead of SDE log-probs."},
+    )
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank on attention projections; 0 trains all weights."})
     lora_alpha: float = field(default=64.0, metadata={"help": "LoRA alpha."})
     lora_target_modules: list[str] | None = field(
@@ -93,7 +168,8 @@ class FlowPolicyConfig:
         default=0,
         metadata={
             "help": "Samples per denoising forward in rollouts (0 = all at once); set it to the trainer's "
-            "micro_batch_size so that rollout and score see the same batches (bit-exact ratio)."
+            "micro_batch_size so that rollout and score see the same batches (bit-exact ratio). Tree rollouts "
+            "sample max(1, sample_batch_size // leaves) trees at a time."
         },
     )
     prompt_cache_size: int = field(default=1024, metadata={"help": "Prompts whose embeddings are kept (LRU)."})
@@ -128,6 +204,13 @@ class FlowPolicyConfig:
         if self.dtype == "float16" and self.lora_rank == 0:
             raise ValueError("policy.dtype='float16' with lora_rank=0 trains float16 weights; use bfloat16 or LoRA.")
         self.train_steps.validate()
+        self.tree.validate(self.num_steps)
+        self.likelihood_free.validate()
+        if self.tree.enabled and self.likelihood_free.method != "none":
+            raise ValueError(
+                f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
+                "rollouts need SDE log-probs; disable one of them."
+            )
 
 
 class FlowPolicy:
@@ -262,10 +345,12 @@ class FlowPolicy:
                     f"row {index} has no string 'prompt' field (keys: {sorted(row)}); flow policies need one."
                 )
         cfg = self.config
+        training = mode == "train"
+        if training and cfg.tree.enabled:
+            return self._tree_rollout(rows, group_size)
         expanded = [row for row in rows for _ in range(group_size)]
         prompts = [row["prompt"] for row in expanded]
         n = len(expanded)
-        training = mode == "train"
         num_steps = cfg.num_steps if training else cfg.eval_num_steps
         guidance = cfg.guidance_scale if training or cfg.eval_guidance_scale is None else cfg.eval_guidance_scale
         if training:
@@ -326,6 +411,8 @@ class FlowPolicy:
             per_sample["noise_level"] = masks.sde.float().to(self.device) * cfg.noise_level  # [N, T]
             per_sample |= {COND + k: v for k, v in cond.items()}
             per_sample |= {UNCOND + k: v for k, v in (uncond or {}).items()}
+            if cfg.step_weighting == "noise_aware":
+                per_sample["action_weights"] = self._noise_aware_weights(action_mask)  # [N, T]
         cfg_passes = 1 if uncond is None else 2
         return Rollout(
             rows=expanded,
@@ -336,6 +423,152 @@ class FlowPolicy:
             per_sample=per_sample,
             info={"nfe_per_sample": num_steps * cfg_passes, "num_steps": num_steps, "guidance_scale": guidance},
         )
+
+    def _tree_rollout(self, rows: list[dict[str, Any]], group_size: int) -> Rollout:
+        """Training rollout as trajectory trees: one tree per row whose ``group_size`` leaves are the group."""
+        cfg = self.config
+        plan = plan_for_iteration(cfg.tree, num_steps=cfg.num_steps, iteration=self.iteration)
+        if group_size != plan.num_leaves:
+            raise ValueError(
+                f"group_size={group_size} but the tree has {plan.num_leaves} leaves (branching={plan.branching} ** "
+                f"{plan.depth} splits); set algorithm.group_size={plan.num_leaves} or change policy.tree."
+            )
+        expanded = [row for row in rows for _ in range(group_size)]
+        n, num_steps = len(expanded), cfg.num_steps
+        tree_prompts = [row["prompt"] for row in rows]
+        cond, uncond = self._embeddings(tree_prompts)
+        if not self.sampler.arch.uses_true_cfg or cfg.guidance_scale == 1.0:
+            uncond = None
+        roots = self.sampler.prepare(
+            len(rows),
+            height=cfg.height,
+            width=cfg.width,
+            num_frames=cfg.num_frames,
+            num_inference_steps=num_steps,
+            generator=self.generator,
+        )
+        trees_per_chunk = max(1, (cfg.sample_batch_size or n) // plan.num_leaves)
+        pieces, outputs = [], []
+        for start in range(0, len(rows), trees_per_chunk):
+            part = slice(start, min(start + trees_per_chunk, len(rows)))
+            piece = denoise_tree(
+                self.sampler.arch,
+                self.transformer,
+                self.sampler.scheduler,
+                roots[part],
+                {k: v[part] for k, v in cond.items()},
+                None if uncond is None else {k: v[part] for k, v in uncond.items()},
+                plan=plan,
+                guidance_scale=cfg.guidance_scale,
+                noise_level=cfg.noise_level,
+                generator=self.generator,
+                record_latents=True,
+                prompts=tree_prompts[part],
+            )
+            pieces.append(piece)
+            outputs += self.sampler.decode(piece.final, height=cfg.height, width=cfg.width)
+        trajectory = concat_trajectories(pieces)
+        stochastic = plan.stochastic_steps().to(self.device).expand(n, num_steps)  # [N, T]
+        trained = tree_trained_steps(cfg.tree, plan).to(self.device).expand(n, num_steps)  # [N, T]
+        action_mask = (trained & trajectory.stochastic).float()  # [N, T]
+        per_sample: dict[str, Tensor | list[Any]] = {
+            "latents": trajectory.latents,  # [N, T + 1, ...]
+            "noise_level": stochastic.float() * cfg.noise_level,  # [N, T]
+            "tree_leaf": torch.arange(plan.num_leaves).repeat(len(rows)),  # [N]
+        }
+        per_sample |= {COND + k: v.repeat_interleave(group_size, dim=0) for k, v in cond.items()}
+        per_sample |= {UNCOND + k: v.repeat_interleave(group_size, dim=0) for k, v in (uncond or {}).items()}
+        if cfg.step_weighting == "noise_aware":
+            per_sample["action_weights"] = self._noise_aware_weights(action_mask)  # [N, T]
+        cfg_passes = 1 if uncond is None else 2
+        evaluations = sum(piece.network_evaluations for piece in pieces) * cfg_passes
+        return Rollout(
+            rows=expanded,
+            outputs=outputs,
+            group_ids=torch.arange(len(rows)).repeat_interleave(group_size),
+            old_logp=trajectory.log_probs * action_mask,  # [N, T]
+            action_mask=action_mask,
+            per_sample=per_sample,
+            info={
+                "nfe_per_sample": evaluations / n,
+                "nfe_per_sample_independent": num_steps * cfg_passes,
+                "num_steps": num_steps,
+                "guidance_scale": cfg.guidance_scale,
+                "tree_leaves": plan.num_leaves,
+                TREE_PLAN_KEY: plan,
+            },
+        )
+
+    def _noise_aware_weights(self, action_mask: Tensor) -> Tensor:
+        """TempFlow-GRPO [168] weights ``[N, T]``: each trained step's transition std at the configured noise level,
+        normalised to mean 1 over the trained steps (schedule of the current rollout)."""
+        sigmas = self.sampler.scheduler.sigmas.float()  # [T + 1]
+        steps = action_mask.shape[1]
+        unit = torch.zeros(steps, 1)
+        _, std = SDE_DYNAMICS.get(self.config.dynamics)(
+            unit,
+            unit,
+            sigmas[:steps].cpu(),
+            sigmas[1 : steps + 1].cpu(),
+            noise_level=self.config.noise_level,
+            sigma_max=float(sigmas[1]) if len(sigmas) > 1 else 1.0,
+        )  # std: [T, 1]
+        return noise_aware_step_weights(std[:, 0], action_mask.cpu() > 0).to(action_mask.device)  # [N, T]
+
+    def per_action_advantages(self, rollout: Rollout, advantages: Tensor) -> Tensor:
+        """Trainer hook: per-step advantages ``[N, T]`` of a tree rollout (per-depth BranchGRPO credit, width
+        pruning) from the per-leaf advantages ``[N]`` of the WHOLE rollout; other rollouts, or advantages that are
+        already per action, are returned unchanged."""
+        plan = rollout.info.get(TREE_PLAN_KEY)
+        if plan is None or advantages.dim() != 1:
+            return advantages
+        logp = rollout.old_logp if self.config.tree.node_reward == "probability_weighted" else None
+        steps = tree_step_advantages(self.config.tree, plan, advantages.cpu(), None if logp is None else logp.cpu())
+        return steps.to(advantages.device)  # [N, T]
+
+    @torch.no_grad()
+    def dense_step_advantages(
+        self, rollout: Rollout, reward_fn: Callable[[list[dict[str, Any]], list[Any]], Tensor]
+    ) -> Tensor | None:
+        """Trainer hook (DenseGRPO [148]): per-step advantages ``[N, T]`` from the reward gain of each trained step,
+        ``R(ODE completion of x_{t+1}) - R(ODE completion of x_t)``, normalised per step within each group; None when
+        ``step_rewards`` is ``"terminal"`` (the trainer then keeps its usual advantages).
+
+        Args:
+            reward_fn: ``(rows [n], outputs [n]) -> [n]`` combined reward of decoded outputs (the trainer's rewards).
+        """
+        if self.config.step_rewards != "dense":
+            return None
+        data = rollout.per_sample
+        if "latents" not in data:
+            raise ValueError("dense step rewards need a training rollout with stored latents.")
+        latents = data["latents"].to(self.device)  # [N, T + 1, ...]
+        cond = {k[len(COND) :]: v.to(self.device) for k, v in data.items() if k.startswith(COND)}
+        uncond = {k[len(UNCOND) :]: v.to(self.device) for k, v in data.items() if k.startswith(UNCOND)} or None
+        guidance = float(rollout.info.get("guidance_scale", self.config.guidance_scale))
+        num_steps = rollout.num_actions
+        self.sampler.set_schedule(num_steps, latents[:, 0])
+        trained = rollout.action_mask.bool()  # [N, T]
+        needed = sorted({t for step in trained.any(0).nonzero().flatten().tolist() for t in (step, step + 1)})
+        step_rewards = torch.full((len(rollout), num_steps + 1), float("nan"))  # [N, T + 1]
+        chunk = self.config.sample_batch_size or len(rollout)
+        for state in needed:
+            for start in range(0, len(rollout), chunk):
+                part = slice(start, min(start + chunk, len(rollout)))
+                final = ode_complete(
+                    self.sampler.arch,
+                    self.transformer,
+                    self.sampler.scheduler,
+                    latents[part, state],
+                    state,
+                    {k: v[part] for k, v in cond.items()},
+                    None if uncond is None else {k: v[part] for k, v in uncond.items()},
+                    guidance_scale=guidance,
+                )
+                images = self.sampler.decode(final, height=self.config.height, width=self.config.width)
+                step_rewards[part, state] = reward_fn(rollout.rows[part], images).float().cpu()
+        advantages = flow_credit.dense_step_advantages(step_rewards, rollout.group_ids.cpu()).nan_to_num(0.0)  # [N, T]
+        return (advantages * trained.cpu().float()).to(rollout.action_mask.device)
 
     # -------------------------------------------------------------------------------------------- score
     def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
@@ -415,7 +648,13 @@ class FlowPolicy:
 
 
 def build_policy(config: FlowPolicyConfig, device: str | torch.device = "cpu") -> FlowPolicy:
-    """Build the flow-matching policy of ``config`` on ``device``."""
+    """Build the flow-matching policy of ``config`` on ``device`` (the likelihood-free subclass when
+    ``config.likelihood_free.method`` is not ``"none"``)."""
+    if config.likelihood_free.method != "none":
+        from genalign.policies.flow_likelihood_free import DiffusionNFTFlowPolicy, LikelihoodFreeFlowPolicy
+
+        policy_class = DiffusionNFTFlowPolicy if config.likelihood_free.method == "nft" else LikelihoodFreeFlowPolicy
+        return policy_class(config, device)
     return FlowPolicy(config, device)
 
 

@@ -138,6 +138,8 @@ class VLMPolicyConfig:
             raise ValueError("policy.lora.target_modules is empty while lora.rank > 0; name the linear layers")
         if self.reference == "lora_disabled" and self.lora.rank == 0:
             raise ValueError("policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'")
+        if not all(self.stop):
+            raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
 
 
 CONFIG_CLASS = VLMPolicyConfig

@@ -9,6 +9,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "TreePlan": "genalign.schedulers.branching",
+    "node_rewards": "genalign.schedulers.branching",
+    "per_depth_advantages": "genalign.schedulers.branching",
+    "leaf_step_advantages": "genalign.schedulers.branching",
     "FlowSDEScheduler": "genalign.schedulers.flow_sde",
     "FlowSDESchedulerOutput": "genalign.schedulers.flow_sde",
     "SDE_DYNAMICS": "genalign.schedulers.sde_dynamics",

@@ -162,6 +162,7 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
         noise_level: float | Tensor | None = None,
         dynamics: str | None = None,
         generator: torch.Generator | None = None,
+        noise: Tensor | None = None,
         return_dict: bool = True,
     ) -> FlowSDESchedulerOutput | tuple[Tensor, Tensor, Tensor, Tensor]:
         """Sample (or, with ``prev_sample``, score) one transition from ``sample`` at ``timestep``.
@@ -176,6 +177,8 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
             noise_level: overrides ``config.noise_level``; a float or ``[B]`` (0 makes that sample's step an ODE step).
             dynamics: overrides ``config.dynamics``.
             generator: random source for the transition noise.
+            noise: ``[B, ...]`` standard-normal noise to use instead of drawing it (trajectory trees replay the noise
+                of a branch; ignored when ``prev_sample`` is given).
             return_dict: return :class:`FlowSDESchedulerOutput` (else a tuple, ``prev_sample`` first).
         """
         if self.num_inference_steps is None:
@@ -199,7 +202,10 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
             sample_f32, model_output.float(), sigma.float(), sigma_next.float(), noise_level=level, sigma_max=sigma_max
         )  # [B, ...], [B, 1, ...]
         if prev_sample is None:
-            noise = torch.randn(sample.shape, generator=generator, device=sample.device, dtype=torch.float32)
+            if noise is None:
+                noise = torch.randn(sample.shape, generator=generator, device=sample.device, dtype=torch.float32)
+            elif noise.shape != sample.shape:
+                raise ValueError(f"noise has shape {tuple(noise.shape)} but sample has {tuple(sample.shape)}.")
             next_f32 = mean + std * noise  # [B, ...]
         else:
             if prev_sample.shape != sample.shape:

@@ -17,7 +17,7 @@ class StepAdvantages:
     advantages: Tensor  # [n] local
     combined_reward: Tensor  # [n] local, after KL-in-reward shaping
     zero_std: Tensor  # [n] bool local: the sample's group has (near-)identical rewards
-    stats: dict[str, float]  # global statistics for logging
+    stats: dict[str, float]  # statistics over the global batch (all processes), for logging
 
 
 def step_advantages(
@@ -40,6 +40,11 @@ def step_advantages(
     )  # [N]
     zero_std = alg.zero_std_mask(combined, all_groups, tol=cfg.dynamic_sampling.std_tol)  # [N]
     stats = dict(stats)
-    stats["frac_reward_zero_std"] = float(alg.frac_reward_zero_std(combined, all_groups, tol=cfg.dynamic_sampling.std_tol))
+    stats["frac_reward_zero_std"] = float(
+        alg.frac_reward_zero_std(combined, all_groups, tol=cfg.dynamic_sampling.std_tol)
+    )
     stats["advantage/abs_mean"] = float(advantages.abs().mean())
+    valid = combined[~combined.isnan()]
+    stats["reward/mean"] = float(valid.mean()) if valid.numel() else float("nan")
+    stats["reward/std"] = float(valid.std()) if valid.numel() > 1 else 0.0
     return StepAdvantages(advantages[start:stop], combined[start:stop], zero_std[start:stop], stats)

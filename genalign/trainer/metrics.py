@@ -50,7 +50,9 @@ class JsonlLog:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line]
 
 
-def dump_samples(directory: Path, step: int, prompts: list[str], outputs: list[Any], rewards: list[float], k: int) -> None:
+def dump_samples(
+    directory: Path, step: int, prompts: list[str], outputs: list[Any], rewards: list[float], k: int
+) -> None:
     """Write the first ``k`` samples of a step: text to ``samples/step-N.jsonl``, images to PNG files beside it."""
     directory.mkdir(parents=True, exist_ok=True)
     records = []

@@ -75,7 +75,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
     stream = PromptStream(load_rows(config.data.train), seed=run.seed)
     eval_rows = load_rows(config.data.eval)[: config.eval.num_prompts] if config.data.eval else []
     parameters = policy.trainable_parameters()
-    optimizer, scheduler = build_optimizer(parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches)
+    optimizer, scheduler = build_optimizer(
+        parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
+    )
     metrics_log, eval_log = JsonlLog(out / METRICS_FILE), JsonlLog(out / EVAL_FILE)
     if run.trackers:
         accelerator.init_trackers("genalign", config={"output_dir": run.output_dir})
@@ -97,7 +99,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
             result = {"step": step, **evaluate(policy, eval_rows, rewards, batch_size=config.eval.batch_size,
                                                accuracy_reward=config.eval.accuracy_reward)}  # fmt: skip
             eval_log.append(result)
-            accelerator.print(f"step {step}: held-out accuracy {result['eval/accuracy']:.3f} on {len(eval_rows)} prompts")
+            accelerator.print(
+                f"step {step}: held-out accuracy {result['eval/accuracy']:.3f} on {len(eval_rows)} prompts"
+            )
         accelerator.wait_for_everyone()
         return result
 
@@ -142,10 +146,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
         adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample)
         advantages = adv.advantages  # [n]
         if cfg.credit != "none":
-            weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(advantages, rollout.action_mask, prepass.entropy, **cfg.credit_args)
+            weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
+                advantages, rollout.action_mask, prepass.entropy, **cfg.credit_args
+            )
             advantages = advantages[:, None] * weights  # [n, T]
         if "action_weights" in rollout.per_sample:
-            advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample["action_weights"]
+            advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample[
+                "action_weights"
+            ]
         old_logp = None
         if not cfg.fully_on_policy:
             old_logp = rollout.old_logp if policy.rollout_logp_is_exact else prepass.old_logp
@@ -207,8 +215,8 @@ def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update
     lengths = mask.sum(1)
     record: dict[str, Any] = {
         "step": step,
-        "reward/mean": float(adv.combined_reward.nanmean()),
-        "reward/std": float(_nanstd(adv.combined_reward)),
+        "reward/mean": adv.stats["reward/mean"],
+        "reward/std": adv.stats["reward/std"],
         "num_samples": len(rollout),
         "completion_length/mean": float(lengths.mean()),
         "frac_reward_zero_std": adv.stats["frac_reward_zero_std"],
@@ -229,11 +237,6 @@ def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update
         if isinstance(value, (int, float)):
             record[f"rollout/{key}"] = value
     return record
-
-
-def _nanstd(x: torch.Tensor) -> torch.Tensor:
-    valid = x[~x.isnan()]
-    return valid.std() if valid.numel() > 1 else torch.tensor(0.0)
 
 
 def _progress(run, start_step: int, main: bool):

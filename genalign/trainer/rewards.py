@@ -40,7 +40,9 @@ class RewardSet:
             except TypeError as err:
                 raise ValueError(f"rewards[{i}] ({spec.fn}): bad args {spec.args}: {err}") from None
 
-    def __call__(self, rows: list[dict[str, Any]], outputs: list[Any], **extra_columns: list[Any]) -> tuple[Tensor, Tensor]:
+    def __call__(
+        self, rows: list[dict[str, Any]], outputs: list[Any], **extra_columns: list[Any]
+    ) -> tuple[Tensor, Tensor]:
         """``extra_columns`` come from the rollout (e.g. ``completion_length``, the number of actions per sample)."""
         prompts = [prompt_text(r) for r in rows]
         keys = sorted({k for r in rows for k in r if k != "prompt"})

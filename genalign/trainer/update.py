@@ -46,7 +46,7 @@ def score_without_grad(
             logps.append(out.logp.float())
             entropies.append(out.entropy)
             kls.append(out.kl)
-    cat = (lambda xs: torch.cat(xs) if xs and all(x is not None for x in xs) else None)  # noqa: E731
+    cat = lambda xs: torch.cat(xs) if xs and all(x is not None for x in xs) else None  # noqa: E731
     return PrePass(old_logp=torch.cat(logps), entropy=cat(entropies), kl=cat(kls))
 
 

@@ -47,7 +47,10 @@ def test_builds_nested_dataclasses_and_converts_ints_to_floats():
         ({"steps": "3"}, "steps: expected an integer, got '3'"),
         ({"steps": True}, "steps: expected an integer"),
         ({"flag": "yes"}, "flag: expected true or false"),
-        ({"inner": {"mode": "fats"}}, "inner.mode: 'fats' is not valid; use one of 'fast', 'slow'. Did you mean 'fast'?"),
+        (
+            {"inner": {"mode": "fats"}},
+            "inner.mode: 'fats' is not valid; use one of 'fast', 'slow'. Did you mean 'fast'?",
+        ),
         ({"tags": "a"}, "tags: expected a list"),
         ({"items": [{"rate": -1}]}, "rate = -1.0 must be >= 0"),
         ({"name": 5}, "name: expected a string"),

@@ -48,7 +48,8 @@ TINY = [
     "algorithm.group_size=4", "algorithm.prompts_per_step=4", "algorithm.micro_batch_size=16",
     "algorithm.minibatches=2", "run.max_steps=2", "run.max_time_minutes=null", "run.progress_bar=false",
     "run.num_threads=1", "run.sample_every=0", "run.save_every=0", "eval.num_prompts=8", "eval.batch_size=8",
-    "eval.at_start=false",
+    "eval.at_start=false", "data.train.args.size=64", "data.eval.args.size=8",
+    "algorithm.objective_args={}",  # each case sets the keywords of its own level and clip form
 ]  # fmt: skip
 
 #: clip forms and ratio-level settings that need ObjectiveContext fields the trainer does not pass yet

@@ -247,3 +247,36 @@ def test_bad_inputs_are_named(model_dirs):
     full = build_policy(_config(model_dirs, lora_rank=0))
     with pytest.raises(ValueError, match="lora_rank=0"):
         full.score(full.rollout(ROWS[:1], group_size=1), kl_estimator="k3")
+
+
+def test_dense_step_advantages_hook_normalises_reward_gains_per_step(model_dirs):
+    policy = build_policy(_config(model_dirs, step_rewards="dense"))
+    rollout = policy.rollout(ROWS, group_size=2)
+    calls = []
+
+    def reward_fn(rows, outputs):  # call c (state c, one chunk) gives sample i the reward c * (i + 1)
+        calls.append(len(outputs))
+        return torch.arange(1, len(outputs) + 1, dtype=torch.float32) * (len(calls) - 1)
+
+    advantages = policy.dense_step_advantages(rollout, reward_fn)
+    assert calls == [4] * 5  # states x_0 .. x_4 are completed and scored
+    # gain of every step = i + 1: groups {1, 2} and {3, 4} -> -1, +1 after normalisation
+    expected = torch.tensor([-1.0, 1.0, -1.0, 1.0])[:, None].expand(4, 4) / (1 + 2e-4)
+    assert torch.allclose(advantages, expected * rollout.action_mask, atol=1e-4)
+    assert build_policy(_config(model_dirs)).dense_step_advantages(rollout, reward_fn) is None
+
+
+def test_ode_completion_from_the_noise_equals_an_ode_rollout(model_dirs):
+    from genalign.pipelines.flow import denoise, ode_complete
+
+    policy = build_policy(_config(model_dirs))
+    sampler = policy.sampler
+    cond, uncond = policy._embeddings(["two red circles"])
+    noise = sampler.prepare(1, height=16, width=16, num_frames=1, num_inference_steps=4,
+                            generator=torch.Generator().manual_seed(0))  # fmt: skip
+    completed = ode_complete(sampler.arch, policy.transformer, sampler.scheduler, noise, 0, cond, uncond,
+                             guidance_scale=3.0)  # fmt: skip
+    ode = denoise(sampler.arch, policy.transformer, sampler.scheduler, noise, cond, uncond, guidance_scale=3.0,
+                  sde_mask=torch.zeros(1, 4, dtype=torch.bool), noise_level=0.7, generator=None,
+                  record_latents=False)  # fmt: skip
+    assert torch.allclose(completed, ode.final, atol=1e-6)

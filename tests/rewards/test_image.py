@@ -138,13 +138,16 @@ def test_weighted_sum_by_hand():
         REWARDS.get("weighted_sum")(rewards={"jpeg_compressibility": {"wieght": 1.0}})
 
 
-def test_weighted_sum_propagates_none():
-    REWARDS_NONE = "test_image_none_reward"
-    if REWARDS_NONE not in REWARDS:
-        REWARDS.register(REWARDS_NONE)(lambda: lambda prompts, completions, **c: [None, 1.0])
-    combined = REWARDS.get("weighted_sum")(rewards={REWARDS_NONE: {}, "jpeg_compressibility": {"weight": 0.0}})
+def test_weighted_sum_propagates_none(monkeypatch):
+    def half_applicable(**_args):
+        return lambda prompts, completions, **columns: [None, 1.0]
+
+    monkeypatch.setitem(REWARDS._items, "test_half_applicable", half_applicable)  # removed after the test
+    combined = REWARDS.get("weighted_sum")(
+        rewards={"test_half_applicable": {"weight": 3.0}, "jpeg_compressibility": {"weight": 0.0}}
+    )
     flat = Image.new("RGB", (8, 8))
-    assert combined(["a", "b"], [flat, flat]) == [None, 1.0]
+    assert combined(["a", "b"], [flat, flat]) == [None, 3.0]
 
 
 def test_async_rewards_match_direct_calls():

@@ -45,7 +45,9 @@ def write_config(tmp_path: Path, **sections) -> Path:
 
 def run_cli(*args: str, launcher: tuple[str, ...] = (sys.executable,), check: bool = True):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([*launcher, str(RUN_TOY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*launcher, str(RUN_TOY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

@@ -30,8 +30,10 @@ class ToyPolicyConfig:
     init_scale: float = field(default=0.0, metadata={"help": "std of the initial logits"})
     layout_free_sampling: bool = field(
         default=False,
-        metadata={"help": "draw each sample from a generator seeded by (step, pid, member): rollouts then do not "
-                  "depend on how prompts are spread over processes"},
+        metadata={
+            "help": "draw each sample from a generator seeded by (step, pid, member): rollouts then do not "
+            "depend on how prompts are spread over processes"
+        },
     )
 
 
@@ -61,10 +63,14 @@ class ToyPolicy(nn.Module):
                 tokens = logp_table.argmax(-1)  # [N, T]
             elif self.cfg.layout_free_sampling:
                 members = torch.arange(group_size).repeat(len(rows))  # [N]
-                tokens = torch.stack([
-                    torch.multinomial(p.exp(), 1, generator=torch.Generator().manual_seed(self.step * 7919 + pid * 31 + m))[:, 0]
-                    for p, pid, m in zip(logp_table, pids.tolist(), members.tolist())
-                ])  # [N, T]
+                tokens = torch.stack(
+                    [
+                        torch.multinomial(
+                            p.exp(), 1, generator=torch.Generator().manual_seed(self.step * 7919 + pid * 31 + m)
+                        )[:, 0]
+                        for p, pid, m in zip(logp_table, pids.tolist(), members.tolist())
+                    ]
+                )  # [N, T]
             else:
                 tokens = torch.distributions.Categorical(logits=logp_table).sample()  # [N, T]
             old_logp = logp_table.gather(-1, tokens[..., None])[..., 0]
@@ -114,7 +120,9 @@ def toy_rows(num_prompts: int) -> list[dict]:
     """Prompt i's answer is a fixed letter string; the reward is the fraction of matching letters."""
     gen = torch.Generator().manual_seed(1234)
     answers = torch.randint(0, len(LETTERS), (num_prompts, 3), generator=gen).tolist()
-    return [{"prompt": f"prompt {i}", "pid": i, "answer": "".join(LETTERS[t] for t in a)} for i, a in enumerate(answers)]
+    return [
+        {"prompt": f"prompt {i}", "pid": i, "answer": "".join(LETTERS[t] for t in a)} for i, a in enumerate(answers)
+    ]
 
 
 _CALLS = {"n": 0}

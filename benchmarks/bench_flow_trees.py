@@ -1,0 +1,262 @@
+"""Tree rollouts, step-level credit and likelihood-free objectives for flow models, side by side in one run
+(results in benchmarks/flow_trees_results.md and flow_trees_reward_vs_time.png).
+
+1. **Cost per iteration, independent vs tree rollouts at 16 leaves**: network evaluations per leaf and wall time of
+   the rollout and of a full training iteration (rollout + score + backward + optimizer step) for 16 independent
+   Flow-GRPO samples (SDE and training on every step) against one BranchGRPO tree (splits at 0, 3, 6, 9 of 20, two
+   children, SDE at the splits, ODE edges, the 4 split steps trained) and a late-split tree (12, 14, 16, 18).
+2. **Reward against wall time** for plain Flow-GRPO, MixGRPO window, tree rollouts (per-depth advantages),
+   Chunk-GRPO, DiffusionNFT and V-GRPO, each trained for the same wall-time budget from the same weights with the
+   same prompts, group size, learning rate and LoRA, with a loop that mirrors the trainer (policy hooks included).
+   The held-out reward is measured with ODE sampling (the policy's eval rollout) before and after.
+
+Usage::
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_flow_trees.py [--model DIR] [--budget 60] [--threads 1] [--out-dir DIR]
+
+Without ``--model`` it uses the demo model ``genalign/assets/shapes-t2i`` when present (reward ``geneval_shapes`` on
+its prompts is then the natural choice, ``--reward``), else a small SD3 built from a config (random weights) with the
+``brightness`` reward (mean pixel value, a reward any model can climb).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # bench_flow, genalign
+
+from bench_flow import DEMO_MODEL, small_sd3  # noqa: E402
+
+from genalign.algorithms import compute_advantages, policy_loss  # noqa: E402
+from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, build_policy  # noqa: E402
+from genalign.policies.flow_tree import TreeRolloutConfig  # noqa: E402
+from genalign.schedulers import TrainStepsConfig  # noqa: E402
+from genalign.schedulers.branching import TreePlan  # noqa: E402
+
+PROMPTS = ["two red circles", "a blue square", "three green triangles", "a yellow circle on the left"]
+
+
+def brightness(outputs: list[Any]) -> torch.Tensor:
+    """Mean pixel value in [0, 1] of each image."""
+    return torch.tensor([float(np.asarray(o, dtype=np.float32).mean()) / 255.0 for o in outputs])
+
+
+def make_reward(name: str):
+    if name == "brightness":
+        return lambda rows, outputs: brightness(outputs)
+    from genalign.rewards.image import build_reward
+
+    reward = build_reward(name)
+    return lambda rows, outputs: torch.tensor(reward([r["prompt"] for r in rows], outputs), dtype=torch.float32)
+
+
+# ------------------------------------------------------------------------------------------------- training loop
+@dataclass
+class Method:
+    name: str
+    policy: dict[str, Any]
+    ratio_level: str = "token"
+    objective_args: dict[str, Any] = field(default_factory=dict)
+    group_size: int = 8
+
+
+def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: int) -> float:
+    """One trainer-like iteration; returns the mean training reward of its rollout."""
+    policy.set_step(step)
+    rollout = policy.rollout(rows, method.group_size)
+    rewards = reward_fn(rollout.rows, rollout.outputs)  # [N]
+    advantages = compute_advantages("grpo", rewards, rollout.group_ids)  # [N]
+    hook = getattr(policy, "per_action_advantages", None)
+    if hook is not None:
+        advantages = hook(rollout, advantages)  # [N, T] for trees
+    if "action_weights" in rollout.per_sample:
+        advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample[
+            "action_weights"
+        ]
+    policy.transformer.train()
+    optimizer.zero_grad(set_to_none=True)
+    out = policy.score(rollout)
+    mask = rollout.action_mask
+    objective = getattr(policy, "objective", None)
+    if objective is not None:
+        per_action, _ = objective(rollout, out, advantages)
+    else:
+        per_action, _ = policy_loss(
+            out.logp, rollout.old_logp, advantages, mask, ratio_level=method.ratio_level, clip="ppo",
+            **({"eps_low": 1e-3, "eps_high": 1e-3} | method.objective_args),
+        )  # fmt: skip
+    loss = (per_action * mask).sum() / mask.sum().clamp_min(1.0)  # token mean
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
+    optimizer.step()
+    policy.after_optimizer_step()
+    policy.transformer.eval()
+    return float(rewards.mean())
+
+
+@torch.no_grad()
+def eval_reward(policy, reward_fn, seed: int = 123) -> float:
+    policy.generator.manual_seed(seed)
+    rows = [{"prompt": p} for p in PROMPTS]
+    rollout = policy.rollout(rows, 2, mode="eval")
+    return float(reward_fn(rollout.rows, rollout.outputs).mean())
+
+
+def base_config(model: Path, size: int, steps: int, **overrides) -> FlowPolicyConfig:
+    values = dict(
+        model=str(model), height=size, width=size, num_steps=steps, eval_num_steps=steps, guidance_scale=4.5,
+        max_sequence_length=16, lora_rank=8, lora_alpha=8.0, seed=0,
+    )  # fmt: skip
+    return FlowPolicyConfig(**(values | overrides))
+
+
+def reward_race(model: Path, *, size: int, steps: int, budget: float, lr: float, reward: str) -> dict[str, Any]:
+    reward_fn = make_reward(reward)
+    window = max(1, steps // 3)
+    methods = [
+        Method("Flow-GRPO", {}),
+        Method(
+            "MixGRPO window",
+            {"train_steps": TrainStepsConfig("sliding_window", "trained", window_size=window, advance_every=5)},
+        ),
+        Method("Tree (BranchGRPO)", {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6], branching=2)}),
+        Method("Chunk-GRPO", {}, ratio_level="chunk", objective_args={"chunk_size": 3}),
+        Method("DiffusionNFT", {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)}),
+        Method("V-GRPO (ELBO)", {"likelihood_free": LikelihoodFreeConfig(method="elbo", num_timesteps=2)}),
+    ]
+    rows = [{"prompt": p} for p in PROMPTS[:2]]
+    results: dict[str, Any] = {}
+    for method in methods:
+        torch.manual_seed(0)
+        policy = build_policy(base_config(model, size, steps, **method.policy))
+        optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=lr)
+        start_eval = eval_reward(policy, reward_fn)
+        times, train_rewards = [0.0], [float("nan")]
+        elapsed, step = 0.0, 0
+        while elapsed < budget:
+            step += 1
+            t0 = time.perf_counter()
+            mean_reward = train_iteration(policy, rows, method, optimizer, reward_fn, step)
+            elapsed += time.perf_counter() - t0
+            times.append(elapsed)
+            train_rewards.append(mean_reward)
+        end_eval = eval_reward(policy, reward_fn)
+        results[method.name] = {
+            "iterations": step,
+            "seconds": elapsed,
+            "seconds_per_iteration": elapsed / step,
+            "times": times,
+            "train_reward": train_rewards,
+            "eval_reward_start": start_eval,
+            "eval_reward_end": end_eval,
+        }
+        print(f"{method.name}: {step} it in {elapsed:.1f}s, eval reward {start_eval:.4f} -> {end_eval:.4f}", flush=True)
+    return results
+
+
+# ------------------------------------------------------------------------------------------ cost per iteration
+def cost_per_iteration(model: Path, *, size: int, repeats: int) -> dict[str, Any]:
+    """Independent vs tree rollouts at 16 leaves, 20 steps."""
+    rows = [{"prompt": PROMPTS[0]}]
+    settings = {
+        "independent (Flow-GRPO, 16 samples)": dict(),
+        "tree splits 0,3,6,9 (BranchGRPO)": dict(tree=TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6, 9])),
+        "tree splits 12,14,16,18": dict(tree=TreeRolloutConfig(enabled=True, split_steps=[12, 14, 16, 18])),
+    }
+    results: dict[str, Any] = {}
+    method = Method("cost", {}, group_size=16)
+    reward_fn = make_reward("brightness")
+    for name, overrides in settings.items():
+        policy = build_policy(base_config(model, size, 20, **overrides))
+        optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-4)
+        policy.rollout(rows, 16)  # warm-up
+        rollout_times, iteration_times = [], []
+        for repeat in range(repeats):
+            t0 = time.perf_counter()
+            rollout = policy.rollout(rows, 16)
+            rollout_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            train_iteration(policy, rows, method, optimizer, reward_fn, repeat + 1)
+            iteration_times.append(time.perf_counter() - t0)
+        results[name] = {
+            "nfe_per_leaf": rollout.info["nfe_per_sample"],
+            "nfe_per_leaf_independent": rollout.info.get("nfe_per_sample_independent", rollout.info["nfe_per_sample"]),
+            "trained_steps_per_leaf": float(rollout.action_mask.sum(1).mean()),
+            "rollout_s": float(np.median(rollout_times)),
+            "iteration_s": float(np.median(iteration_times)),
+        }
+        print(name, results[name], flush=True)
+    plan = TreePlan(num_steps=20, split_steps=(0, 3, 6, 9), branching=2)
+    results["check"] = {"branchgrpo_evaluations_per_tree": plan.network_evaluations()}
+    return results
+
+
+def plot(race: dict[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, result in race.items():
+        rewards = np.array(result["train_reward"][1:])
+        smooth = np.convolve(rewards, np.ones(3) / 3, mode="valid") if len(rewards) >= 3 else rewards
+        ax.plot(result["times"][1 + len(rewards) - len(smooth) :], smooth, label=name, marker=".")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("mean training reward (3-iteration average)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--reward", default=None, help="brightness (default without the demo) or a registered reward")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--budget", type=float, default=60.0, help="Wall-time budget (s) per method in part 2.")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--race-size", type=int, default=16)
+    parser.add_argument("--race-steps", type=int, default=10)
+    parser.add_argument("--cost-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent, help="Where the PNG goes.")
+    parser.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "flow_trees_results.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model is not None:
+            model, name = args.model, str(args.model)
+        elif DEMO_MODEL.exists():
+            model, name = DEMO_MODEL, "demo shapes-t2i"
+        else:
+            model, name = small_sd3(Path(tmp) / "small_sd3"), "small SD3 (random weights, 4 layers, hidden 64)"
+        reward = args.reward or "brightness"
+        report: dict[str, Any] = {"model": name, "reward": reward, "args": {k: str(v) for k, v in vars(args).items()}}
+        if not args.skip_cost:
+            report["cost"] = cost_per_iteration(model, size=args.cost_size, repeats=args.repeats)
+        report["race"] = reward_race(
+            model, size=args.race_size, steps=args.race_steps, budget=args.budget, lr=args.lr, reward=reward
+        )
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1))
+    plot(report["race"], args.out_dir / "flow_trees_reward_vs_time.png", f"{name}, reward {reward}")
+    print(f"wrote {args.json} and {args.out_dir / 'flow_trees_reward_vs_time.png'}")
+
+
+if __name__ == "__main__":
+    main()
