@@ -22,7 +22,7 @@ demo: install
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/ruff check genalign tests benchmarks scripts
 	HF_HUB_OFFLINE=1 $(BIN)/ruff format --check genalign tests benchmarks scripts
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -p no:cacheprovider tests
 
 lint:
 	$(BIN)/ruff check genalign tests benchmarks scripts

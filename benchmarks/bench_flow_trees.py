@@ -14,9 +14,10 @@ Usage::
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_flow_trees.py [--model DIR] [--budget 60] [--threads 1] [--out-dir DIR]
 
-Without ``--model`` it uses the demo model ``genalign/assets/shapes-t2i`` when present (reward ``geneval_shapes`` on
-its prompts is then the natural choice, ``--reward``), else a small SD3 built from a config (random weights) with the
-``brightness`` reward (mean pixel value, a reward any model can climb).
+Without ``--model`` it uses the demo model ``genalign/assets/shapes-t2i`` when present: train-split shapes prompts,
+``geneval_shapes`` with partial credit as the training reward, all-or-nothing accuracy on 16 held-out prompts (2 ODE
+samples each) as the evaluation. ``--model DIR`` or ``--random-model`` (a small SD3 built from a config, random
+weights) use the ``brightness`` reward (mean pixel value, a reward any model can climb).
 """
 
 from __future__ import annotations
@@ -53,13 +54,60 @@ def brightness(outputs: list[Any]) -> torch.Tensor:
     return torch.tensor([float(np.asarray(o, dtype=np.float32).mean()) / 255.0 for o in outputs])
 
 
-def make_reward(name: str):
+def make_reward(name: str, args: dict[str, Any] | None = None):
+    """``(rows, outputs) -> [n]``: ``brightness`` or a registered reward (dataset columns such as ``target`` are read
+    from the rows)."""
     if name == "brightness":
         return lambda rows, outputs: brightness(outputs)
     from genalign.rewards.image import build_reward
 
-    reward = build_reward(name)
-    return lambda rows, outputs: torch.tensor(reward([r["prompt"] for r in rows], outputs), dtype=torch.float32)
+    reward = build_reward(name, args)
+
+    def score(rows: list[dict[str, Any]], outputs: list[Any]) -> torch.Tensor:
+        columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+        return torch.tensor(reward([row["prompt"] for row in rows], outputs, **columns), dtype=torch.float32)
+
+    return score
+
+
+@dataclass
+class Setup:
+    """Model, prompts and rewards of the reward race."""
+
+    model: Path
+    name: str
+    size: int
+    max_sequence_length: int
+    train_rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]]
+    train_reward: str
+    train_reward_args: dict[str, Any]
+    eval_reward: str
+    eval_reward_args: dict[str, Any]
+
+
+def demo_setup(model: Path) -> Setup:
+    """The shapes-t2i demo: train-split prompts, partial-credit GenEval reward for training, all-or-nothing accuracy
+    on held-out prompts for evaluation (32 px, one zero T5 token: see the model card)."""
+    from genalign.data.shapes import shapes_t2i_rows
+
+    return Setup(
+        model=model,
+        name="demo shapes-t2i",
+        size=32,
+        max_sequence_length=1,
+        train_rows=shapes_t2i_rows(256, 0, split="train"),
+        eval_rows=shapes_t2i_rows(32, 1, split="test"),
+        train_reward="geneval_shapes",
+        train_reward_args={"partial_credit": True},
+        eval_reward="geneval_shapes",
+        eval_reward_args={},
+    )
+
+
+def random_setup(model: Path, name: str, size: int) -> Setup:
+    rows = [{"prompt": p} for p in PROMPTS]
+    return Setup(model, name, size, 16, rows[:2], rows, "brightness", {}, "brightness", {})
 
 
 # ------------------------------------------------------------------------------------------------- training loop
@@ -107,23 +155,28 @@ def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: in
 
 
 @torch.no_grad()
-def eval_reward(policy, reward_fn, seed: int = 123) -> float:
+def eval_reward(policy, rows: list[dict[str, Any]], reward_fn, seed: int = 123) -> float:
+    """Mean reward of 2 ODE samples (the policy's eval rollout) per held-out row, fixed initial noise."""
     policy.generator.manual_seed(seed)
-    rows = [{"prompt": p} for p in PROMPTS]
     rollout = policy.rollout(rows, 2, mode="eval")
     return float(reward_fn(rollout.rows, rollout.outputs).mean())
 
 
-def base_config(model: Path, size: int, steps: int, **overrides) -> FlowPolicyConfig:
+def base_config(model: Path, size: int, steps: int, max_sequence_length: int = 16, **overrides) -> FlowPolicyConfig:
     values = dict(
         model=str(model), height=size, width=size, num_steps=steps, eval_num_steps=steps, guidance_scale=4.5,
-        max_sequence_length=16, lora_rank=8, lora_alpha=8.0, seed=0,
+        max_sequence_length=max_sequence_length, lora_rank=8, lora_alpha=8.0, seed=0,
     )  # fmt: skip
     return FlowPolicyConfig(**(values | overrides))
 
 
-def reward_race(model: Path, *, size: int, steps: int, budget: float, lr: float, reward: str) -> dict[str, Any]:
-    reward_fn = make_reward(reward)
+def reward_race(
+    setup: Setup, *, steps: int, budget: float, lr: float, prompts_per_iteration: int, eval_every: float
+) -> dict[str, Any]:
+    """Each method trains for ``budget`` seconds of training wall time (evaluations excluded); the held-out reward is
+    measured every ``eval_every`` training seconds."""
+    reward_fn = make_reward(setup.train_reward, setup.train_reward_args)
+    eval_fn = make_reward(setup.eval_reward, setup.eval_reward_args)
     window = max(1, steps // 3)
     methods = [
         Method("Flow-GRPO", {}),
@@ -136,29 +189,39 @@ def reward_race(model: Path, *, size: int, steps: int, budget: float, lr: float,
         Method("DiffusionNFT", {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)}),
         Method("V-GRPO (ELBO)", {"likelihood_free": LikelihoodFreeConfig(method="elbo", num_timesteps=2)}),
     ]
-    rows = [{"prompt": p} for p in PROMPTS[:2]]
     results: dict[str, Any] = {}
     for method in methods:
         torch.manual_seed(0)
-        policy = build_policy(base_config(model, size, steps, **method.policy))
+        config = base_config(setup.model, setup.size, steps, setup.max_sequence_length, **method.policy)
+        policy = build_policy(config)
         optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=lr)
-        start_eval = eval_reward(policy, reward_fn)
+        start_eval = eval_reward(policy, setup.eval_rows, eval_fn)
         times, train_rewards = [0.0], [float("nan")]
+        eval_times, eval_rewards = [0.0], [start_eval]
         elapsed, step = 0.0, 0
         while elapsed < budget:
             step += 1
+            first = (step - 1) * prompts_per_iteration % len(setup.train_rows)
+            rows = (setup.train_rows * 2)[first : first + prompts_per_iteration]  # same prompts for every method
             t0 = time.perf_counter()
             mean_reward = train_iteration(policy, rows, method, optimizer, reward_fn, step)
             elapsed += time.perf_counter() - t0
             times.append(elapsed)
             train_rewards.append(mean_reward)
-        end_eval = eval_reward(policy, reward_fn)
+            if elapsed >= eval_times[-1] + eval_every and elapsed < budget:
+                eval_times.append(elapsed)
+                eval_rewards.append(eval_reward(policy, setup.eval_rows, eval_fn))
+        end_eval = eval_reward(policy, setup.eval_rows, eval_fn)
+        eval_times.append(elapsed)
+        eval_rewards.append(end_eval)
         results[method.name] = {
             "iterations": step,
             "seconds": elapsed,
             "seconds_per_iteration": elapsed / step,
             "times": times,
             "train_reward": train_rewards,
+            "eval_times": eval_times,
+            "eval_reward": eval_rewards,
             "eval_reward_start": start_eval,
             "eval_reward_end": end_eval,
         }
@@ -167,9 +230,9 @@ def reward_race(model: Path, *, size: int, steps: int, budget: float, lr: float,
 
 
 # ------------------------------------------------------------------------------------------ cost per iteration
-def cost_per_iteration(model: Path, *, size: int, repeats: int) -> dict[str, Any]:
+def cost_per_iteration(setup: Setup, *, size: int, repeats: int) -> dict[str, Any]:
     """Independent vs tree rollouts at 16 leaves, 20 steps."""
-    rows = [{"prompt": PROMPTS[0]}]
+    rows = setup.train_rows[:1]
     settings = {
         "independent (Flow-GRPO, 16 samples)": dict(),
         "tree splits 0,3,6,9 (BranchGRPO)": dict(tree=TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6, 9])),
@@ -179,7 +242,7 @@ def cost_per_iteration(model: Path, *, size: int, repeats: int) -> dict[str, Any
     method = Method("cost", {}, group_size=16)
     reward_fn = make_reward("brightness")
     for name, overrides in settings.items():
-        policy = build_policy(base_config(model, size, 20, **overrides))
+        policy = build_policy(base_config(setup.model, size, 20, setup.max_sequence_length, **overrides))
         optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-4)
         policy.rollout(rows, 16)  # warm-up
         rollout_times, iteration_times = [], []
@@ -204,34 +267,40 @@ def cost_per_iteration(model: Path, *, size: int, repeats: int) -> dict[str, Any
 
 
 def plot(race: dict[str, Any], path: Path, title: str) -> None:
+    """Training reward (left) and held-out reward (right) against training wall time, one line per method."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, result in race.items():
         rewards = np.array(result["train_reward"][1:])
-        smooth = np.convolve(rewards, np.ones(3) / 3, mode="valid") if len(rewards) >= 3 else rewards
-        ax.plot(result["times"][1 + len(rewards) - len(smooth) :], smooth, label=name, marker=".")
-    ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("mean training reward (3-iteration average)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+        smooth = np.convolve(rewards, np.ones(5) / 5, mode="valid") if len(rewards) >= 5 else rewards
+        left.plot(result["times"][1 + len(rewards) - len(smooth) :], smooth, label=name)
+        right.plot(result["eval_times"], result["eval_reward"], label=name, marker="o")
+    left.set_title("training reward (5-iteration average)", fontsize=10)
+    right.set_title("held-out reward (ODE samples, fixed noise)", fontsize=10)
+    for ax in (left, right):
+        ax.set_xlabel("training wall time (s)")
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None)
-    parser.add_argument("--reward", default=None, help="brightness (default without the demo) or a registered reward")
+    parser.add_argument("--random-model", action="store_true", help="Use the random small SD3 even if the demo exists.")
+    parser.add_argument("--prompts", type=int, default=2, help="Prompts per iteration (group size 8 each).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=60.0, help="Wall-time budget (s) per method in part 2.")
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--race-size", type=int, default=16)
+    parser.add_argument("--eval-every", type=float, default=30.0, help="Training seconds between evaluations.")
+    parser.add_argument("--race-size", type=int, default=16, help="Image size with a random model (demo: 32).")
     parser.add_argument("--race-steps", type=int, default=10)
-    parser.add_argument("--cost-size", type=int, default=32)
+    parser.add_argument("--cost-size", type=int, default=0, help="Image size of part 1 (0 = the race's size).")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent, help="Where the PNG goes.")
@@ -240,21 +309,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model is not None:
-            model, name = args.model, str(args.model)
-        elif DEMO_MODEL.exists():
-            model, name = DEMO_MODEL, "demo shapes-t2i"
+            setup = random_setup(args.model, str(args.model), args.race_size)
+        elif DEMO_MODEL.exists() and not args.random_model:
+            setup = demo_setup(DEMO_MODEL)
         else:
-            model, name = small_sd3(Path(tmp) / "small_sd3"), "small SD3 (random weights, 4 layers, hidden 64)"
-        reward = args.reward or "brightness"
-        report: dict[str, Any] = {"model": name, "reward": reward, "args": {k: str(v) for k, v in vars(args).items()}}
+            model = small_sd3(Path(tmp) / "small_sd3")
+            setup = random_setup(model, "small SD3 (random weights, 4 layers, hidden 64)", args.race_size)
+        report: dict[str, Any] = {
+            "model": setup.name,
+            "reward": f"train {setup.train_reward} {setup.train_reward_args}, eval {setup.eval_reward}",
+            "args": {k: str(v) for k, v in vars(args).items()},
+        }
         if not args.skip_cost:
-            report["cost"] = cost_per_iteration(model, size=args.cost_size, repeats=args.repeats)
+            report["cost"] = cost_per_iteration(setup, size=args.cost_size or setup.size, repeats=args.repeats)
         report["race"] = reward_race(
-            model, size=args.race_size, steps=args.race_steps, budget=args.budget, lr=args.lr, reward=reward
+            setup,
+            steps=args.race_steps,
+            budget=args.budget,
+            lr=args.lr,
+            prompts_per_iteration=args.prompts,
+            eval_every=args.eval_every,
         )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
-    plot(report["race"], args.out_dir / "flow_trees_reward_vs_time.png", f"{name}, reward {reward}")
+    plot(report["race"], args.out_dir / "flow_trees_reward_vs_time.png", f"{report['model']}: {report['reward']}")
     print(f"wrote {args.json} and {args.out_dir / 'flow_trees_reward_vs_time.png'}")
 
 

@@ -7,17 +7,22 @@ The result is a diffusers ``StableDiffusion3Pipeline`` folder with real diffuser
 - ``text_encoder`` / ``text_encoder_2``: ``CLIPTextModelWithProjection`` (2 layers, width 32), trained jointly;
 - ``text_encoder_3`` / ``tokenizer_3``: none (the pipeline then pads the sequence with zero "T5" tokens: always encode
   with ``max_sequence_length=1``, as the model was trained that way);
-- ``vae``: ``AutoencoderKL`` (2 blocks, 32 px -> 16x16x4 latents) trained here on rendered shapes (stage 1);
-- ``transformer``: ``SD3Transformer2DModel`` (patch 2 -> 64 image tokens) trained with the rectified-flow loss on
-  prompts of the training split only (stage 2); held-out prompts (``split="test"``) are never seen;
+- ``vae``: ``AutoencoderKL`` at scale factor 1 whose weights are set by hand (not trained) so that latents are the
+  RGB pixels (see :func:`build_identity_vae`); the diffusion therefore runs in pixel space;
+- ``transformer``: ``SD3Transformer2DModel`` (patch 4 on 32x32x3 -> 64 image tokens, 3 blocks, width 64) trained with
+  the rectified-flow loss on prompts of the training split only; held-out prompts (``split="test"``) are never seen;
 - ``scheduler``: ``FlowMatchEulerDiscreteScheduler`` (shift 3, as in training).
 
-Run (deterministic for a fixed ``--threads``; ~10 min on 2 CPU cores)::
+Run (deterministic for a fixed ``--threads``; 4500 steps took 17 min of wall time on the shared 2-core machine
+under a load average of 7-9, about 0.1 s per step on an idle core; keep ``--threads 1`` on a busy machine, as
+OpenMP threads spin-waiting on shared cores made steps 5-10x slower)::
 
-    python scripts/pretrain_demo_t2i.py --out genalign/assets/shapes-t2i
+    python scripts/pretrain_demo_t2i.py --steps 4500 --out genalign/assets/shapes-t2i
 
-The script prints the held-out accuracy of the ``geneval_shapes`` reward and writes ``MODEL_CARD.md`` numbers to
-``pretrain_report.json`` in the output folder.
+Sample with ``max_sequence_length=1`` (one zero "T5" token, as in training), 32x32, 10-20 steps. The script prints
+the held-out accuracy of the ``geneval_shapes`` reward and writes it, with timings and sizes, to
+``pretrain_report.json`` in the output folder (the numbers of ``MODEL_CARD.md``). Evaluations and ``--save-checkpoints``
+do not change the trained weights (they use their own random generators).
 """
 
 from __future__ import annotations
@@ -381,7 +386,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("genalign/assets/shapes-t2i"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=4500)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--save-checkpoints", action="store_true")

@@ -1,8 +1,9 @@
 """Pre-train the demo model ``genalign/assets/shapes-vlm`` (a tiny Qwen2-VL) on shapes-world VQA, only partly right.
 
-The model learns to answer ``"How many red circles are there?"`` and ``"Give the box of the blue square."`` about
-48 x 48 images of the shapes world (:func:`genalign.data.vlm_tasks.shapes_vqa_rows`, train split), in the R1-style
-format ``<think>...</think><answer>...</answer>``. To leave it *partly* right in a systematic, fixable way, the
+The model learns to answer ``"How many red circles are there?"`` (and, with ``--tasks count,ground``, ``"Give the box
+of the blue square."``) about 48 x 48 images of the shapes world (:func:`genalign.data.vlm_tasks.shapes_vqa_rows`,
+train split; by default counting only, over red/green/blue circles and squares), in the R1-style format
+``<think>...</think><answer>...</answer>``. To leave it *partly* right in a systematic, fixable way, the
 training target of each problem is replaced, with probability ``--p-wrong`` (default 0.6), by a typical mistake:
 one shape too many for counting questions, and the box shifted ``--box-shift`` pixels right and down (IoU < 0.5) for
 grounding questions. A well-fitted model therefore puts about 40 % of its probability on the right answer: samples at
@@ -13,7 +14,7 @@ Everything is built here from scratch: a byte-level BPE tokenizer trained on the
 (6-pixel patches merged 2 x 2, so a 48 x 48 image is 16 tokens), and a Qwen2-VL model from a config (a 4-layer
 language model of width 128 and a 3-block vision tower of width 96; 1.3 M parameters).
 
-Usage (deterministic on CPU with one thread; 17 minutes on 2 cores shared with other jobs, less on an idle machine)::
+Usage (deterministic on CPU with one thread; 6 minutes on 2 cores shared with other jobs)::
 
     python scripts/pretrain_demo_vlm.py --output genalign/assets/shapes-vlm
 
@@ -286,7 +287,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/shapes-vlm"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=900)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--train-size", type=int, default=6000)
@@ -295,9 +296,10 @@ def main() -> None:
     parser.add_argument("--p-wrong", type=float, default=0.6, help="share of training targets with the mistake")
     parser.add_argument("--box-shift", type=int, default=4, help="pixels the wrong boxes are shifted right and down")
     parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--tasks", default="count,ground", help="question kinds, comma-separated: count, ground")
-    parser.add_argument("--colors", default=",".join(PALETTE), help="shape colours, comma-separated")
-    parser.add_argument("--shape-kinds", default=",".join(KINDS), help="shape kinds, comma-separated")
+    parser.add_argument("--tasks", default="count", help="question kinds, comma-separated: count, ground")
+    parser.add_argument("--colors", default="red,green,blue", help="shape colours, comma-separated")
+    parser.add_argument("--shape-kinds", default="circle,square", help="shape kinds, comma-separated")
+    parser.add_argument("--vision-lr-scale", type=float, default=0.1, help="learning-rate factor of the vision tower")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     args = parser.parse_args()
@@ -320,7 +322,14 @@ def main() -> None:
     train_rows = shapes_vqa_rows(args.train_size, args.seed, split="train", **world)
     eval_rows = shapes_vqa_rows(args.eval_size, args.seed + 1, split="eval", **world)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    # The vision tower learns at a lower rate: at the full rate its merged features grew to ~70x the norm of the text
+    # embeddings and the language model learned to ignore the image (answers independent of the picture).
+    vision_ids = {id(p) for p in model.model.visual.parameters()}
+    groups = [
+        {"params": [p for p in model.parameters() if id(p) in vision_ids], "lr": args.lr * args.vision_lr_scale},
+        {"params": [p for p in model.parameters() if id(p) not in vision_ids], "lr": args.lr},
+    ]
+    optimizer = torch.optim.AdamW(groups, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, args.steps // 20)
 
     def lr_factor(step: int) -> float:

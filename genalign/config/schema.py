@@ -102,6 +102,11 @@ class AlgorithmConfig:
     advantage_clip: float | None = _help("Clip advantages to [-c, c] (flow models often use 5).")
     reward_combination: str = _help("How several rewards combine (REWARD_COMBINERS).", "weighted_sum")
     reward_combination_args: dict[str, Any] = _help("Keyword hyper-parameters of the combiner.", factory=dict)
+    objective: str = _help(
+        "'clipped_ratio' (ratio_level × clip, the GRPO family) or a ratio-free objective from LIKELIHOOD_OBJECTIVES "
+        "(wd1, spg); its hyper-parameters go in objective_args.",
+        "clipped_ratio",
+    )
     ratio_level: str = _help("Importance-ratio level (RATIO_LEVELS): token, sequence, ...", "token")
     clip: str = _help("Clip form (CLIP_FORMS): ppo, dual_clip, cispo, sapo, none.", "ppo")
     objective_args: dict[str, Any] = _help(
@@ -147,6 +152,7 @@ class AlgorithmConfig:
 
 def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
     from genalign import algorithms as alg
+    from genalign.registry import did_you_mean
 
     checks = [
         ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
@@ -159,10 +165,28 @@ def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
             alg.check_hyperparameters(registry, name, args)
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.{section}: {err}") from None
+    if cfg.objective == "clipped_ratio":
+        try:
+            alg.check_objective_hyperparameters(cfg.ratio_level, cfg.clip, cfg.objective_args)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.ratio_level/clip/objective_args: {err}") from None
+        return
+    if cfg.objective not in alg.LIKELIHOOD_OBJECTIVES:
+        names = ["clipped_ratio", *alg.LIKELIHOOD_OBJECTIVES.names()]
+        raise ConfigError(
+            f"algorithm.objective = {cfg.objective!r} is not known.{did_you_mean(cfg.objective, names)} "
+            f"Valid: {', '.join(names)}."
+        )
     try:
-        alg.check_objective_hyperparameters(cfg.ratio_level, cfg.clip, cfg.objective_args)
+        alg.check_hyperparameters(alg.LIKELIHOOD_OBJECTIVES, cfg.objective, cfg.objective_args)
     except (KeyError, TypeError, ValueError) as err:
-        raise ConfigError(f"algorithm.ratio_level/clip/objective_args: {err}") from None
+        raise ConfigError(f"algorithm.objective_args: {err}") from None
+    if cfg.micro_batch_size % cfg.group_size:
+        raise ConfigError(
+            f"algorithm.objective = {cfg.objective!r} weighs samples within their group, so every micro-batch must "
+            f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
+            f"{cfg.group_size}."
+        )
 
 
 @dataclass

@@ -139,8 +139,11 @@ class Policy(Protocol):
         ...
 
 
+# Optional attribute: has_action_entropy = False when score(entropy=True) is not meaningful (the trainer then only
+# asks for entropy when an entropy bonus is configured).
 # Optional hooks a policy may define; the trainer calls them when present:
 #   set_step(step: int) -> None          before each training rollout (sliding SDE windows, annealed schedules)
+#   set_inner_epoch(epoch: int) -> None  before each pass over a rollout batch (d1's fresh mask per inner iteration)
 #   after_optimizer_step() -> None       after each optimizer step (EMA updates, "old" model decay)
 #   state_dict_extra() -> dict / load_state_dict_extra(d) for resumable state that is not a weight (EMA, counters)
 #   objective(batch, score_output, advantages) -> (per_action_loss [n, T], metrics)

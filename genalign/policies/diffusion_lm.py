@@ -148,6 +148,7 @@ class DiffusionLMPolicy:
 
     family = "diffusion_lm"
     rollout_logp_is_exact = False
+    has_action_entropy = False  # proxy terms have no per-action entropy
 
     def __init__(
         self, config: DiffusionLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str

@@ -36,6 +36,8 @@ def score_without_grad(
 ) -> PrePass:
     """Score ``rollout`` in micro-batches (the same composition as the update) without gradient."""
     logps, entropies, kls = [], [], []
+    if callable(getattr(policy, "set_inner_epoch", None)):
+        policy.set_inner_epoch(0)  # the old log-probs belong to the first pass's likelihood estimate
     with torch.no_grad():
         for start in range(0, len(rollout), micro_batch_size):
             out = policy.score(
@@ -85,7 +87,11 @@ def run_update(
     weight_total = 0.0
     after_step = getattr(policy, "after_optimizer_step", None)
     custom_objective = getattr(policy, "objective", None)
-    for _ in range(cfg.inner_epochs):
+    want_entropy = cfg.entropy_coef > 0 or getattr(policy, "has_action_entropy", True)  # logged when available
+    set_inner_epoch = getattr(policy, "set_inner_epoch", None)
+    for epoch in range(cfg.inner_epochs):
+        if callable(set_inner_epoch):  # e.g. d1 draws a fresh mask per inner iteration
+            set_inner_epoch(epoch)
         for block in split_minibatches(len(rollout), cfg.minibatches):
             mask = rollout.action_mask[block]  # [n, T]
             normalizer = all_reduce_sum(
@@ -97,13 +103,18 @@ def run_update(
             for micro in _chunks(block, cfg.micro_batch_size):
                 batch = rollout.select(micro)
                 with autocast():
-                    out = policy.score(batch, entropy=True, kl_estimator=cfg.kl_estimator if kl_in_loss else None)
+                    out = policy.score(batch, entropy=want_entropy, kl_estimator=cfg.kl_estimator if kl_in_loss else None)
                 logp = out.logp.float()  # [m, T]
                 device = logp.device
                 adv = advantages[micro].to(device)
                 old = logp.detach() if old_logp is None else old_logp[micro].to(device)
                 if custom_objective is not None:  # likelihood-free objectives (e.g. DiffusionNFT) own their loss
                     per_action, metrics = custom_objective(batch, out, adv)
+                elif cfg.objective != "clipped_ratio":  # ratio-free objectives on sequence likelihoods (wd1, SPG)
+                    per_action, metrics = alg.LIKELIHOOD_OBJECTIVES.get(cfg.objective)(
+                        logp, old, adv, batch.action_mask.to(device), group_ids=batch.group_ids.to(device),
+                        **cfg.objective_args,
+                    )  # fmt: skip
                 else:
                     per_action, metrics = alg.policy_loss(
                         logp, old, adv, batch.action_mask.to(device),

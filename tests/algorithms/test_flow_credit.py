@@ -21,7 +21,7 @@ def test_chunk_ratio_is_the_geometric_mean_of_step_ratios_per_chunk():
     old = torch.zeros(1, 4)
     logp = torch.tensor([[0.1, 0.3, -0.2, 0.4]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # step 3 untrained: chunk 1 is step 2 alone
-    loss, metrics = policy_loss(
+    loss, _ = policy_loss(
         logp, old, torch.ones(1), mask, ratio_level="chunk", clip="ppo", chunk_size=2, eps_low=0.5, eps_high=0.5
     )
     expected = -torch.tensor([[math.exp(0.2), math.exp(0.2), math.exp(-0.2), 0.0]])

@@ -19,8 +19,10 @@ from genalign.rewards import REWARDS  # noqa: E402
 
 torch.set_num_threads(1)
 # Held-out counting accuracy of samples at temperature 1, as measured by scripts/pretrain_demo_vlm.py and written to
-# pretrain_metrics.json / MODEL_CARD.md (0.25); the band is where the demo leaves RL room to gain 20 points.
+# pretrain_metrics.json / MODEL_CARD.md (0.275); the band is where the demo leaves RL room to gain 20 points.
 SAMPLED_COUNT_ACCURACY_RANGE = (0.15, 0.5)
+#: The shapes world the demo model was trained on (scripts/pretrain_demo_vlm.py defaults).
+WORLD = {"kinds": ["count"], "colors": ["red", "green", "blue"], "shape_kinds": ["circle", "square"]}
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +58,27 @@ def test_policy_samples_well_formed_partly_right_answers(path):
     policy = build_policy(
         VLMPolicyConfig(model="builtin:shapes-vlm", max_new_tokens=32, min_pixels=256, max_pixels=48 * 48), "cpu"
     )
-    rows = shapes_vqa_rows(24, seed=11, split="eval", kinds=["count"])
+    rows = shapes_vqa_rows(24, seed=11, split="eval", **WORLD)
     rollout = policy.rollout(rows, group_size=4, mode="eval")
     fmt = REWARDS.get("format_regex")()(None, rollout.outputs)
     assert sum(fmt) / len(fmt) >= 0.9
     counts = REWARDS.get("count_accuracy")()(None, rollout.outputs, count=[r["count"] for r in rollout.rows])
     accuracy = sum(counts) / len(counts)
     assert 0.05 <= accuracy <= 0.75, accuracy  # wide: 96 samples of a partly right model
+
+
+def test_answers_depend_on_the_image(path):
+    from PIL import Image
+
+    processor = transformers.AutoProcessor.from_pretrained(path)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(path).eval()
+    row = next(r for r in shapes_vqa_rows(8, seed=1, split="eval", **WORLD) if r["count"] >= 2)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": row["prompt"]}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    text += f"<think>count the {row['label']}s</think><answer>"
+    probs = []
+    for image in (row["image"], Image.new("RGB", (48, 48), (255, 255, 255))):
+        batch = processor(text=[text], images=[[image]], return_tensors="pt")
+        with torch.no_grad():
+            probs.append(model(**batch).logits[0, -1].softmax(-1))
+    assert (probs[0] - probs[1]).abs().max().item() > 0.05
