@@ -100,6 +100,7 @@ def likelihood_preserving(inputs: RegularizerInputs, *, only_positive: bool = Tr
 
 @REGULARIZERS.register(
     "entropy_split_kl",
+    needs=("kl", "entropy"),
     formula="L_it = s_t · KL_it, s_t = high_entropy_scale if H_t ≥ τ else low_entropy_scale",
     source="[197] Archer",
     summary="Weaker KL on high-entropy (reasoning) actions, stronger on low-entropy (knowledge) actions.",
@@ -131,6 +132,7 @@ def entropy_split_kl(
 
 @REGULARIZERS.register(
     "mastery_hinge_kl",
+    needs=("group_success",),
     formula="L_it = max(0, k3(logπold − logπθ)_it − δ) on samples of mastered groups (p ≥ p_mastered), else 0",
     source="[201] MCPO",
     summary="Hinge KL to the previous policy, only on prompts the policy has mastered.",
@@ -164,6 +166,7 @@ def _logits(inputs: RegularizerInputs, option: str) -> Tensor:
 
 @REGULARIZERS.register(
     "low_probability",
+    needs=("logits",),
     formula="q = sg(renormalise(π · 1[π ≥ κ·max π])); L_it = KL(q ‖ πθ) over the vocabulary",
     source="[206] Lp-Reg",
     summary="Soft KL toward a proxy policy with presumed-noise tokens filtered out and renormalised.",
@@ -192,6 +195,7 @@ def low_probability(inputs: RegularizerInputs, *, noise_ratio: float = 0.02) -> 
 
 @REGULARIZERS.register(
     "distribution_entropy",
+    needs=("logits",),
     formula="q = sg(softmax(z / τ)); L_it = KL(q ‖ πθ) over the vocabulary (τ > 1 raises entropy, τ < 1 lowers it)",
     source="[287] distribution-centric entropy regularisation",
     summary="Entropy control at the distribution level: pull the policy toward its own tempered distribution.",

@@ -108,7 +108,7 @@ class AlgorithmConfig:
         "clipped_ratio",
     )
     ratio_level: str = _help("Importance-ratio level (RATIO_LEVELS): token, sequence, ...", "token")
-    clip: str = _help("Clip form (CLIP_FORMS): ppo, dual_clip, cispo, sapo, none.", "ppo")
+    clip: str = _help("Clip form (CLIP_FORMS; see docs/algorithms.md): ppo, dual_clip, cispo, sapo, none, ...", "ppo")
     objective_args: dict[str, Any] = _help(
         "Hyper-parameters of the ratio level and clip form (e.g. eps_low, eps_high).", factory=dict
     )
@@ -122,6 +122,12 @@ class AlgorithmConfig:
         "Add the KL to the loss per action, or subtract it from the reward.", "loss"
     )
     entropy_coef: float = _help("Entropy bonus coefficient c (loss −= c·H).", 0.0)
+    regularizer: str | None = _help("Extra per-action regulariser (REGULARIZERS), added with regularizer_coef.")
+    regularizer_args: dict[str, Any] = _help("Hyper-parameters of the regulariser.", factory=dict)
+    regularizer_coef: float = _help("Weight of the regulariser in the per-action loss.", 1.0)
+    future_kl_coef: float = _help(
+        "β of the future-KL return-to-go [75] subtracted from per-action advantages (needs the reference model).", 0.0
+    )
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
@@ -165,6 +171,18 @@ def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
             alg.check_hyperparameters(registry, name, args)
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.{section}: {err}") from None
+    if cfg.regularizer is not None:
+        try:
+            alg.check_hyperparameters(alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.regularizer: {err}") from None
+        if "logits" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
+            raise ConfigError(
+                f"algorithm.regularizer = {cfg.regularizer!r} needs full-vocabulary logits, which the policy adapters "
+                "do not return from score(); use likelihood_preserving, entropy_split_kl or mastery_hinge_kl."
+            )
+    if cfg.future_kl_coef < 0:
+        raise ConfigError(f"algorithm.future_kl_coef = {cfg.future_kl_coef} must be >= 0.")
     if cfg.objective == "clipped_ratio":
         try:
             alg.check_objective_hyperparameters(cfg.ratio_level, cfg.clip, cfg.objective_args)

@@ -2,5 +2,6 @@
 
 from genalign.data.procedural import PROCEDURAL_TASKS, split_of
 from genalign.data.sources import DataError, DataSourceConfig, load_rows
+from genalign.data.vlm_tasks import shapes_vqa_rows  # noqa: F401  (registers the procedural task 'shapes_vqa')
 
 __all__ = ["PROCEDURAL_TASKS", "DataError", "DataSourceConfig", "load_rows", "split_of"]

@@ -195,3 +195,48 @@ def reasoning_gym_task(
         f"reasoning_gym: task={task!r} produced only {len(rows)} distinct {split} questions, fewer than size={size}; "
         "lower the size or widen the task's difficulty through task_args."
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# shapes_t2i (text-to-image prompts of the shapes world; used by the Flow-GRPO demo model builtin:shapes-t2i)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@PROCEDURAL_TASKS.register("shapes_t2i", source="genalign")
+def shapes_t2i(
+    size: int,
+    seed: int,
+    *,
+    split: Split = "train",
+    holdout_fraction: float = 0.2,
+    templates: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Text-to-image prompts of the shapes world (:func:`genalign.data.shapes.shapes_t2i_rows`).
+
+    Rows hold ``prompt``, ``target`` (read by the ``geneval_shapes`` reward), ``template`` and ``split``. The split
+    is the shapes world's own (:func:`genalign.data.shapes.prompt_split`, a hash of the prompt text with
+    ``holdout_fraction``), not :func:`split_of`: ``split="train"`` keeps its ``train`` prompts and ``split="eval"`` its
+    ``test`` prompts, the ones the demo model ``builtin:shapes-t2i`` never saw in pre-training (keep
+    ``holdout_fraction=0.2`` for that model). Rows are drawn with replacement, so a prompt can occur more than once.
+
+    Args:
+        templates: prompt templates to draw from (``count``, ``pair``, ``relation``; None = all).
+    """
+    from genalign.data.shapes import TEMPLATES, shapes_t2i_rows
+
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"procedural task shapes_t2i: size={size!r} must be a positive integer; set args.size.")
+    if split not in ("train", "eval"):
+        raise ValueError(f"procedural task shapes_t2i: split={split!r} is not valid; use 'train' or 'eval'.")
+    if not 0.0 < holdout_fraction < 1.0:
+        raise ValueError(
+            f"procedural task shapes_t2i: holdout_fraction={holdout_fraction!r} must be strictly between 0 and 1 "
+            "(0.2 for builtin:shapes-t2i)."
+        )
+    return shapes_t2i_rows(
+        size,
+        seed,
+        split="test" if split == "eval" else "train",
+        holdout_fraction=holdout_fraction,
+        templates=tuple(templates) if templates is not None else TEMPLATES,
+    )

@@ -13,6 +13,11 @@ serve the accuracy, counting and IoU rewards of :mod:`genalign.rewards.vlm`.
 
 Train / held-out split: a problem's split is a stable hash (:func:`genalign.data.procedural.split_of`) of its question
 and the exact scene (every shape's colour, kind and box), so the splits are disjoint for every pair of seeds.
+
+Configs reach the rows as the procedural task ``"shapes_vqa"`` (``data.train.source: procedural:shapes_vqa`` with
+``args: {size, seed, split, kinds, colors, ...}``; the keyword arguments of :func:`shapes_vqa_rows`). The demo model
+``builtin:shapes-vlm`` was pre-trained on ``kinds: [count]``, ``colors: [red, green, blue]``,
+``shape_kinds: [circle, square]`` with the default ``eval_fraction=0.2``: keep those for its held-out split.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from genalign.data.procedural import Split, split_of
+from genalign.data.procedural import PROCEDURAL_TASKS, Split, split_of
 from genalign.data.shapes import KINDS, PALETTE, Scene, Shape, render, sample_scene
 
 VQAKind = Literal["count", "ground"]
@@ -105,6 +110,7 @@ def compose_scene(
     return Scene(size=canvas, shapes=tuple(shapes[int(i)] for i in order))
 
 
+@PROCEDURAL_TASKS.register("shapes_vqa", source="genalign")
 def shapes_vqa_rows(
     size: int,
     seed: int,

@@ -6,7 +6,8 @@
   :func:`genalign.rewards.text.format_regex`, whose default pattern is ``<think>...</think><answer>...</answer>``.
 - ``box_iou``: intersection over union of the predicted box and the ``box`` column, after rescaling the prediction to
   the original image (see below); optionally thresholded to 0/1.
-- ``count_accuracy``: 1 when the predicted count equals the ``count`` column.
+- ``count_accuracy``: 1 when the predicted count equals the ``count`` column (``require_answer_tags=True``: only a
+  count inside ``<answer>...</answer>`` counts).
 
 **Boxes.** A box is four numbers ``x0, y0, x1, y1`` (top-left and bottom-right corners, origin at the top-left of the
 image). Accepted spellings: ``[x0, y0, x1, y1]``, ``(x0, y0, x1, y1)``, JSON such as ``{"bbox_2d": [x0, y0, x1, y1]}``
@@ -191,7 +192,24 @@ class BoxIoU(_CountedReward):
 
 @register_reward("count_accuracy", source="R1-V [65]")
 class CountAccuracy(_CountedReward):
-    """1.0 when the count in the completion's answer equals the ``count`` column, 0.0 otherwise or when unparsable."""
+    """1.0 when the count in the completion's answer equals the ``count`` column, 0.0 otherwise or when unparsable.
+
+    Args:
+        require_answer_tags: read the count only from ``<answer>...</answer>``; a completion without the tags is
+            unparsable (reward 0). Without it a bare ``"2"`` also scores, which lets RL drop the reasoning format
+            (reward hacking seen on the shapes demo); with it the accuracy reward enforces the format by itself.
+    """
+
+    def __init__(self, *, require_answer_tags: bool = False) -> None:
+        super().__init__()
+        if not isinstance(require_answer_tags, bool):
+            raise ValueError(f"count_accuracy: require_answer_tags={require_answer_tags!r} must be true or false")
+        self.require_answer_tags = require_answer_tags
+
+    def _answer(self, text: str) -> str | None:
+        if self.require_answer_tags:
+            return extract_answer(text, answer_format="answer_tags")
+        return answer_part(text)
 
     def __call__(
         self, prompts: Sequence[str], completions: Sequence[Any], count: Sequence[Any] | None = None, **columns: Any
@@ -202,7 +220,8 @@ class CountAccuracy(_CountedReward):
             if target is None:
                 rewards.append(None)
                 continue
-            predicted = parse_count(answer_part(completion_text(completion)))
+            answer = self._answer(completion_text(completion))
+            predicted = None if answer is None else parse_count(answer)
             self._count(predicted is None)
             rewards.append(float(predicted is not None and predicted == int(target)))
         return rewards

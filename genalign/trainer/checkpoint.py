@@ -5,7 +5,8 @@ place; a crash at any moment leaves either the previous checkpoints or the new c
 directory that ``resume=latest`` would pick.
 
 Layout: ``policy/`` (trainable weights as safetensors, LoRA adapters alone with LoRA), ``optimizer.pt``,
-``scheduler.pt``, ``trainer_state.json`` (step, data cursor, ...), ``policy_state.pt`` (EMA and other non-weight state,
+``scheduler.pt``, ``trainer_state.json`` (step, data cursor), ``trainer_extra.pt`` (estimator statistics),
+``policy_state.pt`` (EMA and other non-weight state,
 when the policy has any), ``rng.pt``, ``COMPLETE``.
 """
 
@@ -83,7 +84,9 @@ def save_checkpoint(
         torch.save(extra(), tmp / "policy_state.pt")
     rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     torch.save(rng, tmp / "rng.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
+    state = dict(trainer_state)
+    torch.save(state.pop("extra", {}), tmp / "trainer_extra.pt")  # tensors and nested state (estimator statistics)
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     (tmp / "COMPLETE").write_text("")
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
         shutil.rmtree(final)
@@ -104,4 +107,6 @@ def load_checkpoint(path: Path, policy: Policy, optimizer: torch.optim.Optimizer
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
-    return json.loads((path / "trainer_state.json").read_text())
+    state = json.loads((path / "trainer_state.json").read_text())
+    state["extra"] = torch.load(path / "trainer_extra.pt", weights_only=False)
+    return state

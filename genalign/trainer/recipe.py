@@ -78,6 +78,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
     optimizer, scheduler = build_optimizer(
         parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
     )
+    advantage_state = alg.make_advantage_state(
+        cfg.advantage
+    )  # statistics of earlier steps, for estimators that use them
     metrics_log, eval_log = JsonlLog(out / METRICS_FILE), JsonlLog(out / EVAL_FILE)
     if run.trackers:
         accelerator.init_trackers("genalign", config={"output_dir": run.output_dir})
@@ -88,6 +91,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         checkpoint = find_checkpoint(out, run.resume)
         state = load_checkpoint(checkpoint, policy, optimizer, scheduler)
         start_step, stream.cursor = state["step"], state["data_cursor"]
+        if advantage_state is not None:
+            advantage_state.load_state_dict(state["extra"]["advantage_state"])
         if main:
             metrics_log.truncate_after(start_step)
             eval_log.truncate_after(start_step)
@@ -135,21 +140,25 @@ def train(config: TrainConfig) -> dict[str, Any]:
         need_old = not cfg.fully_on_policy and not policy.rollout_logp_is_exact
         kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
         prepass = None
-        if need_old or cfg.credit != "none" or kl_in_reward:
+        if need_old or cfg.credit != "none" or kl_in_reward or cfg.future_kl_coef:
             prepass = score_without_grad(
                 policy, rollout, cfg.micro_batch_size, entropy=cfg.credit != "none",
-                kl_estimator=cfg.kl_estimator if kl_in_reward else None,
+                kl_estimator="k1" if cfg.future_kl_coef else cfg.kl_estimator if kl_in_reward else None,
             )  # fmt: skip
         kl_per_sample = (prepass.kl * rollout.action_mask).sum(1) if kl_in_reward else None  # [n]
 
         # 3c. Advantages over the global batch; optional per-action credit; optional zero-variance group drop.
-        adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample)
+        adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample, advantage_state)
         advantages = adv.advantages  # [n]
         if cfg.credit != "none":
             weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
                 advantages, rollout.action_mask, prepass.entropy, **cfg.credit_args
             )
             advantages = advantages[:, None] * weights  # [n, T]
+        if cfg.future_kl_coef:  # [75]: reverse-KL return-to-go, after normalisation
+            advantages = alg.future_kl_advantages(
+                advantages, prepass.kl, rollout.action_mask, coef=cfg.future_kl_coef
+            )  # [n, T]
         if "action_weights" in rollout.per_sample:
             advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample[
                 "action_weights"
@@ -170,6 +179,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         update_metrics = run_update(
             policy, update_rollout, advantages[keep], None if old_logp is None else old_logp[keep], cfg,
             optimizer, scheduler, parameters, config.optim.max_grad_norm, accelerator.autocast,
+            group_reward_std=adv.group_reward_std[keep], group_mean=adv.group_mean[keep], progress=step / run.max_steps,
         )  # fmt: skip
         t_update = time.perf_counter() - t1
 
@@ -189,12 +199,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
             last_eval = run_eval(step)
         out_of_time = run.max_time_minutes is not None and time.monotonic() - started > 60 * run.max_time_minutes
         if main and ((run.save_every and step % run.save_every == 0) or step == run.max_steps or out_of_time):
-            save_checkpoint(out, step, policy, optimizer, scheduler, {"data_cursor": stream.cursor}, run.keep_last)
+            save_checkpoint(out, step, policy, optimizer, scheduler, state_of(stream, advantage_state), run.keep_last)
         accelerator.wait_for_everyone()
         if out_of_time:
             accelerator.print(f"run.max_time_minutes = {run.max_time_minutes} reached after step {step}")
             if main:
-                save_checkpoint(out, step, policy, optimizer, scheduler, {"data_cursor": stream.cursor}, run.keep_last)
+                save_checkpoint(
+                    out, step, policy, optimizer, scheduler, state_of(stream, advantage_state), run.keep_last
+                )
             break
 
     # 4. Final evaluation and plots.
@@ -208,6 +220,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if run.trackers:
         accelerator.end_training()
     return last_eval or (metrics_log.read()[-1] if main and metrics_log.read() else {})
+
+
+def state_of(stream: PromptStream, advantage_state: alg.AdvantageState | None) -> dict[str, Any]:
+    """What a checkpoint needs beyond weights and optimizer: the data position and estimator statistics."""
+    extra = {"advantage_state": advantage_state.state_dict()} if advantage_state is not None else {}
+    return {"data_cursor": stream.cursor, "extra": extra}
 
 
 def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:

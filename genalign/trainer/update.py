@@ -73,6 +73,10 @@ def run_update(
     parameters: list[nn.Parameter],
     max_grad_norm: float | None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    *,
+    group_reward_std: Tensor | None = None,
+    group_mean: Tensor | None = None,
+    progress: float | None = None,
 ) -> dict[str, float]:
     """Optimise on one rollout batch and return action-weighted mean metrics.
 
@@ -80,6 +84,8 @@ def run_update(
         advantages: ``[N]`` or ``[N, T]`` (per-action credit already applied).
         old_logp: ``[N, T]`` log-probs before the update, or ``None`` when the update is fully on-policy (one optimizer
             step per batch), in which case the detached current log-probs are used and the ratio is exactly 1.
+        group_reward_std, group_mean: ``[N]`` statistics of each sample's group, for the objective context and
+            regularisers that read them; progress: ``step / max_steps``.
     """
     kl_in_loss = cfg.kl_coef > 0 and cfg.kl_placement == "loss"
     sums: dict[str, float] = defaultdict(float)
@@ -88,6 +94,8 @@ def run_update(
     after_step = getattr(policy, "after_optimizer_step", None)
     custom_objective = getattr(policy, "objective", None)
     want_entropy = cfg.entropy_coef > 0 or getattr(policy, "has_action_entropy", True)  # logged when available
+    needs = alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()) if cfg.regularizer else ()
+    kl_estimator = cfg.kl_estimator if kl_in_loss or "kl" in needs else None
     set_inner_epoch = getattr(policy, "set_inner_epoch", None)
     for epoch in range(cfg.inner_epochs):
         if callable(set_inner_epoch):  # e.g. d1 draws a fresh mask per inner iteration
@@ -103,7 +111,7 @@ def run_update(
             for micro in _chunks(block, cfg.micro_batch_size):
                 batch = rollout.select(micro)
                 with autocast():
-                    out = policy.score(batch, entropy=want_entropy, kl_estimator=cfg.kl_estimator if kl_in_loss else None)
+                    out = policy.score(batch, entropy=want_entropy, kl_estimator=kl_estimator)
                 logp = out.logp.float()  # [m, T]
                 device = logp.device
                 adv = advantages[micro].to(device)
@@ -116,12 +124,26 @@ def run_update(
                         **cfg.objective_args,
                     )  # fmt: skip
                 else:
+                    context = alg.ObjectiveContext(
+                        entropy=None if out.entropy is None else out.entropy.detach().float(),
+                        rollout_logp=batch.old_logp.to(device),  # behaviour log-probs recorded by the sampler
+                        group_reward_std=None if group_reward_std is None else group_reward_std[micro].to(device),
+                        progress=progress,
+                    )
                     per_action, metrics = alg.policy_loss(
                         logp, old, adv, batch.action_mask.to(device),
-                        ratio_level=cfg.ratio_level, clip=cfg.clip, **cfg.objective_args,
+                        ratio_level=cfg.ratio_level, clip=cfg.clip, context=context, **cfg.objective_args,
                     )  # fmt: skip
                 if kl_in_loss:
                     per_action = per_action + cfg.kl_coef * out.kl.float()  # [m, T]
+                if cfg.regularizer is not None:
+                    inputs = alg.RegularizerInputs(
+                        logp=logp, mask=batch.action_mask.to(device), old_logp=old, advantages=adv,
+                        entropy=out.entropy, kl=out.kl,
+                        group_success=None if group_mean is None else group_mean[micro].to(device),
+                    )  # fmt: skip
+                    regularizer = alg.REGULARIZERS.get(cfg.regularizer)(inputs, **cfg.regularizer_args)
+                    per_action = per_action + cfg.regularizer_coef * regularizer  # [m, T]
                 if cfg.entropy_coef and out.entropy is not None:
                     per_action = per_action - cfg.entropy_coef * out.entropy.float()  # [m, T]
                 loss = alg.aggregate(

@@ -84,3 +84,19 @@ def test_bad_arguments_are_errors():
         shapes_vqa_rows(5, seed=0, split="test")
     with pytest.raises(ValueError, match="max_count=4"):
         shapes_vqa_rows(5, seed=0, max_count=4)
+
+
+def test_registered_as_the_procedural_task_shapes_vqa():
+    """Configs reach the rows through ``procedural:shapes_vqa``; the loader passes size, seed and the keyword args."""
+    from genalign.data import PROCEDURAL_TASKS
+    from genalign.data.sources import DataSourceConfig, load_rows
+
+    assert PROCEDURAL_TASKS.get("shapes_vqa") is shapes_vqa_rows
+    config = DataSourceConfig(
+        source="procedural:shapes_vqa", args={"size": 6, "seed": 2, "split": "eval", "kinds": ["count"]}
+    )
+    config.validate()
+    loaded = load_rows(config)
+    direct = shapes_vqa_rows(6, seed=2, split="eval", kinds=("count",))
+    assert [(r["prompt"], r["answer"]) for r in loaded] == [(r["prompt"], r["answer"]) for r in direct]
+    assert all(r["task"] == "count" for r in loaded)

@@ -52,14 +52,6 @@ TINY = [
     "algorithm.objective_args={}",  # each case sets the keywords of its own level and clip form
 ]  # fmt: skip
 
-#: clip forms and ratio-level settings that need ObjectiveContext fields the trainer does not pass yet
-NEEDS_CONTEXT = {
-    "entropy_adaptive": ("clip", "entropy"),
-    "entropy_split": ("clip", "entropy"),
-    "icepop": ("clip", "rollout_logp"),
-    "truncated_is": ("clip", "rollout_logp"),
-}
-
 
 def demo_config(overrides: list[str], output_dir: Path) -> TrainConfig:
     """The demo preset (or its fallback) with tiny sizes and ``overrides``."""
@@ -75,7 +67,7 @@ def _cycle(names: list[str], count: int) -> list[str]:
 
 def _cases() -> list[dict[str, Any]]:
     estimators = alg.ADVANTAGE_ESTIMATORS.names()
-    clips = [name for name in alg.CLIP_FORMS.names() if name not in NEEDS_CONTEXT]
+    clips = alg.CLIP_FORMS.names()  # the trainer passes entropy, rollout log-probs and group std in the context
     count = max(len(estimators), len(clips), len(alg.RATIO_LEVELS))
     columns = {
         "advantage": _cycle(estimators, count),
@@ -104,7 +96,7 @@ def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
     used = {key: {case[key] for case in CASES if key in case} for key in CASES[0]}
     assert used["advantage"] == set(alg.ADVANTAGE_ESTIMATORS.names())
     assert used["ratio_level"] == set(alg.RATIO_LEVELS.names())
-    assert used["clip"] | set(NEEDS_CONTEXT) == set(alg.CLIP_FORMS.names())
+    assert used["clip"] == set(alg.CLIP_FORMS.names())
     assert used["reward_combination"] == set(alg.REWARD_COMBINERS.names())
     assert used["credit"] == set(alg.CREDIT_WEIGHTS.names())
     assert used["aggregation"] == set(alg.AGGREGATIONS.names())
@@ -123,12 +115,27 @@ def test_option_combination_trains_the_lm_demo(case, tmp_path):
     assert 0.0 <= result["eval/accuracy"] <= 1.0
 
 
-@pytest.mark.parametrize("clip", sorted(NEEDS_CONTEXT))
-def test_options_needing_trainer_inputs_fail_clearly(clip, tmp_path):
-    _, field = NEEDS_CONTEXT[clip]
-    config = demo_config([f"algorithm.clip={clip}"], tmp_path)
-    with pytest.raises(ValueError, match=rf"needs context\.{field}"):
-        train(config)
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.regularizer=likelihood_preserving", "algorithm.regularizer_coef=0.1"],
+        ["algorithm.regularizer=mastery_hinge_kl"],
+        ["algorithm.regularizer=entropy_split_kl", "algorithm.regularizer_coef=0.05"],
+        ["algorithm.future_kl_coef=0.01"],
+        ["algorithm.advantage=empirical_bayes"],
+    ],
+    ids=["likelihood_preserving", "mastery_hinge_kl", "entropy_split_kl", "future_kl", "empirical_bayes_state"],
+)
+def test_regularisers_future_kl_and_stateful_estimators_run_through_the_trainer(overrides, tmp_path):
+    config = demo_config(overrides, tmp_path)
+    train(config)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(math.isfinite(r["loss"]) for r in records)
+
+
+def test_regularisers_that_need_logits_are_rejected_at_load(tmp_path):
+    with pytest.raises(ValueError, match="needs full-vocabulary logits"):
+        demo_config(["algorithm.regularizer=low_probability"], tmp_path)
 
 
 def test_unknown_objective_keyword_is_rejected_at_load(tmp_path):

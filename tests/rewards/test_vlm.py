@@ -98,6 +98,21 @@ def test_count_accuracy_and_unparsable_counts():
     assert reward.pop_metrics()["num_unparsable"] == 1.0
 
 
+def test_count_accuracy_requiring_answer_tags_rejects_a_bare_number():
+    """The bare-number hack of the shapes demo: accepted by default, unparsable (0) with require_answer_tags."""
+    completions = ["2", "<think>t</think><answer>2</answer>", "<answer>2", "there are 2"]
+    lenient = REWARDS.get("count_accuracy")()
+    strict = REWARDS.get("count_accuracy")(require_answer_tags=True)
+    assert lenient(["q"] * 4, completions, count=[2] * 4) == [1.0, 1.0, 1.0, 1.0]
+    assert strict(["q"] * 4, completions, count=[2] * 4) == [0.0, 1.0, 0.0, 0.0]
+    assert strict.pop_metrics() == {"unparsable_frac": 0.75, "num_unparsable": 3.0}
+
+
+def test_count_accuracy_rejects_a_non_boolean_option():
+    with pytest.raises(ValueError, match="require_answer_tags='yes'"):
+        REWARDS.get("count_accuracy")(require_answer_tags="yes")
+
+
 def test_parse_count():
     assert parse_count(" 4 ") == 4 and parse_count("Two.") == 2 and parse_count("there are 5 circles") == 5
     assert parse_count("between 2 and 3") is None and parse_count("many") is None
