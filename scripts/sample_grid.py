@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
 from PIL import Image, ImageDraw, ImageFont  # noqa: E402

@@ -57,9 +57,10 @@ def load_open_clip(reward: str, *, model: str, weights: str | None, model_config
             f"reward {reward!r}: model={model!r} is not an open_clip architecture; use one of open_clip.list_models() "
             f"(e.g. 'ViT-B-32') or pass model_config=<path to a JSON config>"
         )
+    weights_path = None if weights is None else existing_file(reward, "weights", weights)  # before building the model
     clip_model = open_clip.create_model(model, pretrained=None, device=device)
-    if weights is not None:
-        open_clip.load_checkpoint(clip_model, str(existing_file(reward, "weights", weights)), device=device)
+    if weights_path is not None:
+        open_clip.load_checkpoint(clip_model, str(weights_path), device=device)
     clip_model.eval().requires_grad_(False)
     preprocess = open_clip.image_transform(
         clip_model.visual.image_size,
