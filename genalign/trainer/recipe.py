@@ -26,7 +26,7 @@ from genalign.policies.base import Policy
 from genalign.trainer.advantages import step_advantages
 from genalign.trainer.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from genalign.trainer.data_stream import PromptStream
-from genalign.trainer.distributed import rank_and_world
+from genalign.trainer.distributed import all_reduce_sum, rank_and_world
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
 from genalign.trainer.optim import build_optimizer
@@ -78,9 +78,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
     optimizer, scheduler = build_optimizer(
         parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
     )
-    advantage_state = alg.make_advantage_state(
-        cfg.advantage
-    )  # statistics of earlier steps, for estimators that use them
+    # Statistics of earlier steps, for the estimators that use them (None for stateless ones).
+    advantage_state = alg.make_advantage_state(cfg.advantage)
     metrics_log, eval_log = JsonlLog(out / METRICS_FILE), JsonlLog(out / EVAL_FILE)
     if run.trackers:
         accelerator.init_trackers("genalign", config={"output_dir": run.output_dir})
@@ -159,10 +158,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
             advantages = alg.future_kl_advantages(
                 advantages, prepass.kl, rollout.action_mask, coef=cfg.future_kl_coef
             )  # [n, T]
-        if "action_weights" in rollout.per_sample:
-            advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample[
-                "action_weights"
-            ]
+        if "action_weights" in rollout.per_sample:  # per-action weights chosen by the policy (e.g. noise-aware)
+            per_action = advantages if advantages.dim() == 2 else advantages[:, None]  # [n, T] or [n, 1]
+            advantages = per_action * rollout.per_sample["action_weights"]  # [n, T]
         old_logp = None
         if not cfg.fully_on_policy:
             old_logp = rollout.old_logp if policy.rollout_logp_is_exact else prepass.old_logp
@@ -198,15 +196,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         if config.eval.every and step % config.eval.every == 0 and step < run.max_steps:
             last_eval = run_eval(step)
         out_of_time = run.max_time_minutes is not None and time.monotonic() - started > 60 * run.max_time_minutes
+        out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # every process stops together
         if main and ((run.save_every and step % run.save_every == 0) or step == run.max_steps or out_of_time):
             save_checkpoint(out, step, policy, optimizer, scheduler, state_of(stream, advantage_state), run.keep_last)
         accelerator.wait_for_everyone()
-        if out_of_time:
+        if out_of_time:  # checkpointed just above
             accelerator.print(f"run.max_time_minutes = {run.max_time_minutes} reached after step {step}")
-            if main:
-                save_checkpoint(
-                    out, step, policy, optimizer, scheduler, state_of(stream, advantage_state), run.keep_last
-                )
             break
 
     # 4. Final evaluation and plots.
