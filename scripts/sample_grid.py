@@ -22,17 +22,18 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import torch  # noqa: E402
-from PIL import Image, ImageDraw, ImageFont  # noqa: E402
+import torch
+from PIL import Image, ImageDraw, ImageFont
 
-from genalign.config import load_config  # noqa: E402
-from genalign.data import load_rows  # noqa: E402
-from genalign.policies import load_family  # noqa: E402
-from genalign.trainer.checkpoint import find_checkpoint  # noqa: E402
-from genalign.trainer.rewards import RewardSet  # noqa: E402
+from genalign.config import load_config
+from genalign.data import load_rows
+from genalign.policies import load_family
+from genalign.trainer.checkpoint import find_checkpoint
+from genalign.trainer.rewards import RewardSet
 
 CAPTION_CHARS = 22  # characters per caption line
 LINE_HEIGHT = 12  # pixels per caption line (PIL's default bitmap font is ~11 px tall)
+PALETTE_COLORS = 64  # the PNG is saved with an adaptive palette of this many colours (small files)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     captions = [f"{'OK' if score >= 1 else 'x'} {row['prompt']}" for row, score in zip(rows, scores, strict=True)]
     grid = draw_grid(images, captions, columns=min(args.columns, len(images)), scale=args.scale)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    grid.save(args.out, optimize=True)
+    grid.convert("P", palette=Image.ADAPTIVE, colors=PALETTE_COLORS).save(args.out, optimize=True)
     print(f"{args.out}: {len(images)} samples, mean accuracy {sum(scores) / len(scores):.3f}")
 
 

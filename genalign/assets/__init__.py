@@ -47,3 +47,9 @@ def resolve(name_or_path: str) -> Path:
             f"{', '.join(BUILTIN_PREFIX + n for n in available_builtins()) or '(no built-ins)'}."
         )
     return path
+
+
+def model_location(name_or_path: str) -> str:
+    """What to hand to ``from_pretrained``: the bundled folder for ``"builtin:<name>"``, anything else unchanged
+    (a local folder, or a hub id that the user's own cache or network can serve)."""
+    return str(resolve(name_or_path)) if name_or_path.startswith(BUILTIN_PREFIX) else name_or_path

@@ -146,5 +146,7 @@ class Policy(Protocol):
 #   set_inner_epoch(epoch: int) -> None  before each pass over a rollout batch (d1's fresh mask per inner iteration)
 #   after_optimizer_step() -> None       after each optimizer step (EMA updates, "old" model decay)
 #   state_dict_extra() -> dict / load_state_dict_extra(d) for resumable state that is not a weight (EMA, counters)
+#   per_action_advantages(rollout, advantages [n]) -> [n] or [n, T]   (per-depth credit of tree rollouts)
+#   dense_step_advantages(rollout, reward_fn) -> [n, T] | None  (DenseGRPO; reward_fn(rows, outputs) -> [n])
 #   objective(batch, score_output, advantages) -> (per_action_loss [n, T], metrics)
 #                                        replaces the shared ratio objective (likelihood-free methods, e.g. DiffusionNFT)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
+from genalign.assets import model_location
 from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.policies.lm.logprobs import completion_logprobs
@@ -119,14 +120,6 @@ class CausalLMPolicyConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-
-
-def _resolve_path(name_or_path: str) -> str:
-    if name_or_path.startswith("builtin:"):
-        from genalign.assets import resolve  # imported lazily: the assets package ships the bundled models
-
-        return str(resolve(name_or_path))
-    return name_or_path
 
 
 class CausalLMPolicy:
@@ -334,8 +327,8 @@ def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu
     """Load the model and tokenizer named by ``config`` and wrap them as a policy."""
     config.validate()
     device = torch.device(device)
-    model_path = _resolve_path(config.model)
-    tokenizer = load_tokenizer(_resolve_path(config.tokenizer) if config.tokenizer else model_path)
+    model_path = model_location(config.model)
+    tokenizer = load_tokenizer(model_location(config.tokenizer) if config.tokenizer else model_path)
     model = _load_model(model_path, config.dtype, device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -30,9 +30,10 @@ from torch import Tensor, nn
 
 from genalign.algorithms._validation import check_hyperparameters
 from genalign.algorithms.regularizers import kl_penalty
+from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.base import Rollout, ScoreOutput
-from genalign.policies.causal_lm import DTYPES, LoRAConfig, _eval_mode, _resolve_path
+from genalign.policies.causal_lm import DTYPES, LoRAConfig, _eval_mode
 from genalign.policies.lm.lora import add_lora, load_weights, save_weights
 from genalign.policies.lm.prompts import encode_prompts
 from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
@@ -383,8 +384,8 @@ def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "
 
     config.validate()
     device = torch.device(device)
-    model_path = _resolve_path(config.model)
-    tokenizer_path = _resolve_path(config.tokenizer) if config.tokenizer else model_path
+    model_path = model_location(config.model)
+    tokenizer_path = model_location(config.tokenizer) if config.tokenizer else model_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=config.architecture == "remote_code")
     model = _load_model(config, model_path, device)
     if config.lora.rank > 0:

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms import flow_credit
+from genalign.assets import model_location
 from genalign.pipelines.flow import (
     FlowLogProbPipeline,
     adapters_disabled,
@@ -228,7 +229,7 @@ class FlowPolicy:
         self.iteration = 0
         dtype = DTYPES[config.dtype]
         self.sampler = FlowLogProbPipeline.from_pretrained(
-            config.model,
+            model_location(config.model),
             torch_dtype=dtype,
             device=self.device,
             architecture=config.architecture,

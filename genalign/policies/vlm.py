@@ -23,7 +23,10 @@ The VLM path is the causal-LM path plus images carried correctly through generat
    (:func:`genalign.policies.lm.logprobs.token_logprobs_from_hidden`, shared with the causal-LM adapter).
 5. **Generation** goes through the causal-LM rollout engine (:class:`genalign.engines.hf.HFGenerateEngine`); the
    batch's image inputs are bound to ``generate`` by a thin wrapper, so behaviour log-probs, end tokens and stop
-   strings are handled exactly as for text models.
+   strings are handled exactly as for text models. The wrapper also forbids the vision placeholder tokens
+   (``<|image_pad|>``, ``<|vision_start|>`` ...): a sampled one would be taken for an image slot when the completion is
+   re-scored. Scoring masks the same tokens (:func:`suppressed_head`), so re-scored log-probs are those of the law
+   that was sampled.
 
 The rollout adds two columns to each row, for grounding rewards: ``image_sizes`` (``(width, height)`` of each image as
 stored) and ``image_input_sizes`` (``(width, height)`` the model saw, from ``image_grid_thw`` and the patch size).
@@ -40,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms.regularizers import kl_penalty
+from genalign.assets import model_location
 from genalign.data.images import load_row_images
 from genalign.engines.base import SamplingParams
 from genalign.engines.hf import HFGenerateEngine
@@ -270,24 +274,74 @@ def split_images(pixel_values: Tensor, image_grid_thw: Tensor, images_per_sample
 
 
 class _ImageBoundModel(nn.Module):
-    """Presents ``model`` to a text-only rollout engine with one batch's image inputs bound to ``generate``."""
+    """Presents ``model`` to a text-only rollout engine with one batch's image inputs bound to ``generate``.
 
-    def __init__(self, model: nn.Module, image_inputs: dict[str, Tensor]) -> None:
+    ``suppress_tokens`` (the vision placeholder tokens, :func:`vision_token_ids`) are never sampled: a completion
+    holding an ``<|image_pad|>`` would be read as an image slot when the completion is scored, and the forward pass
+    fails with "Image features and image tokens do not match". transformers applies the suppression before the
+    engine's behaviour log-prob recorder, so the recorded log-probs are those of the law actually sampled.
+    """
+
+    def __init__(self, model: nn.Module, image_inputs: dict[str, Tensor], suppress_tokens: tuple[int, ...]) -> None:
         super().__init__()
         self.model = model
         self.image_inputs = image_inputs
+        self.suppress_tokens = suppress_tokens
 
     def generate(self, **kwargs):
+        if self.suppress_tokens:
+            kwargs["suppress_tokens"] = list(self.suppress_tokens)
         return self.model.generate(**kwargs, **self.image_inputs)
 
 
-def _resolve(name_or_path: str) -> str:
-    """``builtin:<name>`` -> the bundled folder; anything else is passed to transformers as is."""
-    if name_or_path.startswith("builtin:"):
-        from genalign.assets import resolve
+#: Config attributes of Qwen2-VL-style models naming the vision placeholder tokens.
+VISION_TOKEN_ATTRIBUTES = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
-        return str(resolve(name_or_path))
-    return name_or_path
+
+#: Logit offset of suppressed tokens when scoring: exp(-1e4) is 0 in float32 and bfloat16, and, unlike -inf, it keeps
+#: ``p * log p`` (entropy) finite.
+SUPPRESSED_LOGIT = -1.0e4
+
+
+class _SuppressedHead(nn.Module):
+    """``head(hidden) + offsets``: an output head whose suppressed tokens get :data:`SUPPRESSED_LOGIT`."""
+
+    def __init__(self, head: nn.Module, offsets: Tensor) -> None:
+        super().__init__()
+        self.head = head
+        self.register_buffer("offsets", offsets, persistent=False)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden) + self.offsets.to(hidden.dtype)  # [..., V]
+
+
+def suppressed_head(head: nn.Module, token_ids: tuple[int, ...]) -> nn.Module:
+    """``head`` with the logits of ``token_ids`` pushed to :data:`SUPPRESSED_LOGIT`, sharing ``head``'s weights.
+
+    Scoring with it gives the log-probs of the law generation samples from (which never draws ``token_ids``), so
+    re-scored and behaviour log-probs agree. A bias-free ``nn.Linear`` head stays an ``nn.Linear`` (its weight
+    shared, the offsets as a frozen bias) so the fused log-prob path of
+    :func:`genalign.policies.lm.logprobs.token_logprobs_from_hidden` still applies.
+    """
+    if not token_ids:
+        return head
+    weight = head.weight if hasattr(head, "weight") else next(head.parameters())
+    offsets = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)  # [V]
+    offsets[list(token_ids)] = SUPPRESSED_LOGIT
+    if type(head) is nn.Linear and head.bias is None:
+        masked = nn.Linear(head.in_features, head.out_features, bias=False, device="meta")
+        masked.weight = head.weight  # the same Parameter: gradients reach the model
+        masked.bias = nn.Parameter(offsets, requires_grad=False)
+        return masked
+    return _SuppressedHead(head, offsets)
+
+
+def vision_token_ids(model_config: Any) -> tuple[int, ...]:
+    """The ids of the vision placeholder tokens declared in ``model_config`` (those of
+    :data:`VISION_TOKEN_ATTRIBUTES` that are set), sorted; a policy must never generate them."""
+    ids = {getattr(model_config, name, None) for name in VISION_TOKEN_ATTRIBUTES}
+    return tuple(sorted(int(i) for i in ids if i is not None))
+
 
 
 def _right_pad(x: Tensor, width: int, value: float) -> Tensor:
@@ -336,9 +390,9 @@ class VLMPolicy:
         config.validate()
         self.config = config
         self.device = torch.device(device)
-        self.model_path = _resolve(config.model)
+        self.model_path = model_location(config.model)
         self.processor = AutoProcessor.from_pretrained(
-            _resolve(config.processor) if config.processor else self.model_path
+            model_location(config.processor) if config.processor else self.model_path
         )
         self.tokenizer = self.processor.tokenizer
         image_processor = self.processor.image_processor
@@ -358,6 +412,7 @@ class VLMPolicy:
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
+        self.suppressed_token_ids = vision_token_ids(self.hf_model_of(model).config)
         # transformers >= 5 computes Qwen2-VL's 3-D rotary positions from mm_token_type_ids; older versions reject it
         forward_args = inspect.signature(self.hf_model_of(model).forward).parameters
         self.needs_mm_token_type_ids = "mm_token_type_ids" in forward_args
@@ -496,7 +551,8 @@ class VLMPolicy:
             if image_inputs and self.needs_mm_token_type_ids:
                 image_inputs["mm_token_type_ids"] = mm_types[part]
             image_inputs = {k: v.to(self.device) for k, v in image_inputs.items()}
-            engine = HFGenerateEngine(_ImageBoundModel(self.model, image_inputs), self.tokenizer)
+            bound = _ImageBoundModel(self.model, image_inputs, self.suppressed_token_ids)
+            engine = HFGenerateEngine(bound, self.tokenizer)
             ids, mask = prompt_ids[part].to(self.device), prompt_mask[part].to(self.device)
             generations.append(engine.generate(ids, mask, params, self.generator))
         self.model.train(was_training)
@@ -563,7 +619,7 @@ class VLMPolicy:
             hidden,
             inputs["input_ids"][:, width:],
             rollout.action_mask.to(hidden.device),
-            hf_model.get_output_embeddings(),
+            suppressed_head(hf_model.get_output_embeddings(), self.suppressed_token_ids),
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
             with_entropy=entropy,

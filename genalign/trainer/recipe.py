@@ -149,6 +149,13 @@ def train(config: TrainConfig) -> dict[str, Any]:
         # 3c. Advantages over the global batch; optional per-action credit; optional zero-variance group drop.
         adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample, advantage_state)
         advantages = adv.advantages  # [n]
+        dense = getattr(policy, "dense_step_advantages", None)  # DenseGRPO: reward gain of each step, per step
+        step_advantages_or_none = dense(rollout, rewards.weighted_sum) if callable(dense) else None
+        if step_advantages_or_none is not None:
+            advantages = step_advantages_or_none  # [n, T]
+        per_action_hook = getattr(policy, "per_action_advantages", None)  # e.g. per-depth credit of tree rollouts
+        if callable(per_action_hook):
+            advantages = per_action_hook(rollout, advantages)  # [n] or [n, T]
         if cfg.credit != "none":
             weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
                 advantages, rollout.action_mask, prepass.entropy, **cfg.credit_args

@@ -53,3 +53,8 @@ class RewardSet:
             values.append(torch.tensor(scores, dtype=torch.float32))
             errors.append(num_errors)
         return torch.stack(values, dim=1), torch.tensor(errors, dtype=torch.float32)  # [N, K], [K]
+
+    def weighted_sum(self, rows: list[dict[str, Any]], outputs: list[Any]) -> Tensor:
+        """``[n]`` weighted sum of the rewards (a missing reward counts 0), for step-level reward probes (DenseGRPO)."""
+        table, _ = self(rows, outputs)  # [n, K]
+        return (table.nan_to_num(0.0) * self.weights).sum(1)  # [n]

@@ -22,6 +22,8 @@ from genalign.policies.vlm import (
     chat_messages,
     concat_images,
     split_images,
+    suppressed_head,
+    vision_token_ids,
     vision_tower,
 )
 
@@ -123,6 +125,42 @@ def test_rollout_carries_per_sample_images_and_score_is_micro_batch_invariant(mo
     assert (whole - pieces).abs().max().item() <= 1e-6
     assert torch.all(whole[rollout.action_mask == 0] == 0)
     assert (whole - rollout.old_logp).abs().max().item() < 1e-4  # behaviour log-probs from generate's KV cache
+
+
+def test_vision_placeholder_tokens_are_never_sampled(model_dirs, rows):
+    """A model that prefers <|image_pad|> everywhere still yields completions without vision tokens, and they score
+    (a sampled <|image_pad|> made the forward pass fail: "Image features and image tokens do not match")."""
+    policy = make_policy(model_dirs, rollout_batch_size=6)
+    config = policy.hf_model_of(policy.model).config
+    suppressed = vision_token_ids(config)
+    assert suppressed == tuple(sorted({config.image_token_id, config.video_token_id, config.vision_start_token_id,
+                                       config.vision_end_token_id}))  # fmt: skip
+    head = policy.model.get_output_embeddings()
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[list(suppressed)] = 50.0  # every vision token would win by e^50 without the suppression
+    policy.model.set_output_embeddings(biased)
+    rollout = policy.rollout(rows, group_size=2)
+    sampled = rollout.per_sample["completion_ids"][rollout.action_mask.bool()]
+    assert sampled.numel() > 0 and not torch.isin(sampled, torch.tensor(suppressed)).any()
+    with torch.no_grad():
+        logp = policy.score(rollout).logp  # [N, T]
+    assert torch.isfinite(logp).all()
+
+
+def test_suppressed_head_shares_the_weight_and_masks_only_the_named_tokens():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 6, bias=False)
+    masked = suppressed_head(head, (1, 4))
+    assert type(masked) is torch.nn.Linear and masked.weight is head.weight  # fused log-prob path, shared grads
+    hidden = torch.randn(3, 4)  # [B, H]
+    logits, plain = masked(hidden), head(hidden)  # [B, V]
+    assert torch.equal(logits[:, [0, 2, 3, 5]], plain[:, [0, 2, 3, 5]])
+    assert torch.allclose(logits[:, [1, 4]], plain[:, [1, 4]] - 1.0e4)
+    assert torch.softmax(logits, -1)[:, [1, 4]].max().item() == 0.0
+    assert suppressed_head(head, ()) is head
 
 
 def test_group_repetition_and_reordering_keep_each_samples_images(model_dirs, rows):
