@@ -19,7 +19,9 @@ from genalign.registry import Registry
 
 
 class RewardFn(Protocol):
-    def __call__(self, prompts: Sequence[str], completions: Sequence[Any], **columns: Sequence[Any]) -> list[float | None]: ...
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[Any], **columns: Sequence[Any]
+    ) -> list[float | None]: ...
 
 
 #: name -> factory ``(**args) -> RewardFn``
