@@ -343,7 +343,6 @@ def vision_token_ids(model_config: Any) -> tuple[int, ...]:
     return tuple(sorted(int(i) for i in ids if i is not None))
 
 
-
 def _right_pad(x: Tensor, width: int, value: float) -> Tensor:
     """Pad ``x`` ``[B, C]`` on the right to ``[B, width]``."""
     return x if x.shape[1] == width else torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
