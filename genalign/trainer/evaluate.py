@@ -30,6 +30,7 @@ def evaluate(
             m.train(mode)
     table = torch.cat(scores) if scores else torch.empty(0, len(rewards.labels))  # [n, K]
     result: dict[str, Any] = {"eval/num_prompts": len(rows), "eval/num_scored": table.shape[0]}
+    result |= {f"eval/{key}": value for key, value in rewards.take_metrics().items()}
     for k, label in enumerate(rewards.labels):
         result[f"eval/reward/{label}"] = float(table[:, k].nanmean()) if table.numel() else float("nan")
     accuracy_label = accuracy_reward or rewards.labels[0]

@@ -191,6 +191,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         # 3e. Metrics, samples, evaluation, checkpoint.
         record = _step_record(step, rollout, reward_table, reward_errors, rewards.labels, adv, update_metrics)
         record["num_trained_samples"] = len(keep)
+        record |= rewards.take_metrics()
         record |= {"time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t0}
         if main:
             metrics_log.append(record)

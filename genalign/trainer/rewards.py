@@ -58,3 +58,13 @@ class RewardSet:
         """``[n]`` weighted sum of the rewards (a missing reward counts 0), for step-level reward probes (DenseGRPO)."""
         table, _ = self(rows, outputs)  # [n, K]
         return (table.nan_to_num(0.0) * self.weights).sum(1)  # [n]
+
+    def take_metrics(self) -> dict[str, float]:
+        """Counters of the reward objects that keep some (``pop_metrics()``, e.g. unparsable answers), accumulated
+        since the previous call, as ``reward/<label>/<key>``."""
+        metrics = {}
+        for spec, fn in zip(self.specs, self.fns):
+            pop = getattr(fn, "pop_metrics", None)
+            if callable(pop):
+                metrics |= {f"reward/{spec.label}/{key}": value for key, value in pop().items()}
+        return metrics

@@ -74,3 +74,34 @@ def test_jsonl_log_truncates_records_after_a_step(tmp_path):
         log.append({"step": step, "x": torch.tensor(step * 1.0), "nan": float("nan")})
     log.truncate_after(3)
     assert [r["step"] for r in log.read()] == [1, 2, 3] and log.read()[0]["nan"] is None
+
+
+def test_reward_set_collects_counters_of_reward_objects_since_the_last_take():
+    from genalign.config.schema import RewardSpec
+    from genalign.rewards import REWARDS, register_reward
+    from genalign.trainer.rewards import RewardSet
+
+    if "counting_probe" not in REWARDS:
+
+        @register_reward("counting_probe")
+        class CountingProbe:
+            def __init__(self):
+                self.calls = 0
+
+            def __call__(self, prompts, completions, **columns):
+                self.calls += 1
+                return [float(c == "a") for c in completions]
+
+            def pop_metrics(self):
+                calls, self.calls = self.calls, 0
+                return {"calls": float(calls)}
+
+    rewards = RewardSet([RewardSpec(fn="counting_probe", name="probe")])
+    rows = [{"prompt": "p"}, {"prompt": "q"}]
+    table, errors = rewards(rows, ["a", "b"])
+    rewards(rows, ["b", "b"])
+    assert table.tolist() == [[1.0], [0.0]] and errors.tolist() == [0.0]
+    assert rewards.take_metrics() == {"reward/probe/calls": 2.0} and rewards.take_metrics() == {
+        "reward/probe/calls": 0.0
+    }
+    assert rewards.weighted_sum(rows, ["a", "a"]).tolist() == [1.0, 1.0]
