@@ -13,7 +13,6 @@ depend on the micro-batch split. The sampler's KV-cache arithmetic differs from 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -24,7 +23,8 @@ from genalign.assets import model_location
 from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.policies.lm.logprobs import completion_logprobs
-from genalign.policies.lm.lora import add_lora, load_weights, save_weights
+from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.plumbing import SingleModelPlumbing
 from genalign.policies.lm.prompts import encode_prompts
 from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
 from genalign.policies.lm.tokenizer import load_tokenizer
@@ -122,7 +122,7 @@ class CausalLMPolicyConfig:
                 raise ValueError(message)
 
 
-class CausalLMPolicy:
+class CausalLMPolicy(SingleModelPlumbing):
     """A ``transformers`` causal LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
@@ -274,22 +274,7 @@ class CausalLMPolicy:
             )
         return self._logprobs(self._frozen_reference, rollout, with_entropy=False)[0]
 
-    # ---- training plumbing ---------------------------------------------------------------------------------------
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
-
-    def modules_to_train(self) -> list[nn.Module]:
-        return [self.model]
-
-    def save(self, directory: Path) -> None:
-        """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), plus the tokenizer."""
-        directory = Path(directory)
-        save_weights(self.model, directory)
-        self.tokenizer.save_pretrained(str(directory))
-
-    def load(self, directory: Path) -> None:
-        load_weights(self.model, Path(directory))
-
+    # ---- training plumbing (trainable_parameters, modules_to_train, save, load: SingleModelPlumbing) --------------
     def state_dict_extra(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}
 

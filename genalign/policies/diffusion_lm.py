@@ -34,7 +34,8 @@ from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.policies.causal_lm import DTYPES, LoRAConfig, _eval_mode
-from genalign.policies.lm.lora import add_lora, load_weights, save_weights
+from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.plumbing import SingleModelPlumbing
 from genalign.policies.lm.prompts import encode_prompts
 from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
 from genalign.schedulers.masked_diffusion import check_generation_args, completion_mask_through_first_eos, generate
@@ -138,7 +139,7 @@ class DiffusionLMPolicyConfig:
                 raise ValueError(message)
 
 
-class DiffusionLMPolicy:
+class DiffusionLMPolicy(SingleModelPlumbing):
     """A masked diffusion LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     ``per_sample`` of its rollouts: ``prompt_ids`` / ``prompt_mask`` ``[N, P]`` (left-padded), ``completion_ids``
@@ -321,22 +322,7 @@ class DiffusionLMPolicy:
             self._frozen_reference = _load_model(self.config, self.model_path, self.device).eval().requires_grad_(False)
         return self._estimate(self._frozen_reference, rollout.per_sample, epoch=self.inner_epoch).logp
 
-    # ---- training plumbing ---------------------------------------------------------------------------------------
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
-
-    def modules_to_train(self) -> list[nn.Module]:
-        return [self.model]
-
-    def save(self, directory: Path) -> None:
-        """LoRA adapters alone or all weights (``model.safetensors`` + config), plus the tokenizer."""
-        directory = Path(directory)
-        save_weights(self.model, directory)
-        self.tokenizer.save_pretrained(str(directory))
-
-    def load(self, directory: Path) -> None:
-        load_weights(self.model, Path(directory))
-
+    # ---- training plumbing (trainable_parameters, modules_to_train, save, load: SingleModelPlumbing) --------------
     def state_dict_extra(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state(), "seed_generator": self.seed_generator.get_state()}
 
