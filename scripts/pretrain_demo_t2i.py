@@ -200,22 +200,22 @@ def build_identity_vae(*, channels: int = 16, bias: float = 50.0, shift: float =
     return vae
 
 
-def build_transformer(*, width: int, layers: int):
+def build_transformer(*, width: int, layers: int, patch: int = 4, channels: int = 3, latent_size: int = IMAGE_SIZE):
     from diffusers import SD3Transformer2DModel
 
     head_dim = 32
     return SD3Transformer2DModel(
-        sample_size=IMAGE_SIZE,
-        patch_size=4,
-        in_channels=3,
-        out_channels=3,
+        sample_size=latent_size,
+        patch_size=patch,
+        in_channels=channels,
+        out_channels=channels,
         num_layers=layers,
         attention_head_dim=head_dim,
         num_attention_heads=width // head_dim,
         joint_attention_dim=64,
         caption_projection_dim=width,
         pooled_projection_dim=64,
-        pos_embed_max_size=IMAGE_SIZE // 4,  # 8x8 grid of 4x4-pixel patches
+        pos_embed_max_size=latent_size // patch,  # e.g. 8x8 grid of 4x4-pixel patches
     )
 
 
@@ -245,6 +245,63 @@ def to_pil(pixels: torch.Tensor):
     return [Image.fromarray(a, mode="RGB") for a in array]
 
 
+def build_trained_vae(*, latent_channels: int = 4):
+    """A small ``AutoencoderKL`` with 4x spatial down-sampling (32x32x3 pixels -> 8x8x``latent_channels``), to be
+    trained by :func:`train_vae`: the diffusion then runs in a 256-dimensional latent space, as latent diffusion models
+    do (fewer dimensions per denoising step, shapes decoded by the VAE)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(16, 32, 32),
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=16,
+        sample_size=IMAGE_SIZE,
+        mid_block_add_attention=False,
+        force_upcast=False,
+    )
+
+
+def train_vae(vae, *, steps: int, batch: int, lr: float, kl_weight: float, seed: int, log_every: int) -> dict:
+    """Train ``vae`` on rendered scenes (all prompts: the VAE never sees text) with an L1 + MSE reconstruction loss
+    and a small KL term; returns the final losses."""
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / 100, (steps - step) / (steps / 4))
+    )
+    generator = torch.Generator().manual_seed(seed)
+    started = time.time()
+    vae.train()
+    for step in range(steps):
+        _, pixels = render_batch(rng, batch, split="all")  # [B, 3, 32, 32]
+        posterior = vae.encode(pixels).latent_dist
+        recon = vae.decode(posterior.sample(generator=generator)).sample
+        rec = F.l1_loss(recon, pixels) + F.mse_loss(recon, pixels)
+        kl = posterior.kl().mean() / pixels[0].numel()
+        loss = rec + kl_weight * kl
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % log_every == 0:
+            print(
+                f"[vae] step {step} rec {rec.item():.4f} kl {kl.item():.4f} time {time.time() - started:.0f}s",
+                flush=True,
+            )
+    vae.eval()
+    return {
+        "vae_steps": steps,
+        "vae_final_reconstruction_loss": float(rec.detach()),
+        "vae_seconds": round(time.time() - started, 1),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Stage 1: the VAE statistics
 
@@ -254,7 +311,7 @@ def calibrate_vae(vae, *, seed: int) -> dict:
     """Set ``shift_factor`` / ``scaling_factor`` so latents of rendered scenes have mean 0 and std 1; check the
     round trip (max error and agreement of :func:`detect` before and after)."""
     _, pixels = render_batch(np.random.default_rng(seed), 256, split="all")
-    latents = vae.encode(pixels).latent_dist.mean  # [256, 3, 32, 32]
+    latents = vae.encode(pixels).latent_dist.mean  # [256, C, h, w]
     recon = vae.decode(latents).sample
     shift, std = latents.mean().item(), latents.std().item()
     vae.register_to_config(shift_factor=shift, scaling_factor=1.0 / std)
@@ -284,6 +341,30 @@ def encode(pipe, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return embeds, pooled
 
 
+class WeightEMA:
+    """Exponential moving average of the trainable weights (``decay`` per step, with the usual warm-up
+    ``min(decay, (1 + n) / (10 + n))``); :meth:`swap` exchanges the live and averaged weights (call it twice)."""
+
+    def __init__(self, modules: list[torch.nn.Module], decay: float):
+        self.params = [p for m in modules for p in m.parameters()]
+        self.shadow = [p.detach().clone() for p in self.params]
+        self.decay, self.updates = decay, 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        self.updates += 1
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for average, p in zip(self.shadow, self.params):
+            average.lerp_(p.detach(), 1 - decay)
+
+    @torch.no_grad()
+    def swap(self) -> None:
+        for average, p in zip(self.shadow, self.params):
+            live = p.detach().clone()
+            p.copy_(average)
+            average.copy_(live)
+
+
 def train_transformer(
     pipe,
     *,
@@ -297,28 +378,39 @@ def train_transformer(
     log_every: int,
     eval_fn,
     eval_every: int,
+    ema: WeightEMA | None = None,
+    cooldown: int = 0,
+    encode_latents: bool = False,
 ) -> list[dict]:
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     vae, transformer = pipe.vae, pipe.transformer
     params = [*transformer.parameters(), *pipe.text_encoder.parameters(), *pipe.text_encoder_2.parameters()]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    # linear warm-up then constant: the model after k steps does not depend on the total, so ``--steps k`` reproduces
-    # any checkpoint of a longer run
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+
+    def lr_factor(step: int) -> float:
+        """Linear warm-up, constant, then (``cooldown`` > 0) a linear decay to 0 over the last ``cooldown`` steps."""
+        decay = min(1.0, (steps - step) / cooldown) if cooldown else 1.0
+        return min(1.0, (step + 1) / warmup, decay)
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     history = []
     started = time.time()
     for step in range(steps):
         transformer.train()
         prompts, pixels = render_batch(rng, batch, split="train")
         prompts = ["" if rng.random() < drop_prompt else p for p in prompts]
-        # the VAE is the identity to ~1e-4 by construction (see build_identity_vae), so encoding is skipped
-        x0 = (pixels - vae.config.shift_factor) * vae.config.scaling_factor  # [B, 3, 32, 32]
-        noise = torch.randn(x0.shape, generator=generator)  # [B, 3, 32, 32]
+        if not encode_latents:  # the identity VAE (see build_identity_vae): latents are the pixels
+            latents = pixels
+        else:
+            with torch.no_grad():
+                latents = vae.encode(pixels).latent_dist.mean  # [B, C, h, w]
+        x0 = (latents - vae.config.shift_factor) * vae.config.scaling_factor  # [B, C, h, w]
+        noise = torch.randn(x0.shape, generator=generator)  # [B, C, h, w]
         sigma = torch.sigmoid(torch.randn(batch, generator=generator))  # logit-normal, [B]
         sigma = shift * sigma / (1 + (shift - 1) * sigma)  # shifted towards noise, where the layout is decided
         s = sigma.view(-1, 1, 1, 1)
-        xt = (1 - s) * x0 + s * noise  # [B, 3, 32, 32]
+        xt = (1 - s) * x0 + s * noise  # [B, C, h, w]
         embeds, pooled = encode(pipe, prompts)
         v = transformer(
             hidden_states=xt, timestep=sigma * 1000, encoder_hidden_states=embeds, pooled_projections=pooled
@@ -329,6 +421,8 @@ def train_transformer(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()
+        if ema is not None:
+            ema.update()
         if step % log_every == 0:
             print(f"[flow] step {step} loss {loss.item():.4f} time {time.time() - started:.0f}s", flush=True)
         if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
@@ -393,6 +487,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--patch", type=int, default=4, help="transformer patch size in latent pixels")
+    parser.add_argument("--vae", choices=("identity", "trained"), default="identity")
+    parser.add_argument("--vae-steps", type=int, default=2000)
+    parser.add_argument("--vae-lr", type=float, default=1e-3)
+    parser.add_argument("--latent-channels", type=int, default=4)
+    parser.add_argument("--ema", type=float, default=0.0, help="EMA decay of the weights evaluated and saved (0: off)")
+    parser.add_argument("--cooldown", type=int, default=0, help="linear lr decay to 0 over the last N steps")
     parser.add_argument("--shift", type=float, default=3.0, help="timestep shift of training and sampling")
     parser.add_argument("--drop-prompt", type=float, default=0.1)
     parser.add_argument("--log-every", type=int, default=50)
@@ -409,9 +510,15 @@ def main() -> None:
     started = time.time()
     tokenizer = build_tokenizer(Path(tempfile.mkdtemp()))
     pipe = StableDiffusion3Pipeline(
-        transformer=build_transformer(width=args.width, layers=args.layers),
+        transformer=build_transformer(
+            width=args.width,
+            layers=args.layers,
+            patch=args.patch,
+            channels=3 if args.vae == "identity" else args.latent_channels,
+            latent_size=IMAGE_SIZE if args.vae == "identity" else IMAGE_SIZE // 4,
+        ),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=args.shift),
-        vae=build_identity_vae(),
+        vae=build_identity_vae() if args.vae == "identity" else build_trained_vae(latent_channels=args.latent_channels),
         text_encoder=build_text_encoder(tokenizer),
         tokenizer=tokenizer,
         text_encoder_2=build_text_encoder(tokenizer),
@@ -421,15 +528,26 @@ def main() -> None:
     )
     pipe.set_progress_bar_config(disable=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    if args.vae == "trained":
+        report.update(
+            train_vae(pipe.vae, steps=args.vae_steps, batch=args.batch, lr=args.vae_lr, kl_weight=1e-4,
+                      seed=args.seed + 2, log_every=args.log_every)
+        )  # fmt: skip
     report.update(calibrate_vae(pipe.vae, seed=args.seed))
     print(f"[vae] {report}", flush=True)
 
+    ema = WeightEMA([pipe.transformer, pipe.text_encoder, pipe.text_encoder_2], args.ema) if args.ema else None
+
     def evaluate(step: int | None = None) -> dict:
+        if ema is not None:
+            ema.swap()
         if step is not None and args.save_checkpoints:
             pipe.save_pretrained(args.out / f"checkpoint-{step}")
         result = heldout_accuracy(
             pipe, n_prompts=args.eval_prompts, samples=args.eval_samples, steps=args.eval_steps, guidance=1.0, seed=1234
         )
+        if ema is not None:
+            ema.swap()
         pipe.transformer.train()
         return result
 
@@ -446,9 +564,14 @@ def main() -> None:
         log_every=args.log_every,
         eval_fn=evaluate,
         eval_every=args.eval_every,
+        ema=ema,
+        cooldown=args.cooldown,
+        encode_latents=args.vae == "trained",
     )
     report["flow_seconds"] = round(time.time() - flow_started, 1)
     report["heldout"] = evaluate()
+    if ema is not None:  # the averaged weights are the model
+        ema.swap()
     report["train_seconds_total"] = round(time.time() - started, 1)
     report["parameters"] = {
         name: sum(p.numel() for p in getattr(pipe, name).parameters())

@@ -4,7 +4,7 @@ One iteration of the trainer reads (shapes: ``N`` samples, ``K`` reward function
 
     combined, stats = REWARD_COMBINERS.get(combiner)(rewards_nk, group_ids, weights)          # [N]
     advantages = compute_advantages(estimator, combined, group_ids, clip=None, **estimator_hp)  # [N]
-    weights = CREDIT_WEIGHTS.get(credit)(advantages, mask, entropy)                              # [N, T]
+    weights = CREDIT_WEIGHTS.get(credit)(advantages, mask, entropy, logp=behaviour_logp, progress=p)  # [N, T]
     normalizer = sum(loss_normalizer(mb_mask, mode, advantages=mb_adv) for each micro-batch)    # all-reduce SUM
     for each micro-batch:
         loss, metrics = policy_loss(logp, old_logp, adv[:, None] * w, mask, ratio_level=..., clip=..., **clip_hp)
@@ -13,8 +13,9 @@ One iteration of the trainer reads (shapes: ``N`` samples, ``K`` reward function
 
 Options that need more than log-probs take it explicitly: ``policy_loss(..., context=ObjectiveContext(entropy=...,
 rollout_logp=..., segment_ids=..., group_reward_std=..., progress=...))``; per-action regularisers
-(:data:`REGULARIZERS`) read a :class:`RegularizerInputs`; estimators that use earlier steps get their statistics as
-float hyper-parameters from :func:`make_advantage_state` (``genalign/algorithms/state.py``).
+(:data:`REGULARIZERS`) read a :class:`RegularizerInputs` (vocabulary options get their per-action value from the
+policy's chunked log-prob pass through :func:`bind_vocab_term`); estimators that use earlier steps get their
+statistics as float hyper-parameters from :func:`make_advantage_state` (``genalign/algorithms/state.py``).
 
 Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algorithms.md``
 (regenerate with ``python -m genalign.algorithms.docs``).
@@ -51,6 +52,7 @@ from genalign.algorithms.objectives import (
 from genalign.algorithms.regularizer_catalogue import (
     REGULARIZERS,
     RegularizerInputs,
+    bind_vocab_term,
     future_kl_advantages,
 )
 from genalign.algorithms.regularizers import (
@@ -88,6 +90,7 @@ __all__ = [
     "RegularizerInputs",
     "accepted_hyperparameters",
     "aggregate",
+    "bind_vocab_term",
     "check_hyperparameters",
     "check_objective_hyperparameters",
     "compute_advantages",

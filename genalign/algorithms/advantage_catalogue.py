@@ -98,8 +98,9 @@ def asymmetric(
     """Asymmetric advantage shaping [111]: GRPO advantages scaled by ``c₊`` when positive and ``c₋`` when negative.
 
     Reading chosen: the sample-level half of A3PO; its token-level half ("key tokens per polarity", criterion not
-    given) composes through the credit weights (e.g. ``credit: entropy_weighted``). The defaults (``c₋ = 1.2``,
-    favouring the exploration that negative samples drive) are a free choice.
+    given) is the credit weight ``polarity_token_weights`` (``genalign.algorithms.credit``), so A3PO = ``advantage:
+    asymmetric`` + ``credit: polarity_token_weights``. The defaults (``c₋ = 1.2``, favouring the exploration that
+    negative samples drive) are a free choice.
 
     Args:
         rewards: ``[N]`` or ``[N, K]``; NaN = missing.

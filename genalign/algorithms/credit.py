@@ -1,11 +1,14 @@
 """Per-action credit weights: a multiplier on the advantage of each action.
 
-Every weight function has the signature ``fn(advantages [N], mask [N, T], entropy [N, T], **hp) -> weights [N, T]``;
+Every weight function has the signature
+``fn(advantages [N], mask [N, T], entropy [N, T], logp=None, progress=None, **hp) -> weights [N, T]``;
 the trainer uses ``advantages[:, None] * weights`` (``[N, T]``) in :func:`genalign.algorithms.policy_loss`.
 
-``entropy`` is the per-action entropy of the policy that sampled (or re-scored) the batch; it is treated as a constant
-(detached). Weights that depend on batch statistics must be computed once on the whole optimisation batch, before
-it is split into micro-batches.
+``entropy`` is the per-action entropy of the policy that sampled (or re-scored) the batch; ``logp`` ``[N, T]`` the
+behaviour log-probs of the sampled actions (``Rollout.old_logp``); both are treated as constants (detached).
+``progress`` is ``step / max_steps`` in ``[0, 1]``, for annealed weights. An option that needs ``logp`` or
+``progress`` raises a ``ValueError`` when the caller leaves it ``None``. Weights that depend on batch statistics must
+be computed once on the whole optimisation batch, before it is split into micro-batches.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from genalign.registry import Registry
 
 CreditWeight = Callable[..., Tensor]
 
-#: name -> ``fn(advantages [N], mask [N, T], entropy [N, T], **hp) -> weights [N, T]``
+#: name -> ``fn(advantages [N], mask [N, T], entropy [N, T], logp [N, T] | None, progress | None, **hp) -> [N, T]``
 CREDIT_WEIGHTS: Registry[CreditWeight] = Registry("credit weight")
 
 
@@ -41,7 +44,9 @@ def _check_inputs(advantages: Tensor, mask: Tensor, entropy: Tensor) -> tuple[Te
     source="formulas.md §1",
     summary="Every action gets its sequence's advantage.",
 )
-def uniform_weights(advantages: Tensor, mask: Tensor, entropy: Tensor) -> Tensor:
+def uniform_weights(
+    advantages: Tensor, mask: Tensor, entropy: Tensor, logp: Tensor | None = None, progress: float | None = None
+) -> Tensor:
     """All-ones weights ``[N, T]``: the sequence advantage is broadcast to every action."""
     _check_inputs(advantages, mask, entropy)
     return torch.ones_like(entropy)
@@ -66,6 +71,8 @@ def entropy_weighted(
     advantages: Tensor,
     mask: Tensor,
     entropy: Tensor,
+    logp: Tensor | None = None,
+    progress: float | None = None,
     *,
     alpha: float = 0.5,
     level: Literal["token", "sequence"] = "token",
@@ -110,7 +117,15 @@ def entropy_weighted(
     source="[200] (forking tokens)",
     summary="Train only on the top-ρ fraction of highest-entropy actions of the batch (default 20 %).",
 )
-def high_entropy_tokens(advantages: Tensor, mask: Tensor, entropy: Tensor, *, rho: float = 0.2) -> Tensor:
+def high_entropy_tokens(
+    advantages: Tensor,
+    mask: Tensor,
+    entropy: Tensor,
+    logp: Tensor | None = None,
+    progress: float | None = None,
+    *,
+    rho: float = 0.2,
+) -> Tensor:
     """Keep the gradient of "forking tokens" only: the top ``rho`` fraction of valid actions by entropy [200].
 
     The other actions get weight 0 (advantage 0) but stay in the aggregation denominators; ties at the threshold are
@@ -145,6 +160,8 @@ def entropy_driven(
     advantages: Tensor,
     mask: Tensor,
     entropy: Tensor,
+    logp: Tensor | None = None,
+    progress: float | None = None,
     *,
     min_weight: float = 0.5,
     max_weight: float = 2.0,
@@ -175,3 +192,64 @@ def entropy_driven(
     batch_mean = per_sequence[present].mean() if present.any() else entropy.new_ones(())
     weight = (batch_mean.clamp_min(eps) / per_sequence.clamp_min(eps)).clamp(min_weight, max_weight)  # [N]
     return torch.where(present, weight, 1.0)[:, None].expand_as(entropy).clone()  # [N, T]
+
+
+@CREDIT_WEIGHTS.register(
+    "polarity_token_weights",
+    formula="p_it = exp(logπ_behaviour); A>0: w = 1 + α₊·s·(1 − p_it); A<0: w = 1 + α₋·s·p_it; A=0: w = 1; "
+    "s = 1 − progress if anneal else 1",
+    source="[111] A3PO (token-level part)",
+    summary="Asymmetric token shaping: more credit to uncertain tokens of good samples, more blame to confident "
+    "tokens of bad ones.",
+)
+def polarity_token_weights(
+    advantages: Tensor,
+    mask: Tensor,
+    entropy: Tensor,
+    logp: Tensor | None = None,
+    progress: float | None = None,
+    *,
+    alpha_pos: float = 0.5,
+    alpha_neg: float = 0.5,
+    anneal: bool = False,
+) -> Tensor:
+    """Token-level half of A3PO [111]: the advantage of each token is reshaped according to the sample's polarity.
+
+    Reading chosen: the abstract says "adaptive and asymmetric token-level advantage shaping ... key tokens across
+    different polarities" without the criterion. genalign takes the behaviour probability ``p_t`` of the sampled
+    token: in a positive sample the *low*-probability tokens are where the correct pattern was still uncertain, and
+    sharpening them matters (``w = 1 + α₊(1 − p_t)``); in a negative sample the *high*-probability tokens are the
+    confident errors (``w = 1 + α₋·p_t``). "Adaptive": with ``anneal`` both ``α`` decay linearly to 0 over training
+    (``α·(1 − progress)``). Weights are ``>= 1`` and not renormalised. Pair it with ``advantage: asymmetric`` (the
+    sample-level half) for A3PO.
+
+    Args:
+        advantages: ``[N]`` sequence advantages (only their sign is used).
+        mask: ``[N, T]`` 1 where an action is trained.
+        entropy: ``[N, T]`` (checked for shape only).
+        logp: ``[N, T]`` behaviour log-probs of the sampled tokens (``Rollout.old_logp``; required).
+        progress: ``step / max_steps`` in ``[0, 1]`` (required with ``anneal``).
+        alpha_pos, alpha_neg: ``α₊, α₋ >= 0``.
+        anneal: decay both ``α`` linearly to 0 with ``progress``.
+    Returns:
+        ``[N, T]`` weights in ``[1, 1 + α]`` (1 where ``A = 0`` and on padding).
+    """
+    if not (alpha_pos >= 0 and alpha_neg >= 0):
+        raise ValueError(f"alpha_pos and alpha_neg must be >= 0, got {alpha_pos!r}, {alpha_neg!r}")
+    advantages, valid, entropy = _check_inputs(advantages, mask, entropy)
+    if logp is None:
+        raise ValueError(
+            "credit 'polarity_token_weights' needs logp [N, T], the behaviour log-probs of the sampled tokens: call "
+            "CREDIT_WEIGHTS.get(name)(advantages, mask, entropy, logp=rollout.old_logp, progress=step / max_steps)"
+        )
+    logp = check_shape(logp, "logp", tuple(entropy.shape), "[N, T]").detach()
+    scale = 1.0
+    if anneal:
+        if progress is None or not 0 <= progress <= 1:
+            raise ValueError(f"polarity_token_weights with anneal=True needs progress in [0, 1], got {progress!r}")
+        scale = 1.0 - progress
+    probs = torch.where(valid, logp, 0.0).to(entropy.dtype).exp().clamp_max(1.0)  # [N, T] p_t
+    positive = valid & (advantages > 0)[:, None]  # [N, T]
+    negative = valid & (advantages < 0)[:, None]  # [N, T]
+    weights = torch.where(positive, 1.0 + scale * alpha_pos * (1.0 - probs), 1.0)  # [N, T]
+    return torch.where(negative, 1.0 + scale * alpha_neg * probs, weights)  # [N, T]

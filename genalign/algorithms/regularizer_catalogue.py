@@ -7,14 +7,25 @@ exactly like the KL penalty and the entropy bonus (formulas.md §4)::
     per_action = per_action + coef * REGULARIZERS.get(name)(inputs, **args)        # [m, T]
 
 Fixed signature ``fn(inputs: RegularizerInputs, **hp) -> [N, T]`` (0 on padding); each option names the fields it
-needs and raises a ``ValueError`` naming a missing one. Not wired into the trainer yet: see each option for what the
-trainer must pass (``logits`` need the policy adapter to return them).
+needs (registry meta ``needs``) and raises a ``ValueError`` naming a missing one.
+
+Options over the whole vocabulary (``needs=("vocab",)``) never see ``[N, T, V]`` logits: their math is a per-token
+function of one chunk of scaled logits, ``term(logits [n, V], **hp) -> [n]`` (registry meta ``vocab_term``). The
+trainer binds it with :func:`bind_vocab_term` and hands it to the policy, which evaluates it inside its chunked
+log-prob pass (:func:`genalign.policies.lm.logprobs.completion_scores`) and returns ``ScoreOutput.vocab_term``
+``[N, T]``; the option then reads that value from ``RegularizerInputs.vocab``::
+
+    term = bind_vocab_term(name, **hp)                                   # logits [n, V] -> [n]
+    out = policy.score(batch, vocab_term=term)                           # out.vocab_term [m, T] (grad)
+    inputs = RegularizerInputs(logp=out.logp, mask=mask, vocab=out.vocab_term)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -35,7 +46,8 @@ class RegularizerInputs:
         advantages: ``[N]`` (or ``[N, T]``) advantages (constant).
         entropy: per-action entropy (grad or constant).
         kl: per-action KL estimate to the reference policy (grad), as returned by ``policy.score(kl_estimator=...)``.
-        logits: ``[N, T, V]`` next-token logits at each action (grad).
+        vocab: per-action value of the option's vocabulary term (grad), computed by the policy inside its chunked
+            log-prob pass, as returned by ``policy.score(vocab_term=bind_vocab_term(name, **hp)).vocab_term``.
         group_success: ``[N]`` mean reward of each sample's group (0/1 rewards: the success rate ``p``).
     """
 
@@ -45,7 +57,7 @@ class RegularizerInputs:
     advantages: Tensor | None = None
     entropy: Tensor | None = None
     kl: Tensor | None = None
-    logits: Tensor | None = None
+    vocab: Tensor | None = None
     group_success: Tensor | None = None
 
 
@@ -157,16 +169,90 @@ def mastery_hinge_kl(inputs: RegularizerInputs, *, margin: float = 0.01, mastere
     return torch.where(mastered, (kl - margin).clamp_min(0.0), 0.0)
 
 
-def _logits(inputs: RegularizerInputs, option: str) -> Tensor:
-    logits = check_float_tensor(_need(inputs, "logits", option), "inputs.logits", "[N, T, V]")
-    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(inputs.logp.shape):
-        raise ValueError(f"inputs.logits must have shape [N, T, V] with [N, T] = {list(inputs.logp.shape)}")
+@REGULARIZERS.register(
+    "hazard_penalty",
+    formula="ℓ = logπθ − logπold; L_it = (max(ℓ,0)/λ₊)^k₊ + (max(−ℓ,0)/λ₋)^k₋ (Weibull cumulative hazards)",
+    source="[181] MHPO (Decoupled Hazard Penalty)",
+    summary="Smooth penalties on log-ratio expansion and contraction, each with its own cumulative hazard.",
+)
+def hazard_penalty(
+    inputs: RegularizerInputs,
+    *,
+    scale_pos: float = 0.2,
+    scale_neg: float = 0.2,
+    shape_pos: float = 2.0,
+    shape_neg: float = 2.0,
+) -> Tensor:
+    """MHPO's Decoupled Hazard Penalty [181]: the cumulative hazard ``H(x)`` of a survival law is applied separately
+    to the positive shift ``x = max(ℓ, 0)`` (over-expansion, which leads to mode collapse) and to the negative shift
+    ``x = max(−ℓ, 0)`` (contraction, which erodes the policy) of the per-action log-ratio ``ℓ = logπθ − logπold``.
+
+    Reading chosen: the abstract names cumulative hazard functions but not the law; genalign uses the Weibull hazard
+    ``H(x) = (x/λ)^k``, so the penalty is 0 at ``ℓ = 0`` and grows smoothly (for ``k > 1``, with zero slope at the
+    origin) and independently on each side. MHPO = ``clip: log_fidelity`` + ``regularizer: hazard_penalty``.
+
+    Args:
+        inputs: needs ``logp`` (grad), ``old_logp`` and ``mask``.
+        scale_pos, scale_neg: Weibull scales ``λ₊, λ₋ > 0`` (the log-ratio shift at which the hazard reaches 1).
+        shape_pos, shape_neg: Weibull shapes ``k₊, k₋ >= 1`` (1: linear, 2: quadratic growth).
+    Returns:
+        ``[N, T]`` non-negative penalty (0 on padding; grad through ``logp``).
+    """
+    if not (scale_pos > 0 and scale_neg > 0):
+        raise ValueError(f"scale_pos and scale_neg must be > 0, got {scale_pos!r}, {scale_neg!r}")
+    if not (shape_pos >= 1 and shape_neg >= 1):
+        raise ValueError(f"shape_pos and shape_neg must be >= 1 (convex hazards), got {shape_pos!r}, {shape_neg!r}")
+    mask = _mask(inputs)
+    old = _need(inputs, "old_logp", "hazard_penalty").detach()
+    log_ratio = torch.where(mask > 0, inputs.logp - old, 0.0)  # [N, T]
+    expansion = (log_ratio.clamp_min(0.0) / scale_pos).pow(shape_pos)  # [N, T]
+    contraction = ((-log_ratio).clamp_min(0.0) / scale_neg).pow(shape_neg)  # [N, T]
+    return torch.where(mask > 0, expansion + contraction, 0.0)
+
+
+def _vocab(inputs: RegularizerInputs, option: str) -> Tensor:
+    """``inputs.vocab`` ``[N, T]`` checked against ``logp``, 0 on padding."""
+    mask = _mask(inputs)
+    vocab = check_float_tensor(_need(inputs, "vocab", option), "inputs.vocab", "[N, T]")
+    if tuple(vocab.shape) != tuple(mask.shape):
+        raise ValueError(f"inputs.vocab must have shape [N, T] = {list(mask.shape)}, got {list(vocab.shape)}")
+    return torch.where(mask > 0, vocab, 0.0)  # [N, T]
+
+
+def _scaled_logits(logits: Tensor, option: str) -> Tensor:
+    logits = check_float_tensor(logits, f"{option} logits", "[n, V]")
+    if logits.ndim != 2:
+        raise ValueError(f"{option}: logits must have shape [n, V] (one chunk of actions), got {list(logits.shape)}")
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def _check_noise_ratio(noise_ratio: float) -> None:
+    if not 0 <= noise_ratio < 1:
+        raise ValueError(f"noise_ratio must be in [0, 1), got {noise_ratio!r}")
+
+
+def low_probability_term(logits: Tensor, *, noise_ratio: float = 0.02) -> Tensor:
+    """Per-action value of :func:`low_probability` [206] on one chunk of actions.
+
+    Args:
+        logits: ``[n, V]`` next-token logits of ``n`` actions at the sampling temperature (``z / T``; grad).
+        noise_ratio: ``κ`` in ``[0, 1)``.
+    Returns:
+        ``[n]`` ``KL(q ‖ πθ)``, ``q`` the detached proxy: ``πθ`` without the tokens below ``κ·max πθ``, renormalised.
+    """
+    _check_noise_ratio(noise_ratio)
+    log_probs = torch.log_softmax(_scaled_logits(logits, "low_probability"), dim=-1)  # [n, V]
+    with torch.no_grad():
+        floor = math.log(noise_ratio) if noise_ratio > 0 else -math.inf
+        keep = log_probs >= log_probs.max(-1, keepdim=True).values + floor  # [n, V]
+        proxy = torch.log_softmax(log_probs.masked_fill(~keep, -torch.inf), dim=-1)  # [n, V]
+    return torch.where(keep, proxy.exp() * (proxy - log_probs), 0.0).sum(-1)  # [n]
 
 
 @REGULARIZERS.register(
     "low_probability",
-    needs=("logits",),
+    needs=("vocab",),
+    vocab_term=low_probability_term,
     formula="q = sg(renormalise(π · 1[π ≥ κ·max π])); L_it = KL(q ‖ πθ) over the vocabulary",
     source="[206] Lp-Reg",
     summary="Soft KL toward a proxy policy with presumed-noise tokens filtered out and renormalised.",
@@ -176,26 +262,45 @@ def low_probability(inputs: RegularizerInputs, *, noise_ratio: float = 0.02) -> 
     tokens removed and the rest renormalised, which raises the relative probability of low-but-meaningful tokens
     ("reasoning sparks"); a forward KL from the (detached) proxy to the policy keeps them alive.
 
-    Reading chosen: a token is noise when its probability is below ``noise_ratio`` times the most likely token's.
+    Reading chosen: a token is noise when its probability is below ``noise_ratio`` times the most likely token's;
+    ``π`` is the policy at the sampling temperature (the law ``logp`` scores). The per-action math is
+    :func:`low_probability_term`, evaluated by the policy inside its chunked log-prob pass.
 
     Args:
-        inputs: needs ``logits`` ``[N, T, V]`` (grad) and ``mask``.
+        inputs: needs ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
         noise_ratio: ``κ`` in ``[0, 1)``.
+    Returns:
+        ``[N, T]`` non-negative loss (0 on padding).
     """
-    if not 0 <= noise_ratio < 1:
-        raise ValueError(f"noise_ratio must be in [0, 1), got {noise_ratio!r}")
-    mask = _mask(inputs)
-    log_probs = torch.log_softmax(_logits(inputs, "low_probability"), dim=-1)  # [N, T, V]
-    with torch.no_grad():
-        keep = log_probs >= log_probs.max(-1, keepdim=True).values + torch.log(torch.tensor(max(noise_ratio, 1e-300)))
-        proxy = torch.log_softmax(log_probs.masked_fill(~keep, -torch.inf), dim=-1)  # [N, T, V]
-    kl = torch.where(keep, proxy.exp() * (proxy - log_probs), 0.0).sum(-1)  # [N, T]
-    return torch.where(mask > 0, kl, 0.0)
+    _check_noise_ratio(noise_ratio)
+    return _vocab(inputs, "low_probability")
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+
+
+def distribution_entropy_term(logits: Tensor, *, temperature: float = 1.2) -> Tensor:
+    """Per-action value of :func:`distribution_entropy` [287] on one chunk of actions.
+
+    Args:
+        logits: ``[n, V]`` next-token logits of ``n`` actions at the sampling temperature (``z / T``; grad).
+        temperature: ``τ > 0``; 1 gives 0.
+    Returns:
+        ``[n]`` ``KL(q ‖ πθ)`` with the detached target ``q = softmax(logits / τ)``.
+    """
+    _check_temperature(temperature)
+    logits = _scaled_logits(logits, "distribution_entropy")
+    log_probs = torch.log_softmax(logits, dim=-1)  # [n, V]
+    target = torch.log_softmax(logits.detach() / temperature, dim=-1)  # [n, V]
+    return (target.exp() * (target - log_probs)).sum(-1)  # [n]
 
 
 @REGULARIZERS.register(
     "distribution_entropy",
-    needs=("logits",),
+    needs=("vocab",),
+    vocab_term=distribution_entropy_term,
     formula="q = sg(softmax(z / τ)); L_it = KL(q ‖ πθ) over the vocabulary (τ > 1 raises entropy, τ < 1 lowers it)",
     source="[287] distribution-centric entropy regularisation",
     summary="Entropy control at the distribution level: pull the policy toward its own tempered distribution.",
@@ -206,20 +311,31 @@ def distribution_entropy(inputs: RegularizerInputs, *, temperature: float = 1.2)
     direction and strength of the entropy change.
 
     Reading chosen: the target ``softmax(z/τ)`` (detached) and the forward KL; the paper's "better" target is not
-    specified in the abstract.
+    specified in the abstract. ``z`` are the logits at the sampling temperature. The per-action math is
+    :func:`distribution_entropy_term`, evaluated by the policy inside its chunked log-prob pass.
 
     Args:
-        inputs: needs ``logits`` ``[N, T, V]`` (grad) and ``mask``.
+        inputs: needs ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
         temperature: ``τ > 0``; 1 gives a zero loss.
+    Returns:
+        ``[N, T]`` non-negative loss (0 on padding).
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    mask = _mask(inputs)
-    logits = _logits(inputs, "distribution_entropy")
-    log_probs = torch.log_softmax(logits, dim=-1)  # [N, T, V]
-    target = torch.log_softmax(logits.detach() / temperature, dim=-1)  # [N, T, V]
-    kl = (target.exp() * (target - log_probs)).sum(-1)  # [N, T]
-    return torch.where(mask > 0, kl, 0.0)
+    _check_temperature(temperature)
+    return _vocab(inputs, "distribution_entropy")
+
+
+def bind_vocab_term(name: str, **hp) -> Callable[[Tensor], Tensor]:
+    """The vocabulary term of regulariser ``name`` with its hyper-parameters bound: ``fn(logits [n, V]) -> [n]``.
+
+    This is what the trainer passes to ``policy.score(vocab_term=...)`` for an option with ``needs=("vocab",)``.
+    Raises a ``ValueError`` for an option that has no vocabulary term, and for bad hyper-parameters.
+    """
+    term = REGULARIZERS.meta(name).get("vocab_term")
+    if term is None:
+        raise ValueError(f"regularizer {name!r} has no vocabulary term (it does not need 'vocab')")
+    bound = partial(term, **hp)
+    bound(torch.zeros(1, 2))  # validates the hyper-parameters before any model runs
+    return bound
 
 
 #: docs meta of :func:`future_kl_advantages` (a function, not a registry option; listed by ``docs.py``)

@@ -276,8 +276,10 @@ def log_fidelity_clip(
     ``(e^{−c₋}, e^{c₊})``, is differentiable everywhere, has slope 1 at ``ρ = 1`` and a gradient that decays smoothly
     (never exactly zero) for outliers. Separate scales for ratio increases and decreases.
 
-    Reading chosen: ``tanh`` in log space (bounded, odd, slope 1); the Decoupled Hazard Penalty of the same paper is
-    not part of this form. No hard clip happens: the clip flags report ``|ℓ| > c`` (the saturated region).
+    Reading chosen: ``tanh`` in log space (bounded, odd, slope 1). The Decoupled Hazard Penalty of the same paper is
+    the ``hazard_penalty`` regulariser (``genalign.algorithms.regularizer_catalogue``), so MHPO = ``clip:
+    log_fidelity`` + ``regularizer: hazard_penalty``. No hard clip happens: the clip flags report ``|ℓ| > c`` (the
+    saturated region).
 
     Args:
         log_ratio, advantages: ``[N, T]``.

@@ -176,11 +176,11 @@ def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
             alg.check_hyperparameters(alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args)
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.regularizer: {err}") from None
-        if "logits" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
-            raise ConfigError(
-                f"algorithm.regularizer = {cfg.regularizer!r} needs full-vocabulary logits, which the policy adapters "
-                "do not return from score(); use likelihood_preserving, entropy_split_kl or mastery_hinge_kl."
-            )
+        if "vocab" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
+            try:
+                alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"algorithm.regularizer_args: {err}") from None
     if cfg.future_kl_coef < 0:
         raise ConfigError(f"algorithm.future_kl_coef = {cfg.future_kl_coef} must be >= 0.")
     if cfg.objective == "clipped_ratio":
@@ -207,6 +207,25 @@ def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
         )
 
 
+#: policy families whose ``score`` evaluates a vocabulary term in its chunked head pass (``score(vocab_term=...)``)
+VOCAB_TERM_FAMILIES = ("causal_lm", "vlm")
+
+
+def _check_regularizer_family(cfg: AlgorithmConfig, family: str) -> None:
+    """A regulariser over the whole vocabulary (``needs=("vocab",)``) runs only where the policy computes it."""
+    from genalign import algorithms as alg
+
+    if cfg.regularizer is None or "vocab" not in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
+        return
+    if family not in VOCAB_TERM_FAMILIES:
+        raise ConfigError(
+            f"algorithm.regularizer = {cfg.regularizer!r} is computed over the next-token vocabulary inside the "
+            f"policy's log-prob pass, which policy.family = {family!r} does not have; it is supported for "
+            f"policy.family in {', '.join(VOCAB_TERM_FAMILIES)}. Pick another regulariser (e.g. "
+            "likelihood_preserving, hazard_penalty) or drop algorithm.regularizer."
+        )
+
+
 @dataclass
 class OptimConfig:
     lr: float = _help("AdamW learning rate.", 1e-5)
@@ -216,10 +235,21 @@ class OptimConfig:
     schedule: Literal["constant", "linear", "cosine"] = _help("LR schedule after warm-up.", "constant")
     warmup_steps: int = _help("Linear warm-up optimizer steps.", 0)
     max_grad_norm: float | None = _help("Clip the global gradient norm; null = no clipping.", 1.0)
+    lr_scale: dict[str, float] = _help(
+        "Learning-rate factors by parameter name, {glob: factor} (first match wins, others 1), e.g. "
+        "{'model.visual.*': 0.1}; names as in policy.modules_to_train()[k].named_parameters().",
+        factory=dict,
+    )
 
     def validate(self) -> None:
         if self.lr <= 0:
             raise ConfigError(f"optim.lr = {self.lr} must be > 0.")
+        for pattern, factor in self.lr_scale.items():
+            if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor > 0:
+                raise ConfigError(
+                    f"optim.lr_scale[{pattern!r}] = {factor!r} must be a number > 0 (freeze modules with the policy's "
+                    "freezing options instead)."
+                )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"optim.betas = {self.betas} must be two numbers in [0, 1).")
 
@@ -262,6 +292,7 @@ class TrainConfig:
             raise ConfigError("policy: missing; give at least policy.family and the model path.")
         if not self.rewards:
             raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
+        _check_regularizer_family(self.algorithm, self.policy.family)
         from genalign.rewards import REWARDS
 
         labels = [r.label for r in self.rewards]

@@ -100,11 +100,17 @@ class ScoreOutput:
         entropy: ``[n, T]`` per-action entropy when asked for, else ``None``.
         kl: ``[n, T]`` per-action KL to the reference policy when asked for, else ``None``. Each family computes it in
             its natural space (token log-probs for language models, mean space for flow models).
+        vocab_term: ``[n, T]`` float32 per-action value (with grad, 0 on padding) of the ``vocab_term`` callable
+            ``fn(logits [k, V]) -> [k]`` passed to ``score``, evaluated on the next-token logits at the sampling
+            temperature inside the chunked head pass (``[n, T, V]`` never exists); ``None`` when not asked. Only the
+            families whose ``score`` takes ``vocab_term`` (token-level language models: ``causal_lm``, ``vlm``)
+            compute it; it feeds the vocabulary regularisers (``genalign.algorithms.bind_vocab_term``).
     """
 
     logp: Tensor
     entropy: Tensor | None = None
     kl: Tensor | None = None
+    vocab_term: Tensor | None = None
 
 
 @runtime_checkable
@@ -121,7 +127,12 @@ class Policy(Protocol):
         ...
 
     def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
-        """Re-score ``rollout`` under the current parameters (with grad when the module is in training mode)."""
+        """Re-score ``rollout`` under the current parameters (with grad when the module is in training mode).
+
+        Families over a token vocabulary (``causal_lm``, ``vlm``) also take ``vocab_term=fn`` (``fn(logits [k, V]) ->
+        [k]``) and return its per-action value in ``ScoreOutput.vocab_term``; the trainer passes it only for a
+        regulariser with ``needs=("vocab",)``, which the config allows only for those families.
+        """
         ...
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...

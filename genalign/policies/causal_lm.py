@@ -22,7 +22,7 @@ from genalign.algorithms import kl_penalty
 from genalign.assets import model_location
 from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.base import Rollout, ScoreOutput
-from genalign.policies.lm.logprobs import completion_logprobs
+from genalign.policies.lm.logprobs import TokenScores, VocabTerm, completion_scores
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.plumbing import SingleModelPlumbing
 from genalign.policies.lm.prompts import encode_prompts
@@ -224,7 +224,9 @@ class CausalLMPolicy(SingleModelPlumbing):
         )
 
     # ---- score ---------------------------------------------------------------------------------------------------
-    def _logprobs(self, causal_lm: nn.Module, rollout: Rollout, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    def _logprobs(
+        self, causal_lm: nn.Module, rollout: Rollout, with_entropy: bool, vocab_term: VocabTerm | None = None
+    ) -> TokenScores:
         data = rollout.per_sample
         prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
         completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
@@ -232,7 +234,7 @@ class CausalLMPolicy(SingleModelPlumbing):
         # values do not change, only the work.
         first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() else 0
         width = int(completion_mask.any(dim=0).sum())
-        logp, entropy = completion_logprobs(
+        scores = completion_scores(
             causal_lm,
             prompt_ids[:, first:],
             prompt_mask[:, first:],
@@ -241,24 +243,33 @@ class CausalLMPolicy(SingleModelPlumbing):
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
             with_entropy=with_entropy,
+            vocab_term=vocab_term,
         )
         pad = rollout.num_actions - width
-        logp = nn.functional.pad(logp, (0, pad))  # [n, T]
-        entropy = nn.functional.pad(entropy, (0, pad)) if entropy is not None else None
-        return logp, entropy
+        padded = [nn.functional.pad(x, (0, pad)) if x is not None else None for x in scores]  # [n, T] each
+        return TokenScores(*padded)
 
-    def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
+    def score(
+        self,
+        rollout: Rollout,
+        *,
+        entropy: bool = False,
+        kl_estimator: str | None = None,
+        vocab_term: VocabTerm | None = None,
+    ) -> ScoreOutput:
         """Token log-probs ``[n, T]`` at ``policy.temperature`` (with grad when enabled), entropy and KL if asked.
 
         Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
-        estimate. Calls go to the ``*ForCausalLM`` module itself, not through a ``DistributedDataParallel`` wrapper.
+        estimate. ``vocab_term`` (``fn(logits / T [k, V]) -> [k]``) is evaluated per token inside the chunked head
+        pass, with gradient (``ScoreOutput.vocab_term``). Calls go to the ``*ForCausalLM`` module itself, not through
+        a ``DistributedDataParallel`` wrapper.
         """
-        logp, token_entropy = self._logprobs(self.causal_lm, rollout, with_entropy=entropy)
+        scores = self._logprobs(self.causal_lm, rollout, with_entropy=entropy, vocab_term=vocab_term)
         kl = None
         if kl_estimator is not None:
             ref_logp = self.reference_logprobs(rollout)
-            kl = kl_penalty(logp, ref_logp, kl_estimator) * rollout.action_mask  # [n, T]
-        return ScoreOutput(logp=logp, entropy=token_entropy, kl=kl)
+            kl = kl_penalty(scores.logp, ref_logp, kl_estimator) * rollout.action_mask  # [n, T]
+        return ScoreOutput(logp=scores.logp, entropy=scores.entropy, kl=kl, vocab_term=scores.vocab_term)
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout) -> Tensor:

@@ -20,7 +20,7 @@ The VLM path is the causal-LM path plus images carried correctly through generat
    its log-probs do not depend on how the batch is split (contract 2 of ``shared/ARCHITECTURE.md``).
 4. **Scoring** runs the backbone once on ``prompt + completion`` with every processor output, then the output head on
    the hidden states of the real completion tokens only, in chunks, at the sampling temperature
-   (:func:`genalign.policies.lm.logprobs.token_logprobs_from_hidden`, shared with the causal-LM adapter).
+   (:func:`genalign.policies.lm.logprobs.token_scores_from_hidden`, shared with the causal-LM adapter).
 5. **Generation** goes through the causal-LM rollout engine (:class:`genalign.engines.hf.HFGenerateEngine`); the
    batch's image inputs are bound to ``generate`` by a thin wrapper, so behaviour log-probs, end tokens and stop
    strings are handled exactly as for text models. The wrapper also forbids the vision placeholder tokens
@@ -49,7 +49,7 @@ from genalign.engines.base import SamplingParams
 from genalign.engines.hf import HFGenerateEngine
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.policies.causal_lm import LoRAConfig
-from genalign.policies.lm.logprobs import token_logprobs_from_hidden
+from genalign.policies.lm.logprobs import TokenScores, VocabTerm, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora, load_weights, save_weights
 from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
 
@@ -608,13 +608,20 @@ class VLMPolicy:
                 inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
         return {k: v.to(self.device) for k, v in inputs.items()}
 
-    def _completion_logprobs(self, model: nn.Module, rollout: Rollout, inputs: dict[str, Tensor], entropy: bool):
-        """``logp`` ``[n, T]`` (and entropy ``[n, T]`` or None) of the stored completions under ``model``."""
+    def _completion_logprobs(
+        self,
+        model: nn.Module,
+        rollout: Rollout,
+        inputs: dict[str, Tensor],
+        entropy: bool,
+        vocab_term: VocabTerm | None = None,
+    ) -> TokenScores:
+        """``logp`` ``[n, T]`` (entropy and vocabulary term ``[n, T]`` or None) of the stored completions."""
         hf_model = self.hf_model_of(model)
         hidden = hf_model.model(**inputs, use_cache=False).last_hidden_state  # [n, P + T, H]
         width = rollout.per_sample["prompt_ids"].shape[1]
         hidden = hidden[:, width - 1 : width - 1 + rollout.num_actions]  # [n, T, H] states predicting the actions
-        return token_logprobs_from_hidden(
+        return token_scores_from_hidden(
             hidden,
             inputs["input_ids"][:, width:],
             rollout.action_mask.to(hidden.device),
@@ -622,17 +629,26 @@ class VLMPolicy:
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
             with_entropy=entropy,
+            vocab_term=vocab_term,
         )
 
-    def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
-        """Re-score the stored completions under the current parameters (with grad in training mode)."""
+    def score(
+        self,
+        rollout: Rollout,
+        *,
+        entropy: bool = False,
+        kl_estimator: str | None = None,
+        vocab_term: VocabTerm | None = None,
+    ) -> ScoreOutput:
+        """Re-score the stored completions under the current parameters (with grad in training mode);
+        ``vocab_term`` is evaluated per token inside the chunked head pass (``ScoreOutput.vocab_term``)."""
         inputs = self.model_inputs(rollout)
-        logp, ent = self._completion_logprobs(self.model, rollout, inputs, entropy)  # [n, T]
+        scores = self._completion_logprobs(self.model, rollout, inputs, entropy, vocab_term)  # [n, T] each
         kl = None
         if kl_estimator is not None:
             ref_logp = self.reference_logprobs(rollout, inputs)  # [n, T]
-            kl = kl_penalty(logp, ref_logp, kl_estimator) * rollout.action_mask.to(logp.device)  # [n, T]
-        return ScoreOutput(logp=logp, entropy=ent, kl=kl)
+            kl = kl_penalty(scores.logp, ref_logp, kl_estimator) * rollout.action_mask.to(scores.logp.device)
+        return ScoreOutput(logp=scores.logp, entropy=scores.entropy, kl=kl, vocab_term=scores.vocab_term)
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout, inputs: dict[str, Tensor]) -> Tensor:

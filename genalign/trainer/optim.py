@@ -1,8 +1,9 @@
-"""AdamW with a warm-up + constant / linear / cosine learning-rate schedule."""
+"""AdamW with a warm-up + constant / linear / cosine learning-rate schedule and per-name learning-rate factors."""
 
 from __future__ import annotations
 
 import math
+from fnmatch import fnmatchcase
 
 import torch
 from torch import nn
@@ -22,13 +23,53 @@ def lr_multiplier(step: int, *, warmup_steps: int, total_steps: int, schedule: s
     return 0.5 * (1.0 + math.cos(math.pi * progress))  # cosine
 
 
+def named_trainable_parameters(policy) -> list[tuple[str, nn.Parameter]]:
+    """``policy.trainable_parameters()`` with the names they have in ``policy.modules_to_train()`` (``param<i>`` for
+    a parameter outside those modules), in the order of ``trainable_parameters``."""
+    names: dict[int, str] = {}
+    for module in policy.modules_to_train():
+        for name, param in module.named_parameters():
+            names.setdefault(id(param), name)
+    return [(names.get(id(p), f"param{i}"), p) for i, p in enumerate(policy.trainable_parameters())]
+
+
+def parameter_groups(named: list[tuple[str, nn.Parameter]], lr: float, lr_scale: dict[str, float]) -> list[dict]:
+    """AdamW parameter groups: one per ``lr_scale`` pattern (first matching glob wins) plus one at factor 1.
+
+    Raises:
+        ValueError: a pattern matches no trainable parameter (a typo would otherwise silently train at factor 1).
+    """
+    groups: dict[str | None, list[nn.Parameter]] = {pattern: [] for pattern in lr_scale}
+    groups[None] = []
+    for name, param in named:
+        pattern = next((p for p in lr_scale if fnmatchcase(name, p)), None)
+        groups[pattern].append(param)
+    unused = [pattern for pattern in lr_scale if not groups[pattern]]
+    if unused:
+        examples = ", ".join(name for name, _ in named[:3])
+        raise ValueError(
+            f"optim.lr_scale pattern(s) {unused} match no trainable parameter; names look like: {examples}, ..."
+        )
+    return [
+        {"params": params, "lr": lr * (1.0 if pattern is None else lr_scale[pattern]), "name": pattern or "default"}
+        for pattern, params in groups.items()
+        if params
+    ]
+
+
 def build_optimizer(
-    parameters: list[nn.Parameter], cfg: OptimConfig, *, total_steps: int
+    named_parameters: list[tuple[str, nn.Parameter]], cfg: OptimConfig, *, total_steps: int
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    if not parameters:
+    """AdamW over ``named_parameters`` (see :func:`named_trainable_parameters`) with ``cfg.lr_scale`` groups; the
+    schedule multiplies every group's own learning rate."""
+    if not named_parameters:
         raise ValueError("the policy has no trainable parameters; check policy.lora / freezing options.")
     optimizer = torch.optim.AdamW(
-        parameters, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        parameter_groups(named_parameters, cfg.lr, cfg.lr_scale),
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,

@@ -29,7 +29,7 @@ from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.distributed import all_reduce_sum, rank_and_world
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
-from genalign.trainer.optim import build_optimizer
+from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.rewards import RewardSet, prompt_text
 from genalign.trainer.update import run_update, score_without_grad
 
@@ -74,9 +74,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
     rewards = RewardSet(config.rewards)
     stream = PromptStream(load_rows(config.data.train), seed=run.seed)
     eval_rows = load_rows(config.data.eval)[: config.eval.num_prompts] if config.data.eval else []
-    parameters = policy.trainable_parameters()
+    named_parameters = named_trainable_parameters(policy)
+    parameters = [param for _, param in named_parameters]
     optimizer, scheduler = build_optimizer(
-        parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
+        named_parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
     )
     # Statistics of earlier steps, for the estimators that use them (None for stateless ones).
     advantage_state = alg.make_advantage_state(cfg.advantage)
@@ -158,8 +159,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
             advantages = per_action_hook(rollout, advantages)  # [n] or [n, T]
         if cfg.credit != "none":
             weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
-                advantages, rollout.action_mask, prepass.entropy, **cfg.credit_args
-            )
+                advantages, rollout.action_mask, prepass.entropy, logp=rollout.old_logp,
+                progress=step / run.max_steps, **cfg.credit_args,
+            )  # fmt: skip
             advantages = advantages[:, None] * weights  # [n, T]
         if cfg.future_kl_coef:  # [75]: reverse-KL return-to-go, after normalisation
             advantages = alg.future_kl_advantages(

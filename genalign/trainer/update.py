@@ -96,6 +96,8 @@ def run_update(
     want_entropy = cfg.entropy_coef > 0 or getattr(policy, "has_action_entropy", True)  # logged when available
     needs = alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()) if cfg.regularizer else ()
     kl_estimator = cfg.kl_estimator if kl_in_loss or "kl" in needs else None
+    # vocabulary regularisers: the policy evaluates the option's per-token term inside its chunked log-prob pass
+    vocab = {"vocab_term": alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)} if "vocab" in needs else {}
     set_inner_epoch = getattr(policy, "set_inner_epoch", None)
     for epoch in range(cfg.inner_epochs):
         if callable(set_inner_epoch):  # e.g. d1 draws a fresh mask per inner iteration
@@ -111,7 +113,7 @@ def run_update(
             for micro in _chunks(block, cfg.micro_batch_size):
                 batch = rollout.select(micro)
                 with autocast():
-                    out = policy.score(batch, entropy=want_entropy, kl_estimator=kl_estimator)
+                    out = policy.score(batch, entropy=want_entropy, kl_estimator=kl_estimator, **vocab)
                 logp = out.logp.float()  # [m, T]
                 device = logp.device
                 adv = advantages[micro].to(device)
@@ -139,7 +141,7 @@ def run_update(
                 if cfg.regularizer is not None:
                     inputs = alg.RegularizerInputs(
                         logp=logp, mask=batch.action_mask.to(device), old_logp=old, advantages=adv,
-                        entropy=out.entropy, kl=out.kl,
+                        entropy=out.entropy, kl=out.kl, vocab=out.vocab_term,
                         group_success=None if group_mean is None else group_mean[micro].to(device),
                     )  # fmt: skip
                     regularizer = alg.REGULARIZERS.get(cfg.regularizer)(inputs, **cfg.regularizer_args)

@@ -55,3 +55,38 @@ def test_bad_input():
         CREDIT_WEIGHTS.get("none")(ADV, MASK[:, :1], ENTROPY)
     with pytest.raises(HyperparameterError, match=r"'high_entropy_tokens'.*Accepted keywords: rho"):
         check_hyperparameters(CREDIT_WEIGHTS, "high_entropy_tokens", {"top_p": 0.2})
+
+
+def test_polarity_token_weights_by_behaviour_probability_and_sign():
+    adv = torch.tensor([1.0, -1.0, 0.0], dtype=F64)
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0]])
+    probs = torch.tensor([[0.2, 0.9], [0.2, 0.9], [0.5, 0.5]], dtype=F64)
+    entropy = torch.zeros(3, 2, dtype=F64)
+    w = CREDIT_WEIGHTS.get("polarity_token_weights")(adv, mask, entropy, logp=probs.log(), alpha_pos=0.5, alpha_neg=1.0)
+    # A > 0: 1 + 0.5·(1 − p) = [1.4, 1.05]; A < 0: 1 + 1.0·p = [1.2, 1.9]; A = 0 and padding: 1
+    torch.testing.assert_close(w, torch.tensor([[1.4, 1.05], [1.2, 1.9], [1.0, 1.0]], dtype=F64))
+    annealed = CREDIT_WEIGHTS.get("polarity_token_weights")(
+        adv, mask, entropy, logp=probs.log(), progress=0.75, alpha_pos=0.5, alpha_neg=1.0, anneal=True
+    )  # α·(1 − 0.75)
+    torch.testing.assert_close(annealed, torch.tensor([[1.1, 1.0125], [1.05, 1.225], [1.0, 1.0]], dtype=F64))
+    ended = CREDIT_WEIGHTS.get("polarity_token_weights")(adv, mask, entropy, probs.log(), 1.0, anneal=True)
+    assert torch.equal(ended, torch.ones(3, 2, dtype=F64))
+
+
+def test_polarity_token_weights_needs_logp_progress_and_valid_alphas():
+    with pytest.raises(ValueError, match=r"needs logp \[N, T\].*logp=rollout.old_logp"):
+        CREDIT_WEIGHTS.get("polarity_token_weights")(ADV, MASK, ENTROPY)
+    with pytest.raises(ValueError, match=r"anneal=True needs progress in \[0, 1\], got None"):
+        CREDIT_WEIGHTS.get("polarity_token_weights")(ADV, MASK, ENTROPY, logp=-ENTROPY, anneal=True)
+    with pytest.raises(ValueError, match="alpha_pos and alpha_neg must be >= 0"):
+        CREDIT_WEIGHTS.get("polarity_token_weights")(ADV, MASK, ENTROPY, logp=-ENTROPY, alpha_neg=-1.0)
+    with pytest.raises(ValueError, match=r"logp must have shape \[N, T\]=\[2, 2\]"):
+        CREDIT_WEIGHTS.get("polarity_token_weights")(ADV, MASK, ENTROPY, logp=-ENTROPY[:, :1])
+
+
+def test_every_credit_weight_takes_logp_and_progress():
+    for name in CREDIT_WEIGHTS.names():
+        if name == "polarity_token_weights":
+            continue
+        plain = CREDIT_WEIGHTS.get(name)(ADV, MASK, ENTROPY)
+        assert torch.equal(CREDIT_WEIGHTS.get(name)(ADV, MASK, ENTROPY, logp=-ENTROPY, progress=0.5), plain), name

@@ -66,3 +66,20 @@ def test_cli_validate_reports_errors_with_exit_code_2(tmp_path, capsys):
     assert main(["validate", str(path), "algorithm.advantage=nope"]) == 2
     assert "invalid config" in capsys.readouterr().err
     assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.parametrize("name", ["low_probability", "distribution_entropy"])
+def test_vocabulary_regularisers_load_for_token_policies_only(tmp_path, name):
+    assert load(tmp_path, f"algorithm.regularizer={name}").algorithm.regularizer == name
+    path = tmp_path / "flow.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "policy": {"family": "flow", "model": "some/pipeline"}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path, [f"algorithm.regularizer={name}"])
+    message = str(err.value)
+    assert f"algorithm.regularizer = {name!r}" in message and "policy.family = 'flow'" in message
+    assert "supported for policy.family in causal_lm, vlm" in message
+
+
+def test_vocabulary_regulariser_values_are_checked_at_load(tmp_path):
+    with pytest.raises(ConfigError, match=r"algorithm.regularizer_args: noise_ratio must be in \[0, 1\), got 1.5"):
+        load(tmp_path, "algorithm.regularizer=low_probability", "algorithm.regularizer_args={noise_ratio: 1.5}")

@@ -10,9 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
+from genalign.algorithms import bind_vocab_term
 from genalign.policies.base import Policy
 from genalign.policies.causal_lm import CausalLMPolicyConfig, LoRAConfig, build_policy
-from genalign.policies.lm.logprobs import naive_completion_logprobs, token_logprobs_from_hidden
+from genalign.policies.lm.logprobs import (
+    naive_completion_logprobs,
+    position_ids_from_mask,
+    token_logprobs_from_hidden,
+    token_scores_from_hidden,
+)
 from genalign.policies.lm.tiny import build_tiny_causal_lm
 
 torch.set_num_threads(1)
@@ -321,3 +327,68 @@ def test_engines_sample_through_the_lora_adapters(model_dirs, engine):
         without = policy.reference_logprobs(rollout)
     assert (with_adapters - rollout.old_logp).abs().max().item() < 1e-4
     assert (without - rollout.old_logp).abs().max().item() > 1e-3
+
+
+VOCAB_OPTIONS = [("low_probability", {"noise_ratio": 0.05}), ("distribution_entropy", {"temperature": 1.5})]
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 10])
+@pytest.mark.parametrize("name, hp", VOCAB_OPTIONS, ids=[name for name, _ in VOCAB_OPTIONS])
+@pytest.mark.parametrize("fused", [True, False])
+def test_vocab_term_chunked_equals_full_logits_with_the_same_gradients(name, hp, chunk_size, fused):
+    """A vocabulary term evaluated chunk by chunk (any head) against autograd through the full ``[B, C, V]``."""
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(6, 11, bias=True).double()
+    head = linear if fused else torch.nn.Sequential(linear)
+    hidden = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 11, (2, 5))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])  # 8 real tokens: chunk 10 = all at once
+    weights_logp, weights_term = torch.randn(2, 5), torch.randn(2, 5)
+    term = bind_vocab_term(name, **hp)
+
+    scores = token_scores_from_hidden(
+        hidden, targets, mask, head, temperature=0.7, chunk_size=chunk_size, vocab_term=term
+    )
+    assert scores.entropy is None and scores.vocab_term.shape == (2, 5) and scores.vocab_term.dtype == torch.float32
+    ((scores.logp * weights_logp).sum() + (scores.vocab_term * weights_term).sum()).backward()
+    got = [hidden.grad.clone(), linear.weight.grad.clone(), linear.bias.grad.clone()]
+    for tensor in (hidden, linear.weight, linear.bias):
+        tensor.grad = None
+
+    scaled = linear(hidden).float() / 0.7  # [2, 5, V] the naive full logits, same float32 arithmetic
+    ref_logp = scaled.log_softmax(-1).gather(2, targets[..., None]).squeeze(2) * mask
+    ref_term = term(scaled.reshape(-1, 11)).view(2, 5) * mask
+    torch.testing.assert_close(scores.logp, ref_logp, atol=1e-6, rtol=0)
+    torch.testing.assert_close(scores.vocab_term, ref_term, atol=1e-6, rtol=1e-6)
+    assert torch.all(scores.vocab_term[mask == 0] == 0) and scores.vocab_term[mask > 0].abs().sum() > 0
+    ((ref_logp * weights_logp).sum() + (ref_term * weights_term).sum()).backward()
+    for a, b in zip(got, [hidden.grad, linear.weight.grad, linear.bias.grad], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, hp", VOCAB_OPTIONS, ids=[name for name, _ in VOCAB_OPTIONS])
+def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name, hp):
+    policy = make_policy(model_dirs, logprob_chunk_size=4, temperature=0.8)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    data = rollout.per_sample
+    term = bind_vocab_term(name, **hp)
+    with torch.no_grad():
+        plain = policy.score(rollout)
+    assert plain.vocab_term is None
+    score = policy.score(rollout, vocab_term=term)
+    assert torch.equal(score.logp.detach(), plain.logp)  # the term does not change the log-probs
+    score.vocab_term.sum().backward()
+    chunked = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    ids = torch.cat([data["prompt_ids"], data["completion_ids"]], dim=1)
+    attention = torch.cat([data["prompt_mask"], data["completion_mask"]], dim=1).long()
+    logits = policy.causal_lm(
+        input_ids=ids, attention_mask=attention, position_ids=position_ids_from_mask(attention), use_cache=False
+    ).logits  # [n, P + T, V]
+    width = data["prompt_ids"].shape[1]
+    scaled = logits[:, width - 1 : -1].float() / 0.8  # [n, T, V]
+    naive = term(scaled.reshape(-1, scaled.shape[-1])).view(scaled.shape[:2]) * rollout.action_mask  # [n, T]
+    torch.testing.assert_close(score.vocab_term, naive, atol=1e-5, rtol=1e-5)
+    naive.sum().backward()
+    for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -316,3 +316,27 @@ def test_config_validation_names_the_field():
         VLMPolicyConfig(min_pixels=5000, max_pixels=100).validate()
     with pytest.raises(ValueError, match=r"policy.reference='lora_disabled' needs policy.lora.rank > 0"):
         VLMPolicyConfig(reference="lora_disabled").validate()
+
+
+def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, rows):
+    from genalign.algorithms import bind_vocab_term
+
+    policy = make_policy(model_dirs, logprob_chunk_size=5, temperature=0.9)
+    rollout = policy.rollout(rows[:2], group_size=2)
+    term = bind_vocab_term("distribution_entropy", temperature=1.5)
+    with torch.no_grad():
+        plain = policy.score(rollout)
+    score = policy.score(rollout, vocab_term=term)
+    assert plain.vocab_term is None and torch.equal(score.logp.detach(), plain.logp)
+    hf_model = policy.hf_model_of(policy.model)
+    inputs = policy.model_inputs(rollout)
+    width = rollout.per_sample["prompt_ids"].shape[1]
+    with torch.no_grad():
+        hidden = hf_model.model(**inputs, use_cache=False).last_hidden_state[:, width - 1 : -1]  # [n, T, H]
+        head = suppressed_head(hf_model.get_output_embeddings(), policy.suppressed_token_ids)
+        scaled = head(hidden).float() / 0.9  # [n, T, V] the law generation samples from
+        naive = term(scaled.reshape(-1, scaled.shape[-1])).view(scaled.shape[:2]) * rollout.action_mask
+    torch.testing.assert_close(score.vocab_term.detach(), naive, atol=1e-5, rtol=1e-5)
+    assert torch.all(score.vocab_term[rollout.action_mask == 0] == 0)
+    score.vocab_term.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.trainable_parameters())

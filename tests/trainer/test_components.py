@@ -10,7 +10,8 @@ import torch
 from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints, save_checkpoint
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.metrics import JsonlLog
-from genalign.trainer.optim import lr_multiplier
+from genalign.config.schema import OptimConfig
+from genalign.trainer.optim import build_optimizer, lr_multiplier, named_trainable_parameters
 from genalign.trainer.update import split_minibatches
 from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
 
@@ -35,6 +36,44 @@ def test_prompt_stream_visits_every_row_once_per_epoch_and_resumes_from_its_curs
 )  # fmt: skip
 def test_lr_multiplier_hand_values(step, schedule, expected):
     assert lr_multiplier(step, warmup_steps=2, total_steps=10, schedule=schedule) == pytest.approx(expected)
+
+
+class _TwoTowers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.visual = torch.nn.Linear(2, 2)
+        self.text = torch.nn.Linear(2, 2)
+        self.frozen = torch.nn.Linear(2, 2).requires_grad_(False)
+
+    def trainable_parameters(self):
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def modules_to_train(self):
+        return [self]
+
+
+def test_lr_scale_builds_one_group_per_pattern_and_the_schedule_scales_each():
+    policy = _TwoTowers()
+    named = named_trainable_parameters(policy)
+    assert [name for name, _ in named] == ["visual.weight", "visual.bias", "text.weight", "text.bias"]
+    cfg = OptimConfig(lr=0.1, warmup_steps=2, lr_scale={"visual.*": 0.1})
+    optimizer, scheduler = build_optimizer(named, cfg, total_steps=10)
+    groups = {g["name"]: g for g in optimizer.param_groups}
+    assert groups["visual.*"]["params"] == [policy.visual.weight, policy.visual.bias]
+    assert groups["default"]["params"] == [policy.text.weight, policy.text.bias]
+    assert groups["visual.*"]["lr"] == pytest.approx(0.1 * 0.1 * 0.5)  # warm-up step 0: factor 0.5
+    assert groups["default"]["lr"] == pytest.approx(0.1 * 0.5)
+    optimizer.step()
+    scheduler.step()
+    assert groups["visual.*"]["lr"] == pytest.approx(0.01) and groups["default"]["lr"] == pytest.approx(0.1)
+
+
+def test_lr_scale_rejects_a_pattern_that_matches_nothing_and_bad_factors():
+    named = named_trainable_parameters(_TwoTowers())
+    with pytest.raises(ValueError, match=r"\['vision\.\*'\] match no trainable parameter; names look like: visual.weight"):
+        build_optimizer(named, OptimConfig(lr=0.1, lr_scale={"vision.*": 0.1}), total_steps=10)
+    with pytest.raises(ValueError, match=r"optim.lr_scale\['visual.\*'\] = 0 must be a number > 0"):
+        OptimConfig(lr=0.1, lr_scale={"visual.*": 0}).validate()
 
 
 def test_split_minibatches_covers_the_batch_in_order():

@@ -4,11 +4,20 @@ The backbone runs once over ``[prompt | completion]``; the head, the softmax and
 states of the *real* completion tokens only (padding is skipped), ``chunk_size`` tokens at a time. For the usual
 ``nn.Linear`` head a custom autograd function keeps only one log-normaliser per token and recomputes each chunk's logits
 in backward, turning them in place into the logit gradient; any other head is run chunk by chunk under activation
-checkpointing. Either way, at most one chunk's ``[chunk_size, V]`` float32 logits (and their gradient) exist at a time. Each token's value depends only on its
-own hidden state, so the result does not depend on how the batch or the chunks are split.
+checkpointing. Either way, at most one chunk's ``[chunk_size, V]`` float32 logits (and their gradient) exist at a
+time. Each token's value depends only on its own hidden state, so the result does not depend on how the batch or the
+chunks are split.
+
+A *vocabulary term* ``fn(logits [n, V]) -> [n]`` (e.g. a regulariser over the whole next-token distribution,
+:func:`genalign.algorithms.bind_vocab_term`) is evaluated in the same pass, with gradient: :func:`completion_scores`
+then runs every head (linear or not) through the checkpointed per-chunk path, so the term's autograd graph also
+exists for one chunk at a time (recomputed in backward). Without a term, the fused linear-head path is unchanged.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -21,18 +30,43 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
+#: ``fn(logits [n, V]) -> [n]``: a per-token function of the next-token logits at the sampling temperature.
+VocabTerm = Callable[[Tensor], Tensor]
+
+
+class TokenScores(NamedTuple):
+    """Per-token results of one scoring pass, ``[B, C]`` float32 each, 0 on padding.
+
+    Attributes:
+        logp: log-probs of the target tokens at the sampling temperature.
+        entropy: entropy of ``softmax(logits / T)``, or ``None`` when not asked.
+        vocab_term: value of the vocabulary term, or ``None`` when none was given.
+    """
+
+    logp: Tensor
+    entropy: Tensor | None
+    vocab_term: Tensor | None
+
+
 def _chunk_logprobs(
-    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, with_entropy: bool
-) -> tuple[Tensor, Tensor]:
-    """``hidden`` ``[n, H]``, ``targets`` ``[n]`` -> log-probs ``[n]`` and entropies ``[n]`` (zeros when not asked)."""
+    hidden: Tensor,
+    targets: Tensor,
+    head: nn.Module,
+    temperature: float,
+    with_entropy: bool,
+    vocab_term: VocabTerm | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``hidden`` ``[n, H]``, ``targets`` ``[n]`` -> log-probs, entropies and vocabulary-term values, ``[n]`` each
+    (zeros when not asked)."""
     scaled = head(hidden).float() / temperature  # [n, V]
     log_norm = torch.logsumexp(scaled, dim=-1)  # [n]
     logp = scaled.gather(1, targets[:, None]).squeeze(1) - log_norm  # [n]
+    term = vocab_term(scaled).float() if vocab_term is not None else torch.zeros_like(logp)  # [n]
     if not with_entropy:
-        return logp, torch.zeros_like(logp)
+        return logp, torch.zeros_like(logp), term
     probs = torch.exp(scaled - log_norm[:, None])  # [n, V]
     entropy = log_norm - (probs * scaled).sum(dim=-1)  # [n]
-    return logp, entropy
+    return logp, entropy, term
 
 
 class _LinearHeadLogprobs(torch.autograd.Function):
@@ -99,14 +133,26 @@ class _LinearHeadLogprobs(torch.autograd.Function):
 
 
 def _head_logprobs(
-    hidden: Tensor, targets: Tensor, head: nn.Module, *, temperature: float, chunk_size: int, with_entropy: bool
-) -> tuple[Tensor, Tensor]:
-    """``[n]`` log-probs and entropies of ``targets`` from ``hidden`` ``[n, H]``, one chunk of logits at a time."""
-    if type(head) is nn.Linear:  # the usual head: fused, lean backward
-        return _LinearHeadLogprobs.apply(hidden, head.weight, head.bias, targets, temperature, chunk_size, with_entropy)
-    # Any other head (e.g. a LoRA-wrapped one): autograd per chunk, checkpointed so only one chunk lives at a time.
+    hidden: Tensor,
+    targets: Tensor,
+    head: nn.Module,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+    vocab_term: VocabTerm | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``[n]`` log-probs, entropies and vocabulary-term values (``None`` without a term) of ``targets`` from
+    ``hidden`` ``[n, H]``, one chunk of logits at a time."""
+    if vocab_term is None and type(head) is nn.Linear:  # the usual head: fused, lean backward
+        logp, entropy = _LinearHeadLogprobs.apply(
+            hidden, head.weight, head.bias, targets, temperature, chunk_size, with_entropy
+        )
+        return logp, entropy, None
+    # Any other head (e.g. a LoRA-wrapped one), or a vocabulary term: autograd per chunk, checkpointed so only one
+    # chunk's graph lives at a time (recomputed in backward).
     use_checkpoint = torch.is_grad_enabled() and hidden.shape[0] > chunk_size
-    logps, entropies = [], []
+    columns: list[list[Tensor]] = [[], [], []]
     for start in range(0, hidden.shape[0], chunk_size):
         args = (
             hidden[start : start + chunk_size],
@@ -114,14 +160,66 @@ def _head_logprobs(
             head,
             temperature,
             with_entropy,
+            vocab_term,
         )
-        logp, entropy = (
-            checkpoint(_chunk_logprobs, *args, use_reentrant=False) if use_checkpoint else _chunk_logprobs(*args)
-        )
-        logps.append(logp)
-        entropies.append(entropy)
+        values = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if use_checkpoint else _chunk_logprobs(*args)
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
     empty = hidden.new_zeros(0, dtype=torch.float32)
-    return (torch.cat(logps), torch.cat(entropies)) if logps else (empty, empty)
+    logp, entropy, term = (torch.cat(column) if column else empty for column in columns)
+    return logp, entropy, term if vocab_term is not None else None
+
+
+def _scatter(values: Tensor, flat_index: Tensor, mask: Tensor) -> Tensor:
+    """Values ``[n]`` of the real tokens back to ``mask``'s shape ``[B, C]`` float32, 0 elsewhere."""
+    full = torch.zeros(mask.numel(), dtype=torch.float32, device=values.device)
+    return full.index_put((flat_index,), values).view(mask.shape)
+
+
+def token_scores_from_hidden(
+    hidden: Tensor,
+    targets: Tensor,
+    mask: Tensor,
+    head: nn.Module,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool = False,
+    vocab_term: VocabTerm | None = None,
+) -> TokenScores:
+    """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term).
+
+    Args:
+        hidden: ``[B, C, H]`` hidden state at the position before each target token.
+        targets: ``[B, C]`` long target token ids.
+        mask: ``[B, C]`` 1 for real targets; others get 0 everywhere and cost nothing.
+        head: the output projection ``H -> V``.
+        temperature: logits are divided by it before the softmax.
+        chunk_size: how many tokens go through the head at once.
+        with_entropy: also return the per-token entropy of ``softmax(logits / T)``.
+        vocab_term: ``fn(logits / T [n, V]) -> [n]``, evaluated chunk by chunk with gradient; ``None`` keeps the
+            fused linear-head path.
+
+    Returns:
+        :class:`TokenScores` of ``[B, C]`` float32 tensors.
+    """
+    flat_index = torch.nonzero(mask.reshape(-1) > 0).flatten()  # [n] real tokens
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])[flat_index]  # [n, H]
+    flat_targets = targets.reshape(-1)[flat_index]  # [n]
+    logp, entropy, term = _head_logprobs(
+        flat_hidden,
+        flat_targets,
+        head,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        vocab_term=vocab_term,
+    )
+    return TokenScores(
+        logp=_scatter(logp, flat_index, mask),
+        entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
+        vocab_term=_scatter(term, flat_index, mask) if term is not None else None,
+    )
 
 
 def token_logprobs_from_hidden(
@@ -134,33 +232,56 @@ def token_logprobs_from_hidden(
     chunk_size: int,
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probs of ``targets`` given the hidden states that predict them.
+    """``logp`` ``[B, C]`` and ``entropy`` ``[B, C]`` (or ``None``): :func:`token_scores_from_hidden` without a
+    vocabulary term (same arguments)."""
+    scores = token_scores_from_hidden(
+        hidden, targets, mask, head, temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy
+    )
+    return scores.logp, scores.entropy
+
+
+def completion_scores(
+    causal_lm: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool = False,
+    vocab_term: VocabTerm | None = None,
+) -> TokenScores:
+    """Score completions under ``causal_lm`` (a ``*ForCausalLM``; LoRA layers injected by peft apply).
 
     Args:
-        hidden: ``[B, C, H]`` hidden state at the position before each target token.
-        targets: ``[B, C]`` long target token ids.
-        mask: ``[B, C]`` 1 for real targets; others get log-prob 0 (and entropy 0) and cost nothing.
-        head: the output projection ``H -> V``.
-        temperature: logits are divided by it before the softmax.
-        chunk_size: how many tokens go through the head at once.
-        with_entropy: also return the per-token entropy of ``softmax(logits / T)``.
+        prompt_ids: ``[B, P]`` left-padded prompt ids, ``prompt_mask`` ``[B, P]``.
+        completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]``.
+        vocab_term: optional ``fn(logits / T [n, V]) -> [n]``, see :func:`token_scores_from_hidden`.
 
     Returns:
-        ``logp`` ``[B, C]`` float32 and ``entropy`` ``[B, C]`` float32 or ``None``.
+        :class:`TokenScores` ``[B, C]``: ``logp``, ``entropy`` (or ``None``), ``vocab_term`` (or ``None``).
     """
-    flat_index = torch.nonzero(mask.reshape(-1) > 0).flatten()  # [n] real tokens
-    flat_hidden = hidden.reshape(-1, hidden.shape[-1])[flat_index]  # [n, H]
-    flat_targets = targets.reshape(-1)[flat_index]  # [n]
-    values, entropy_values = _head_logprobs(
-        flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
+    attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [B, P + C]
+    outputs = causal_lm.base_model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
     )
-    logp = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put((flat_index,), values)
-    if not with_entropy:
-        return logp.view(mask.shape), None
-    entropy = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device).index_put(
-        (flat_index,), entropy_values
+    width = prompt_ids.shape[1]
+    hidden = outputs.last_hidden_state[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
+    return token_scores_from_hidden(
+        hidden,
+        completion_ids,
+        completion_mask,
+        causal_lm.get_output_embeddings(),
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        vocab_term=vocab_term,
     )
-    return logp.view(mask.shape), entropy.view(mask.shape)
 
 
 def completion_logprobs(
@@ -174,34 +295,19 @@ def completion_logprobs(
     chunk_size: int,
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Score completions under ``causal_lm`` (a ``*ForCausalLM``; LoRA layers injected by peft apply).
-
-    Args:
-        prompt_ids: ``[B, P]`` left-padded prompt ids, ``prompt_mask`` ``[B, P]``.
-        completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]``.
-
-    Returns:
-        ``logp`` ``[B, C]`` and ``entropy`` ``[B, C]`` (or ``None``), see :func:`token_logprobs_from_hidden`.
-    """
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
-    attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [B, P + C]
-    outputs = causal_lm.base_model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    width = prompt_ids.shape[1]
-    hidden = outputs.last_hidden_state[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
-    return token_logprobs_from_hidden(
-        hidden,
+    """``logp`` ``[B, C]`` and ``entropy`` ``[B, C]`` (or ``None``): :func:`completion_scores` without a vocabulary
+    term (same arguments)."""
+    scores = completion_scores(
+        causal_lm,
+        prompt_ids,
+        prompt_mask,
         completion_ids,
         completion_mask,
-        causal_lm.get_output_embeddings(),
         temperature=temperature,
         chunk_size=chunk_size,
         with_entropy=with_entropy,
     )
+    return scores.logp, scores.entropy
 
 
 def naive_completion_logprobs(
