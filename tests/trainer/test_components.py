@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from genalign.config.schema import OptimConfig
 from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints, save_checkpoint
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.metrics import JsonlLog
-from genalign.config.schema import OptimConfig
 from genalign.trainer.optim import build_optimizer, lr_multiplier, named_trainable_parameters
 from genalign.trainer.update import split_minibatches
 from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
@@ -70,7 +70,9 @@ def test_lr_scale_builds_one_group_per_pattern_and_the_schedule_scales_each():
 
 def test_lr_scale_rejects_a_pattern_that_matches_nothing_and_bad_factors():
     named = named_trainable_parameters(_TwoTowers())
-    with pytest.raises(ValueError, match=r"\['vision\.\*'\] match no trainable parameter; names look like: visual.weight"):
+    with pytest.raises(
+        ValueError, match=r"\['vision\.\*'\] match no trainable parameter; names look like: visual.weight"
+    ):
         build_optimizer(named, OptimConfig(lr=0.1, lr_scale={"vision.*": 0.1}), total_steps=10)
     with pytest.raises(ValueError, match=r"optim.lr_scale\['visual.\*'\] = 0 must be a number > 0"):
         OptimConfig(lr=0.1, lr_scale={"visual.*": 0}).validate()
