@@ -56,7 +56,7 @@ Every option of the shared optimisation backend (`genalign.algorithms`). Numbers
 `G` group, `m` action mask, `|o_i|` valid actions of sequence i, `ρ = exp(logπθ − logπold)`, `sg` stop-gradient.
 Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` estimator.
 Options marked "reading chosen" in their docstrings fix a form the abstract leaves open; options that need inputs
-beyond log-probs (entropy, rollout-engine log-probs, sentence ids, logits) take them through
+beyond log-probs (entropy, rollout-engine log-probs, sentence ids, a per-token vocabulary term computed by the policy) take them through
 `ObjectiveContext` / `RegularizerInputs` and raise a clear error when they are missing.
 
 """
