@@ -14,7 +14,7 @@ Everything is built here from scratch: a byte-level BPE tokenizer trained on the
 (6-pixel patches merged 2 x 2, so a 48 x 48 image is 16 tokens), and a Qwen2-VL model from a config (a 4-layer
 language model of width 128 and a 3-block vision tower of width 96; 1.3 M parameters).
 
-Usage (deterministic on CPU with one thread; 6 minutes on 2 cores shared with other jobs)::
+Usage (deterministic on CPU with one thread; 9 minutes on 2 cores shared with other jobs)::
 
     python scripts/pretrain_demo_vlm.py --output genalign/assets/shapes-vlm
 
@@ -287,7 +287,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/shapes-vlm"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--train-size", type=int, default=6000)

@@ -93,28 +93,46 @@ def jpeg_incompressibility(prompts: Sequence[str], completions: Sequence[Any], *
 # GenEval-style verifiable reward on the shapes world
 
 
-def shapes_criteria(found: list[shapes_world.Shape], target: Mapping[str, Any], *, forbid_extra: bool) -> list[bool]:
+def shapes_criteria(
+    found: list[shapes_world.Shape], target: Mapping[str, Any], *, forbid_extra: bool, match_kind: bool = True
+) -> list[bool]:
     """Pass/fail of each criterion of ``target`` (see :func:`genalign.data.shapes.parse_prompt`) on detected shapes.
 
-    Criteria, in order: one per target object (exactly ``count`` shapes of that colour and kind), then (if
+    Criteria, in order: one per distinct target label (exactly the asked number of shapes with that label), then (if
     ``forbid_extra``) no other shapes, then (if the target has a relation) the relation between the subject and the
-    object, each found exactly once.
+    object, each found exactly once. A label is ``(colour, kind)``, or the colour alone when ``match_kind`` is False
+    (then a relation between two objects of one colour holds if it holds for either assignment of the two shapes).
     """
+
+    def label(item: Any) -> tuple[str, ...]:
+        color, kind = (item["color"], item["kind"]) if isinstance(item, Mapping) else (item.color, item.kind)
+        return (color, kind) if match_kind else (color,)
+
     objects = target["objects"]
-    labels = [(s.color, s.kind) for s in found]
-    criteria = [labels.count((o["color"], o["kind"])) == o["count"] for o in objects]
+    wanted: dict[tuple[str, ...], int] = {}
+    for o in objects:
+        wanted[label(o)] = wanted.get(label(o), 0) + o["count"]
+    labels = [label(s) for s in found]
+    criteria = [labels.count(key) == count for key, count in wanted.items()]
     if forbid_extra:
-        criteria.append(len(found) == sum(o["count"] for o in objects))
+        criteria.append(len(found) == sum(wanted.values()))
     relation = target.get("relation")
     if relation is not None:
-        subject, obj = objects[relation["subject"]], objects[relation["object"]]
-        subjects = [s for s in found if (s.color, s.kind) == (subject["color"], subject["kind"])]
-        objs = [s for s in found if (s.color, s.kind) == (obj["color"], obj["kind"])]
-        criteria.append(
-            len(subjects) == 1
-            and len(objs) == 1
-            and shapes_world.relation_holds(subjects[0].center, objs[0].center, relation["relation"])
-        )
+        subject, obj = label(objects[relation["subject"]]), label(objects[relation["object"]])
+        subjects = [s for s in found if label(s) == subject]
+        objs = [s for s in found if label(s) == obj]
+        if subject == obj:  # one colour, kinds ignored: either shape may be the subject
+            holds = len(subjects) == 2 and any(
+                shapes_world.relation_holds(a.center, b.center, relation["relation"])
+                for a, b in (subjects, subjects[::-1])
+            )
+        else:
+            holds = (
+                len(subjects) == 1
+                and len(objs) == 1
+                and shapes_world.relation_holds(subjects[0].center, objs[0].center, relation["relation"])
+            )
+        criteria.append(holds)
     return criteria
 
 
@@ -129,6 +147,8 @@ class GenevalShapes:
     Args:
         partial_credit: return the fraction of criteria met (see :func:`shapes_criteria`) instead of all-or-nothing.
         forbid_extra: shapes not asked for make the image wrong (one criterion).
+        match_kind: shapes must have the asked kind (circle / square / triangle); False checks colours, counts and
+            relations only (GenEval's counting / colour / position categories without the object class).
         target_from_prompt: parse targets from the prompts when the batch has no ``target`` column.
         max_distance, min_area: passed to :func:`~genalign.data.shapes.detect`.
     """
@@ -138,12 +158,14 @@ class GenevalShapes:
         *,
         partial_credit: bool = False,
         forbid_extra: bool = True,
+        match_kind: bool = True,
         target_from_prompt: bool = False,
         max_distance: float = 120.0,
         min_area: float = 0.012,
     ) -> None:
         self.partial_credit = partial_credit
         self.forbid_extra = forbid_extra
+        self.match_kind = match_kind
         self.target_from_prompt = target_from_prompt
         self.max_distance = max_distance
         self.min_area = min_area
@@ -162,7 +184,7 @@ class GenevalShapes:
                 )
             rgb = as_rgb_image(image, reward="geneval_shapes", index=index)
             found = shapes_world.detect(rgb, max_distance=self.max_distance, min_area=self.min_area)
-            criteria = shapes_criteria(found, target, forbid_extra=self.forbid_extra)
+            criteria = shapes_criteria(found, target, forbid_extra=self.forbid_extra, match_kind=self.match_kind)
             scores.append(sum(criteria) / len(criteria) if self.partial_credit else float(all(criteria)))
         return scores
 

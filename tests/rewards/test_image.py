@@ -69,6 +69,24 @@ def test_shapes_criteria_extra_objects():
     assert shapes_criteria(found, target, forbid_extra=False) == [True]
 
 
+def test_shapes_criteria_without_kinds_checks_colours_counts_and_relations():
+    left, right = Shape("triangle", "red", (0, 10, 9, 19)), Shape("circle", "red", (20, 10, 29, 19))
+    blue = Shape("triangle", "blue", (20, 10, 29, 19))
+    # "two red circles": with kinds, 1 red circle != 2 (fail); without, 2 red shapes (pass); no extras either way
+    two = shapes.parse_prompt("two red circles")
+    assert shapes_criteria([left, right], two, forbid_extra=True) == [False, True]
+    assert shapes_criteria([left, right], two, forbid_extra=True, match_kind=False) == [True, True]
+    # one colour for both objects: the two labels merge into "2 red", and either shape may be the subject
+    same = shapes.parse_prompt("a red square right of a red circle")
+    assert shapes_criteria([left, right], same, forbid_extra=True, match_kind=False) == [True, True, True]
+    assert shapes_criteria([left], same, forbid_extra=True, match_kind=False) == [False, False, False]
+    # two colours: the relation is checked with the subject's colour (red left of blue holds, right of fails)
+    pair = shapes.parse_prompt("a red square right of a blue circle")
+    assert shapes_criteria([left, blue], pair, forbid_extra=True, match_kind=False) == [True, True, True, False]
+    assert GenevalShapes(match_kind=False, partial_credit=True)(["x"], [shapes.render(shapes.Scene(32, (left, blue)))],
+                                                                target=[pair]) == [0.75]  # fmt: skip
+
+
 def test_geneval_shapes_target_from_prompt():
     image = shapes.render(RED_LEFT_OF_BLUE)
     reward = REWARDS.get("geneval_shapes")(target_from_prompt=True)
