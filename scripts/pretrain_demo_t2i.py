@@ -223,14 +223,39 @@ def build_transformer(*, width: int, layers: int, patch: int = 4, channels: int 
 # Data
 
 
-def render_batch(rng: np.random.Generator, n: int, *, split: str) -> tuple[list[str], torch.Tensor]:
-    """``n`` scenes whose prompts belong to ``split``: prompts and images ``[n, 3, 32, 32]`` in [-1, 1]."""
+def with_extra_shape(rng: np.random.Generator, scene: shapes.Scene) -> shapes.Scene:
+    """``scene`` plus one more shape with the label (colour, kind) of one of its shapes, placed where it fits (the
+    scene unchanged if there is no room): the systematic mistake of the demo model's training data."""
+    template = scene.shapes[int(rng.integers(len(scene.shapes)))]
+    lo, hi = max(5, round(0.28 * scene.size)), max(5, round(0.4 * scene.size))
+    side = int(rng.integers(lo, hi + 1))
+    boxes = shapes._place(rng, scene.size, [side], [s.box for s in scene.shapes], gap=1)
+    if boxes is None:
+        return scene
+    extra = shapes.Shape(template.kind, template.color, boxes[0])
+    return shapes.Scene(size=scene.size, shapes=(*scene.shapes, extra), relation=scene.relation)
+
+
+def render_batch(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    split: str,
+    p_extra: float = 0.0,
+    mistake_rng: np.random.Generator | None = None,
+) -> tuple[list[str], torch.Tensor]:
+    """``n`` scenes whose prompts belong to ``split``: prompts and images ``[n, 3, 32, 32]`` in [-1, 1].
+
+    With probability ``p_extra`` (drawn from ``mistake_rng``, so the scene stream does not depend on it) the image
+    shows one shape more than its prompt says (:func:`with_extra_shape`)."""
     prompts, images = [], []
     while len(prompts) < n:
         scene = shapes.sample_scene(rng, size=IMAGE_SIZE)
         prompt = shapes.describe(scene)
         if split != "all" and shapes.prompt_split(prompt) != split:
             continue
+        if p_extra and mistake_rng.random() < p_extra:
+            scene = with_extra_shape(mistake_rng, scene)
         prompts.append(prompt)
         images.append(np.asarray(shapes.render(scene)))
     pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 127.5 - 1.0  # [n, 3, H, W]
@@ -381,8 +406,10 @@ def train_transformer(
     ema: WeightEMA | None = None,
     cooldown: int = 0,
     encode_latents: bool = False,
+    p_extra: float = 0.0,
 ) -> list[dict]:
     rng = np.random.default_rng(seed)
+    mistake_rng = np.random.default_rng(seed + 1000)
     generator = torch.Generator().manual_seed(seed)
     vae, transformer = pipe.vae, pipe.transformer
     params = [*transformer.parameters(), *pipe.text_encoder.parameters(), *pipe.text_encoder_2.parameters()]
@@ -398,7 +425,7 @@ def train_transformer(
     started = time.time()
     for step in range(steps):
         transformer.train()
-        prompts, pixels = render_batch(rng, batch, split="train")
+        prompts, pixels = render_batch(rng, batch, split="train", p_extra=p_extra, mistake_rng=mistake_rng)
         prompts = ["" if rng.random() < drop_prompt else p for p in prompts]
         if not encode_latents:  # the identity VAE (see build_identity_vae): latents are the pixels
             latents = pixels
@@ -496,6 +523,9 @@ def main() -> None:
     parser.add_argument("--cooldown", type=int, default=0, help="linear lr decay to 0 over the last N steps")
     parser.add_argument("--shift", type=float, default=3.0, help="timestep shift of training and sampling")
     parser.add_argument("--drop-prompt", type=float, default=0.1)
+    parser.add_argument(
+        "--p-extra", type=float, default=0.0, help="share of training images showing one shape more than the prompt"
+    )
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=32)
@@ -567,6 +597,7 @@ def main() -> None:
         ema=ema,
         cooldown=args.cooldown,
         encode_latents=args.vae == "trained",
+        p_extra=args.p_extra,
     )
     report["flow_seconds"] = round(time.time() - flow_started, 1)
     report["heldout"] = evaluate()
