@@ -135,6 +135,13 @@ class FlowPolicyConfig:
     noise_level: float = field(
         default=0.7, metadata={"help": "Dynamics strength (flow_sde a ~0.7, dance_sde eta ~0.3)."}
     )
+    group_initial_noise: Literal["independent", "shared"] = field(
+        default="independent",
+        metadata={
+            "help": "Training rollouts: 'shared' starts every sample of a group from the same x_T (DanceGRPO), so "
+            "reward differences within a group come only from the SDE noise the trained steps are credited for."
+        },
+    )
     log_prob_reduction: Literal["mean", "sum"] = field(
         default="mean", metadata={"help": "Step log-prob over latent elements: mean (reference code) or sum."}
     )
@@ -368,14 +375,17 @@ class FlowPolicy:
         cond, uncond = self._embeddings(prompts)
         if not self.sampler.arch.uses_true_cfg or guidance == 1.0:
             uncond = None  # CFG-free (or FLUX's embedded guidance): no unconditional branch to run or store
+        share = training and cfg.group_initial_noise == "shared"
         latents = self.sampler.prepare(
-            n,
+            len(rows) if share else n,
             height=cfg.height,
             width=cfg.width,
             num_frames=cfg.num_frames,
             num_inference_steps=num_steps,
             generator=self.generator,
-        )
+        )  # [n, ...] or [rows, ...]
+        if share:
+            latents = latents.repeat_interleave(group_size, dim=0)  # [n, ...]: one x_T per group
         use_ema = not training and self._ema is not None
         if use_ema:
             self._swap_ema()

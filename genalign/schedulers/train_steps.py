@@ -10,7 +10,10 @@ Strategies (shared/reference/formulas.md §5):
 * ``sliding_window``: ``window_size`` consecutive steps starting at ``window_stride * (iteration // advance_every)``,
   clamped to ``max_start`` (MixGRPO: window 4 over 25 steps; ODE elsewhere gives ~50 % less training time);
 * ``random_early_window``: a window of ``window_size`` steps at a random start inside the first ``early_fraction`` of
-  the steps, one start per batch (Flow-GRPO-Fast).
+  the steps, one start per batch (Flow-GRPO-Fast);
+* ``weighted_chunks``: the steps are cut into chunks of ``chunk_size`` consecutive steps and ``num_chunks`` distinct
+  chunks are drawn per batch with probabilities proportional to ``chunk_weights`` (Chunk-GRPO's weighted sampling
+  [70]; pair it with ``algorithm.ratio_level: chunk``).
 
 ``stochastic = "all"`` keeps SDE steps outside the trained set (Flow-GRPO, DanceGRPO); ``"trained"`` makes every other
 step a deterministic ODE step (MixGRPO, Flow-GRPO-Fast). "Denoising reduction" (train with fewer sampling steps than
@@ -25,8 +28,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from genalign.algorithms.flow_credit import chunk_ids, weighted_chunk_mask
+
 TrainStepStrategy = Literal[
-    "all", "first_k", "first_fraction", "random_subset", "sliding_window", "random_early_window"
+    "all", "first_k", "first_fraction", "random_subset", "sliding_window", "random_early_window", "weighted_chunks"
 ]
 
 
@@ -56,6 +61,14 @@ class TrainStepsConfig:
     early_fraction: float = field(
         default=0.5, metadata={"help": "'random_early_window': the window lies inside this first fraction of steps."}
     )
+    chunk_size: int = field(default=2, metadata={"help": "'weighted_chunks': consecutive steps per chunk."})
+    chunk_weights: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "'weighted_chunks': sampling weight of each chunk (None = uniform), e.g. more on early chunks."
+        },
+    )
+    num_chunks: int = field(default=1, metadata={"help": "'weighted_chunks': chunks trained per batch."})
 
     def validate(self) -> None:
         if self.strategy not in (
@@ -65,10 +78,13 @@ class TrainStepsConfig:
             "random_subset",
             "sliding_window",
             "random_early_window",
+            "weighted_chunks",
         ):
             raise ValueError(f"train_steps.strategy={self.strategy!r} is unknown.")
         if self.stochastic not in ("all", "trained"):
             raise ValueError(f"train_steps.stochastic={self.stochastic!r} must be 'all' or 'trained'.")
+        if self.chunk_size < 1 or self.num_chunks < 1:
+            raise ValueError(f"train_steps.chunk_size={self.chunk_size} and num_chunks={self.num_chunks} must be >= 1.")
         if self.k < 1:
             raise ValueError(f"train_steps.k={self.k} must be >= 1.")
         if not 0 < self.fraction <= 1:
@@ -135,6 +151,17 @@ def select_train_steps(
     elif config.strategy == "sliding_window":
         start = sliding_window_start(config, num_steps=num_steps, iteration=iteration)
         trained = _window(num_steps, start, config.window_size).expand(shape).clone()
+    elif config.strategy == "weighted_chunks":
+        chunks = chunk_ids(num_steps, chunk_size=config.chunk_size)  # [S]
+        count = int(chunks.max()) + 1
+        weights = config.chunk_weights if config.chunk_weights is not None else [1.0] * count
+        if len(weights) != count:
+            raise ValueError(
+                f"train_steps.chunk_weights has {len(weights)} entries but {num_steps} steps in chunks of "
+                f"{config.chunk_size} make {count} chunks; give one weight per chunk."
+            )
+        picked = weighted_chunk_mask(chunks, list(weights), num_trained=config.num_chunks, generator=generator)
+        trained = picked.expand(shape).clone()
     elif config.strategy == "random_early_window":
         last_start = max(0, int(config.early_fraction * num_steps) - config.window_size)
         start = int(torch.randint(0, last_start + 1, (1,), generator=generator).item())

@@ -280,3 +280,12 @@ def test_ode_completion_from_the_noise_equals_an_ode_rollout(model_dirs):
                   sde_mask=torch.zeros(1, 4, dtype=torch.bool), noise_level=0.7, generator=None,
                   record_latents=False)  # fmt: skip
     assert torch.allclose(completed, ode.final, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+def test_group_initial_noise_is_shared_within_groups_only_when_asked(model_dirs, mode):
+    policy = build_policy(_config(model_dirs, group_initial_noise=mode))
+    start = policy.rollout(ROWS, group_size=3).per_sample["latents"][:, 0]  # [6, ...] x_T of each sample
+    same_in_group = [torch.equal(start[i], start[j]) for i, j in [(0, 1), (1, 2), (3, 4), (4, 5)]]
+    assert all(same_in_group) if mode == "shared" else not any(same_in_group)
+    assert not torch.equal(start[0], start[3])  # groups differ either way

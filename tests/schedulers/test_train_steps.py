@@ -53,6 +53,21 @@ def test_random_early_window_stays_in_the_first_half():
     assert len(starts) > 1
 
 
+def test_weighted_chunks_draws_whole_chunks_with_the_given_weights():
+    # 10 steps in chunks of 3 -> chunks [0-2], [3-5], [6-8], [9]; weight only on chunks 0 and 2
+    config = TrainStepsConfig(
+        strategy="weighted_chunks", stochastic="trained", chunk_size=3, chunk_weights=[1, 0, 3, 0]
+    )
+    picked = {tuple(_trained(config, seed=seed)[0].nonzero().flatten().tolist()) for seed in range(40)}
+    assert picked == {(0, 1, 2), (6, 7, 8)}  # whole chunks, never a zero-weight one
+    counts = [sum(bool(_trained(config, seed=seed)[0, 6]) for seed in range(400))]
+    assert 250 <= counts[0] <= 350  # chunk 2 drawn with probability 3/4
+    two = TrainStepsConfig(strategy="weighted_chunks", chunk_size=3, num_chunks=2)
+    assert all(int(_trained(two, seed=seed)[0].sum()) in (4, 6) for seed in range(20))  # 2 distinct chunks
+    with pytest.raises(ValueError, match="chunk_weights has 2 entries but 10 steps in chunks of 3 make 4 chunks"):
+        _trained(TrainStepsConfig(strategy="weighted_chunks", chunk_size=3, chunk_weights=[1, 1]))
+
+
 def test_stochastic_all_keeps_sde_outside_the_trained_steps():
     masks = select_train_steps(TrainStepsConfig(strategy="first_k", k=2), num_steps=5, num_samples=1)
     assert masks.sde.all() and masks.trained[0].tolist() == [1, 1, 0, 0, 0]
@@ -65,6 +80,8 @@ def test_stochastic_all_keeps_sde_outside_the_trained_steps():
         ("k", 0, "k=0"),
         ("window_size", 0, "window_size=0"),
         ("stochastic", "some", "stochastic='some'"),
+        ("chunk_size", 0, "chunk_size=0"),
+        ("num_chunks", 0, "num_chunks=0"),
     ],
 )
 def test_validate_names_the_bad_field(field, value, message):
