@@ -270,18 +270,19 @@ def to_pil(pixels: torch.Tensor):
     return [Image.fromarray(a, mode="RGB") for a in array]
 
 
-def build_trained_vae(*, latent_channels: int = 4):
-    """A small ``AutoencoderKL`` with 4x spatial down-sampling (32x32x3 pixels -> 8x8x``latent_channels``), to be
-    trained by :func:`train_vae`: the diffusion then runs in a 256-dimensional latent space, as latent diffusion models
-    do (fewer dimensions per denoising step, shapes decoded by the VAE)."""
+def build_trained_vae(*, latent_channels: int = 4, factor: int = 4):
+    """A small ``AutoencoderKL`` with ``factor``x spatial down-sampling (2 or 4: 32x32x3 pixels -> 16x16 or 8x8 x
+    ``latent_channels``), to be trained by :func:`train_vae`: the diffusion then runs in a smaller latent space, as
+    latent diffusion models do (fewer dimensions per denoising step, shapes decoded by the VAE)."""
     from diffusers import AutoencoderKL
 
+    blocks = {2: (32, 32), 4: (16, 32, 32)}[factor]
     return AutoencoderKL(
         in_channels=3,
         out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 3,
-        up_block_types=("UpDecoderBlock2D",) * 3,
-        block_out_channels=(16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * len(blocks),
+        up_block_types=("UpDecoderBlock2D",) * len(blocks),
+        block_out_channels=blocks,
         layers_per_block=1,
         latent_channels=latent_channels,
         norm_num_groups=16,
@@ -519,6 +520,7 @@ def main() -> None:
     parser.add_argument("--vae-steps", type=int, default=2000)
     parser.add_argument("--vae-lr", type=float, default=1e-3)
     parser.add_argument("--latent-channels", type=int, default=4)
+    parser.add_argument("--vae-factor", type=int, choices=(2, 4), default=4, help="down-sampling of the trained VAE")
     parser.add_argument("--ema", type=float, default=0.0, help="EMA decay of the weights evaluated and saved (0: off)")
     parser.add_argument("--cooldown", type=int, default=0, help="linear lr decay to 0 over the last N steps")
     parser.add_argument("--shift", type=float, default=3.0, help="timestep shift of training and sampling")
@@ -545,10 +547,12 @@ def main() -> None:
             layers=args.layers,
             patch=args.patch,
             channels=3 if args.vae == "identity" else args.latent_channels,
-            latent_size=IMAGE_SIZE if args.vae == "identity" else IMAGE_SIZE // 4,
+            latent_size=IMAGE_SIZE if args.vae == "identity" else IMAGE_SIZE // args.vae_factor,
         ),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=args.shift),
-        vae=build_identity_vae() if args.vae == "identity" else build_trained_vae(latent_channels=args.latent_channels),
+        vae=build_identity_vae()
+        if args.vae == "identity"
+        else build_trained_vae(latent_channels=args.latent_channels, factor=args.vae_factor),
         text_encoder=build_text_encoder(tokenizer),
         tokenizer=tokenizer,
         text_encoder_2=build_text_encoder(tokenizer),
