@@ -503,6 +503,17 @@ def heldout_accuracy(pipe, *, n_prompts: int, samples: int, steps: int, guidance
     }
 
 
+def make_vae(args: argparse.Namespace):
+    """The identity VAE, a trained one loaded from ``--vae-from``, or a fresh one for :func:`train_vae`."""
+    if args.vae == "identity":
+        return build_identity_vae()
+    if args.vae_from is not None:
+        from diffusers import AutoencoderKL
+
+        return AutoencoderKL.from_pretrained(args.vae_from)
+    return build_trained_vae(latent_channels=args.latent_channels, factor=args.vae_factor)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("genalign/assets/shapes-t2i"))
@@ -520,6 +531,7 @@ def main() -> None:
     parser.add_argument("--vae-steps", type=int, default=2000)
     parser.add_argument("--vae-lr", type=float, default=1e-3)
     parser.add_argument("--latent-channels", type=int, default=4)
+    parser.add_argument("--vae-from", type=Path, default=None, help="load a trained VAE folder instead of training one")
     parser.add_argument("--vae-factor", type=int, choices=(2, 4), default=4, help="down-sampling of the trained VAE")
     parser.add_argument("--ema", type=float, default=0.0, help="EMA decay of the weights evaluated and saved (0: off)")
     parser.add_argument("--cooldown", type=int, default=0, help="linear lr decay to 0 over the last N steps")
@@ -550,9 +562,7 @@ def main() -> None:
             latent_size=IMAGE_SIZE if args.vae == "identity" else IMAGE_SIZE // args.vae_factor,
         ),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=args.shift),
-        vae=build_identity_vae()
-        if args.vae == "identity"
-        else build_trained_vae(latent_channels=args.latent_channels, factor=args.vae_factor),
+        vae=make_vae(args),
         text_encoder=build_text_encoder(tokenizer),
         tokenizer=tokenizer,
         text_encoder_2=build_text_encoder(tokenizer),
@@ -562,7 +572,9 @@ def main() -> None:
     )
     pipe.set_progress_bar_config(disable=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
-    if args.vae == "trained":
+    if args.vae_from is not None:
+        report["vae_from"] = str(args.vae_from)
+    elif args.vae == "trained":
         report.update(
             train_vae(pipe.vae, steps=args.vae_steps, batch=args.batch, lr=args.vae_lr, kl_weight=1e-4,
                       seed=args.seed + 2, log_every=args.log_every)
