@@ -270,7 +270,7 @@ def run_logprob_memory(model_dir: Path, mode: str, completion_tokens: int, chunk
     import torch
     from transformers import AutoModelForCausalLM
 
-    from genalign.policies.lm.logprobs import completion_logprobs, naive_completion_logprobs
+    from genalign.policies.lm.logprobs import completion_scores, naive_completion_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).train()
     vocab = model.config.vocab_size
@@ -283,9 +283,9 @@ def run_logprob_memory(model_dir: Path, mode: str, completion_tokens: int, chunk
     if mode == "naive":
         logp = naive_completion_logprobs(model, prompt, masks[0], completion, masks[1], temperature=1.0)
     else:
-        logp, _ = completion_logprobs(
+        logp = completion_scores(
             model, prompt, masks[0], completion, masks[1], temperature=1.0, chunk_size=chunk_size
-        )
+        ).logp
     logp.sum().backward()
     return {
         "seconds": time.perf_counter() - start,

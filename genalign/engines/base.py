@@ -2,7 +2,7 @@
 
 An engine turns a left-padded batch of prompt token ids into sampled completions plus the *behaviour* log-probs of the
 sampled tokens at the sampling temperature (``log softmax(logits / T)``, without top-k / top-p truncation, the same
-quantity :func:`genalign.policies.lm.logprobs.completion_logprobs` computes when re-scoring). Engines stop a row at its
+quantity :func:`genalign.policies.lm.logprobs.completion_scores` computes when re-scoring). Engines stop a row at its
 first end-of-sequence token or stop string; :func:`finalize_completions` then turns the raw token grid into the masks the
 trainer needs, identically for every engine.
 """

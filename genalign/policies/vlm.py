@@ -321,7 +321,7 @@ def suppressed_head(head: nn.Module, token_ids: tuple[int, ...]) -> nn.Module:
     Scoring with it gives the log-probs of the law generation samples from (which never draws ``token_ids``), so
     re-scored and behaviour log-probs agree. A bias-free ``nn.Linear`` head stays an ``nn.Linear`` (its weight
     shared, the offsets as a frozen bias) so the fused log-prob path of
-    :func:`genalign.policies.lm.logprobs.token_logprobs_from_hidden` still applies.
+    :func:`genalign.policies.lm.logprobs.token_scores_from_hidden` still applies.
     """
     if not token_ids:
         return head

@@ -15,7 +15,7 @@ from genalign.engines.hf import HFGenerateEngine
 from genalign.engines.lean_decoder import LeanDecoder, unsupported_reason
 from genalign.engines.sampling import filtered_logits, sample_next_token
 from genalign.engines.static import StaticCacheEngine
-from genalign.policies.lm.logprobs import completion_logprobs
+from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.tiny import build_tiny_causal_lm, build_tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -152,9 +152,9 @@ def test_engine_logprobs_match_rescoring_with_early_stops(tiny, engine_name):
     assert torch.equal(out.truncated, ~ends_with_eos)
     assert torch.all(out.truncated <= (lengths == 10))
     with torch.no_grad():
-        logp, _ = completion_logprobs(
+        logp = completion_scores(
             model, ids, mask, out.completion_ids, out.completion_mask, temperature=0.8, chunk_size=16
-        )
+        ).logp
     assert (logp - out.logp).abs().max().item() < 1e-4
     assert torch.all(out.logp[out.completion_mask == 0] == 0)
 

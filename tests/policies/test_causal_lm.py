@@ -16,7 +16,6 @@ from genalign.policies.causal_lm import CausalLMPolicyConfig, LoRAConfig, build_
 from genalign.policies.lm.logprobs import (
     naive_completion_logprobs,
     position_ids_from_mask,
-    token_logprobs_from_hidden,
     token_scores_from_hidden,
 )
 from genalign.policies.lm.tiny import build_tiny_causal_lm
@@ -125,9 +124,9 @@ def test_chunked_logprobs_and_entropy_equal_the_naive_full_logits(model_dirs, ch
     # Entropy by hand for one token.
     hidden = torch.randn(1, 1, policy.causal_lm.config.hidden_size)
     head = policy.causal_lm.get_output_embeddings()
-    _, entropy = token_logprobs_from_hidden(
+    entropy = token_scores_from_hidden(
         hidden, torch.tensor([[3]]), torch.ones(1, 1), head, temperature=0.7, chunk_size=chunk_size, with_entropy=True
-    )
+    ).entropy
     probs = (head(hidden[0, 0]) / 0.7).softmax(-1)
     assert entropy.item() == pytest.approx(-(probs * probs.log()).sum().item(), abs=1e-5)
 
@@ -301,7 +300,7 @@ def test_head_logprob_and_entropy_gradients_equal_autograd_through_full_logits(f
     def objective(logp, entropy):
         return (logp * weights_logp).sum() + (entropy * weights_entropy).sum()
 
-    logp, entropy = token_logprobs_from_hidden(
+    logp, entropy, _ = token_scores_from_hidden(
         hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True
     )
     objective(logp, entropy).backward()

@@ -222,24 +222,6 @@ def token_scores_from_hidden(
     )
 
 
-def token_logprobs_from_hidden(
-    hidden: Tensor,
-    targets: Tensor,
-    mask: Tensor,
-    head: nn.Module,
-    *,
-    temperature: float,
-    chunk_size: int,
-    with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """``logp`` ``[B, C]`` and ``entropy`` ``[B, C]`` (or ``None``): :func:`token_scores_from_hidden` without a
-    vocabulary term (same arguments)."""
-    scores = token_scores_from_hidden(
-        hidden, targets, mask, head, temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy
-    )
-    return scores.logp, scores.entropy
-
-
 def completion_scores(
     causal_lm: nn.Module,
     prompt_ids: Tensor,
@@ -282,32 +264,6 @@ def completion_scores(
         with_entropy=with_entropy,
         vocab_term=vocab_term,
     )
-
-
-def completion_logprobs(
-    causal_lm: nn.Module,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    *,
-    temperature: float,
-    chunk_size: int,
-    with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """``logp`` ``[B, C]`` and ``entropy`` ``[B, C]`` (or ``None``): :func:`completion_scores` without a vocabulary
-    term (same arguments)."""
-    scores = completion_scores(
-        causal_lm,
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask,
-        temperature=temperature,
-        chunk_size=chunk_size,
-        with_entropy=with_entropy,
-    )
-    return scores.logp, scores.entropy
 
 
 def naive_completion_logprobs(
