@@ -41,6 +41,7 @@ from genalign.algorithms import flow_credit
 from genalign.assets import model_location
 from genalign.pipelines.flow import (
     FlowLogProbPipeline,
+    FlowTrajectory,
     adapters_disabled,
     concat_trajectories,
     denoise,
@@ -345,13 +346,7 @@ class FlowPolicy:
         self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train"
     ) -> Rollout:
         """Sample ``group_size`` outputs per row. ``eval``: ODE sampling with ``eval_num_steps`` (and EMA weights)."""
-        if group_size < 1:
-            raise ValueError(f"group_size={group_size} must be >= 1.")
-        for index, row in enumerate(rows):
-            if not isinstance(row.get("prompt"), str):
-                raise ValueError(
-                    f"row {index} has no string 'prompt' field (keys: {sorted(row)}); flow policies need one."
-                )
+        self._check_rows(rows, group_size)
         cfg = self.config
         training = mode == "train"
         if training and cfg.tree.enabled:
@@ -372,49 +367,21 @@ class FlowPolicy:
         else:
             no_steps = torch.zeros(n, num_steps, dtype=torch.bool)
             masks = StepMasks(sde=no_steps, trained=no_steps.clone())  # evaluation: deterministic ODE sampling
-        cond, uncond = self._embeddings(prompts)
-        if not self.sampler.arch.uses_true_cfg or guidance == 1.0:
-            uncond = None  # CFG-free (or FLUX's embedded guidance): no unconditional branch to run or store
-        share = training and cfg.group_initial_noise == "shared"
-        latents = self.sampler.prepare(
-            len(rows) if share else n,
-            height=cfg.height,
-            width=cfg.width,
-            num_frames=cfg.num_frames,
-            num_inference_steps=num_steps,
-            generator=self.generator,
-        )  # [n, ...] or [rows, ...]
-        if share:
-            latents = latents.repeat_interleave(group_size, dim=0)  # [n, ...]: one x_T per group
         use_ema = not training and self._ema is not None
         if use_ema:
             self._swap_ema()
-        chunk = cfg.sample_batch_size or n
-        pieces, outputs = [], []
         try:
-            for start in range(0, n, chunk):
-                part = slice(start, min(start + chunk, n))
-                piece = denoise(
-                    self.sampler.arch,
-                    self.transformer,
-                    self.sampler.scheduler,
-                    latents[part],
-                    {k: v[part] for k, v in cond.items()},
-                    None if uncond is None else {k: v[part] for k, v in uncond.items()},
-                    guidance_scale=guidance,
-                    sde_mask=masks.sde[part],
-                    noise_level=cfg.noise_level,
-                    generator=self.generator,
-                    record_latents=training,
-                    ode_solver=cfg.ode_solver,
-                    prompts=prompts[part],
-                )
-                pieces.append(piece)
-                outputs += self.sampler.decode(piece.final, height=cfg.height, width=cfg.width)
+            trajectory, outputs, cond, uncond = self._sample(
+                prompts,
+                masks.sde,
+                num_steps=num_steps,
+                guidance=guidance,
+                record_latents=training,
+                group_size=group_size if training else 1,
+            )
         finally:
             if use_ema:
                 self._swap_ema()
-        trajectory = concat_trajectories(pieces)
         action_mask = (masks.trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
         per_sample: dict[str, Tensor | list[Any]] = {}
         if training:
@@ -434,6 +401,72 @@ class FlowPolicy:
             per_sample=per_sample,
             info={"nfe_per_sample": num_steps * cfg_passes, "num_steps": num_steps, "guidance_scale": guidance},
         )
+
+    @staticmethod
+    def _check_rows(rows: list[dict[str, Any]], group_size: int) -> None:
+        """Every row needs a string ``prompt``; ``group_size >= 1``."""
+        if group_size < 1:
+            raise ValueError(f"group_size={group_size} must be >= 1.")
+        for index, row in enumerate(rows):
+            if not isinstance(row.get("prompt"), str):
+                raise ValueError(
+                    f"row {index} has no string 'prompt' field (keys: {sorted(row)}); flow policies need one."
+                )
+
+    def _sample(
+        self,
+        prompts: list[str],
+        sde_mask: Tensor,
+        *,
+        num_steps: int,
+        guidance: float,
+        record_latents: bool,
+        group_size: int = 1,
+    ) -> tuple[FlowTrajectory, list[Any], PromptEmbeddings, PromptEmbeddings | None]:
+        """Denoise one sample per prompt (``sde_mask`` ``[N, S]``) in chunks of ``sample_batch_size``.
+
+        With ``group_initial_noise: shared`` and ``group_size > 1`` every run of ``group_size`` consecutive samples
+        starts from one ``x_T``. Returns the trajectory, the decoded outputs and the conditional / unconditional
+        (``None`` when CFG-free) prompt embeddings.
+        """
+        cfg = self.config
+        n = len(prompts)
+        cond, uncond = self._embeddings(prompts)
+        if not self.sampler.arch.uses_true_cfg or guidance == 1.0:
+            uncond = None  # CFG-free (or FLUX's embedded guidance): no unconditional branch to run or store
+        share = group_size > 1 and cfg.group_initial_noise == "shared"
+        latents = self.sampler.prepare(
+            n // group_size if share else n,
+            height=cfg.height,
+            width=cfg.width,
+            num_frames=cfg.num_frames,
+            num_inference_steps=num_steps,
+            generator=self.generator,
+        )  # [n, ...] or one per group
+        if share:
+            latents = latents.repeat_interleave(group_size, dim=0)  # [n, ...]: one x_T per group
+        chunk = cfg.sample_batch_size or n
+        pieces, outputs = [], []
+        for start in range(0, n, chunk):
+            part = slice(start, min(start + chunk, n))
+            piece = denoise(
+                self.sampler.arch,
+                self.transformer,
+                self.sampler.scheduler,
+                latents[part],
+                {k: v[part] for k, v in cond.items()},
+                None if uncond is None else {k: v[part] for k, v in uncond.items()},
+                guidance_scale=guidance,
+                sde_mask=sde_mask[part],
+                noise_level=cfg.noise_level,
+                generator=self.generator,
+                record_latents=record_latents,
+                ode_solver=cfg.ode_solver,
+                prompts=prompts[part],
+            )
+            pieces.append(piece)
+            outputs += self.sampler.decode(piece.final, height=cfg.height, width=cfg.width)
+        return concat_trajectories(pieces), outputs, cond, uncond
 
     def _tree_rollout(self, rows: list[dict[str, Any]], group_size: int) -> Rollout:
         """Training rollout as trajectory trees: one tree per row whose ``group_size`` leaves are the group."""

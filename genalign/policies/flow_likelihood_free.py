@@ -29,7 +29,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from genalign.pipelines.flow import adapters_disabled, denoise, guided_velocity
+from genalign.pipelines.flow import adapters_disabled, guided_velocity
 from genalign.policies.base import Rollout, ScoreOutput
 from genalign.policies.flow import COND, KL_ESTIMATORS, FlowPolicy, FlowPolicyConfig
 from genalign.schedulers.train_steps import select_train_steps
@@ -129,11 +129,7 @@ class LikelihoodFreeFlowPolicy(FlowPolicy):
         """Evaluation: the parent's. Training: sample (ODE by default), keep ``x_0``, draw the ``K`` points."""
         if mode == "eval":
             return super().rollout(rows, group_size, mode=mode)
-        if group_size < 1:
-            raise ValueError(f"group_size={group_size} must be >= 1.")
-        for index, row in enumerate(rows):
-            if not isinstance(row.get("prompt"), str):
-                raise ValueError(f"row {index} has no string 'prompt' field (keys: {sorted(row)}).")
+        self._check_rows(rows, group_size)
         cfg, lf = self.config, self.config.likelihood_free
         expanded = [row for row in rows for _ in range(group_size)]
         prompts = [row["prompt"] for row in expanded]
@@ -148,39 +144,16 @@ class LikelihoodFreeFlowPolicy(FlowPolicy):
                 iteration=self.iteration,
                 generator=self.mask_generator,
             ).sde
-        cond, uncond = self._embeddings(prompts)
-        if not self.sampler.arch.uses_true_cfg or cfg.guidance_scale == 1.0:
-            uncond = None
-        latents = self.sampler.prepare(
-            n,
-            height=cfg.height,
-            width=cfg.width,
-            num_frames=cfg.num_frames,
-            num_inference_steps=cfg.num_steps,
-            generator=self.generator,
+        trajectory, outputs, cond, uncond = self._sample(
+            prompts,
+            sde,
+            num_steps=cfg.num_steps,
+            guidance=cfg.guidance_scale,
+            record_latents=False,
+            group_size=group_size,
         )
         chunk = cfg.sample_batch_size or n
-        finals, outputs = [], []
-        for start in range(0, n, chunk):
-            part = slice(start, min(start + chunk, n))
-            piece = denoise(
-                self.sampler.arch,
-                self.transformer,
-                self.sampler.scheduler,
-                latents[part],
-                {k: v[part] for k, v in cond.items()},
-                None if uncond is None else {k: v[part] for k, v in uncond.items()},
-                guidance_scale=cfg.guidance_scale,
-                sde_mask=sde[part],
-                noise_level=cfg.noise_level,
-                generator=self.generator,
-                record_latents=False,
-                ode_solver=cfg.ode_solver,
-                prompts=prompts[part],
-            )
-            finals.append(piece.final.float())
-            outputs += self.sampler.decode(piece.final, height=cfg.height, width=cfg.width)
-        clean = torch.cat(finals)  # [N, ...]
+        clean = trajectory.final.float()  # [N, ...]
         sigmas, noise = sample_flow_matching_points(
             clean.cpu(), lf.num_timesteps, sampling=lf.timestep_sampling, generator=self.point_generator
         )
