@@ -23,7 +23,7 @@ from genalign.config import TrainConfig, to_dict
 from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy
-from genalign.trainer.advantages import step_advantages
+from genalign.trainer.advantages import update_inputs
 from genalign.trainer.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.distributed import all_reduce_sum, rank_and_world
@@ -31,7 +31,7 @@ from genalign.trainer.evaluate import evaluate
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
 from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.rewards import RewardSet, prompt_text
-from genalign.trainer.update import run_update, score_without_grad
+from genalign.trainer.update import run_update
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:
@@ -134,45 +134,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         rollout.group_ids = stream_ids[rollout.group_ids]
         t_rollout = time.perf_counter() - t0
 
-        # 3b. Rewards [n, K] and, when needed, one scoring pass without gradient before the update.
+        # 3b. Rewards [n, K]; advantages over the global batch (after one scoring pass without gradient when
+        # needed) with optional per-action credit; optional zero-variance group drop.
         lengths = rollout.action_mask.sum(1).long().tolist()
         reward_table, reward_errors = rewards(rollout.rows, rollout.outputs, completion_length=lengths)
-        need_old = not cfg.fully_on_policy and not policy.rollout_logp_is_exact
-        kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
-        prepass = None
-        if need_old or cfg.credit != "none" or kl_in_reward or cfg.future_kl_coef:
-            prepass = score_without_grad(
-                policy, rollout, cfg.micro_batch_size, entropy=cfg.credit != "none",
-                kl_estimator="k1" if cfg.future_kl_coef else cfg.kl_estimator if kl_in_reward else None,
-            )  # fmt: skip
-        kl_per_sample = (prepass.kl * rollout.action_mask).sum(1) if kl_in_reward else None  # [n]
-
-        # 3c. Advantages over the global batch; optional per-action credit; optional zero-variance group drop.
-        adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample, advantage_state)
-        advantages = adv.advantages  # [n]
-        dense = getattr(policy, "dense_step_advantages", None)  # DenseGRPO: reward gain of each step, per step
-        step_advantages_or_none = dense(rollout, rewards.weighted_sum) if callable(dense) else None
-        if step_advantages_or_none is not None:
-            advantages = step_advantages_or_none  # [n, T]
-        per_action_hook = getattr(policy, "per_action_advantages", None)  # e.g. per-depth credit of tree rollouts
-        if callable(per_action_hook):
-            advantages = per_action_hook(rollout, advantages)  # [n] or [n, T]
-        if cfg.credit != "none":
-            weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
-                advantages, rollout.action_mask, prepass.entropy, logp=rollout.old_logp,
-                progress=step / run.max_steps, **cfg.credit_args,
-            )  # fmt: skip
-            advantages = advantages[:, None] * weights  # [n, T]
-        if cfg.future_kl_coef:  # [75]: reverse-KL return-to-go, after normalisation
-            advantages = alg.future_kl_advantages(
-                advantages, prepass.kl, rollout.action_mask, coef=cfg.future_kl_coef
-            )  # [n, T]
-        if "action_weights" in rollout.per_sample:  # per-action weights chosen by the policy (e.g. noise-aware)
-            per_action = advantages if advantages.dim() == 2 else advantages[:, None]  # [n, T] or [n, 1]
-            advantages = per_action * rollout.per_sample["action_weights"]  # [n, T]
-        old_logp = None
-        if not cfg.fully_on_policy:
-            old_logp = rollout.old_logp if policy.rollout_logp_is_exact else prepass.old_logp
+        inputs = update_inputs(policy, rollout, reward_table, rewards, cfg, advantage_state, step / run.max_steps)
+        adv, advantages, old_logp = inputs.step, inputs.advantages, inputs.old_logp
         keep = torch.arange(len(rollout))
         if cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled:
             keep = (~adv.zero_std).nonzero().flatten()
@@ -182,7 +149,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
         t1 = time.perf_counter()
 
-        # 3d. Update.
+        # 3c. Update.
         update_metrics = run_update(
             policy, update_rollout, advantages[keep], None if old_logp is None else old_logp[keep], cfg,
             optimizer, scheduler, parameters, config.optim.max_grad_norm, accelerator.autocast,
@@ -190,7 +157,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         )  # fmt: skip
         t_update = time.perf_counter() - t1
 
-        # 3e. Metrics, samples, evaluation, checkpoint.
+        # 3d. Metrics, samples, evaluation, checkpoint.
         record = _step_record(step, rollout, reward_table, reward_errors, rewards.labels, adv, update_metrics)
         record["num_trained_samples"] = len(keep)
         record |= rewards.take_metrics()
