@@ -19,9 +19,10 @@ Usage (a variant = a name and ``key=value`` overrides of the config, as on the c
     HF_HUB_OFFLINE=1 python benchmarks/bench_flow_gradient_snr.py [--config configs/demo_shapes_flow_grpo.yaml]
         [--batches 8] [--variant NAME 'key=value ...'] ... [--json PATH]
 
-Without ``--variant`` it measures the default list below: the demo preset, its rewards, and the methods of
-bench_flow_trees.py through the trainer's config keys; JPEG compressibility (DDPO) is the contrast, a reward that
-Flow-GRPO climbs on this same model.
+Without ``--variant`` it measures the default list below: the demo preset (shapes-t2i-faded, whose planted colour
+flaw is prompt-independent), the unbiased shapes-t2i with the same and with the first preset's reward, JPEG
+compressibility (DDPO) as the contrast of a global image property, and the flow methods through the trainer's config
+keys.
 """
 
 from __future__ import annotations
@@ -53,28 +54,34 @@ from genalign.trainer.rewards import RewardSet
 from genalign.trainer.update import run_update
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo_shapes_flow_grpo.yaml"
+UNBIASED = ["policy.model=builtin:shapes-t2i"]  # the shapes-world model without the demo's planted colour flaw
+JPEG = ["rewards=[{fn: jpeg_compressibility}]", "eval.accuracy_reward=null"]
 #: (name, overrides): each override is one ``key=value`` string as ``genalign train`` takes them.
 DEFAULT_VARIANTS: list[tuple[str, list[str]]] = [
-    ("preset: Flow-GRPO, partial GenEval reward", []),
-    ("reward: strict (all-or-nothing)", ["rewards.0.args.partial_credit=false"]),
-    ("reward: kind-agnostic partial", ["rewards.0.args.match_kind=false", "rewards.1.args.match_kind=false"]),
-    ("reward: JPEG compressibility (contrast)", ["rewards=[{fn: jpeg_compressibility}]", "eval.accuracy_reward=null"]),
-    ("Flow-GRPO, shared x_T per group", ["policy.group_initial_noise=shared"]),
-    ("Flow-GRPO, SDE + training on all 10 steps", ["policy.train_steps.strategy=all"]),
+    ("demo preset: Flow-GRPO on shapes-t2i-faded, colour-and-count partial credit", []),
+    ("shapes-t2i (unbiased), same prompts and reward", UNBIASED),
     (
-        "MixGRPO window (3 SDE steps)",
+        "shapes-t2i, kind-aware partial credit, all templates (the first preset)",
+        [*UNBIASED, "rewards.0.args.match_kind=true", "data.train.args.templates=[count, pair, relation]"],
+    ),
+    ("shapes-t2i, shared x_T per group", [*UNBIASED, "policy.group_initial_noise=shared"]),
+    ("shapes-t2i, JPEG compressibility (contrast: a global property)", [*UNBIASED, *JPEG]),
+    ("demo, shared x_T per group (DanceGRPO)", ["policy.group_initial_noise=shared"]),
+    ("demo, SDE + training on all 10 steps", ["policy.train_steps.strategy=all"]),
+    (
+        "demo, MixGRPO window (3 SDE steps)",
         ["policy.train_steps={strategy: sliding_window, stochastic: trained, window_size: 3}"],
     ),
-    ("Tree (BranchGRPO, splits 0, 3, 6)", ["policy.tree={enabled: true, split_steps: [0, 3, 6]}"]),
+    ("demo, tree (BranchGRPO, splits 0, 3, 6)", ["policy.tree={enabled: true, split_steps: [0, 3, 6]}"]),
     (
-        "Chunk-GRPO (chunks 0-1, 2-4)",
+        "demo, Chunk-GRPO (chunks 0-1, 2-4)",
         [
             "algorithm.ratio_level=chunk",
             "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
         ],
     ),
-    ("DiffusionNFT", ["policy.likelihood_free.method=nft"]),
-    ("V-GRPO (ELBO)", ["policy.likelihood_free.method=elbo"]),
+    ("demo, DiffusionNFT", ["policy.likelihood_free.method=nft"]),
+    ("demo, V-GRPO (ELBO)", ["policy.likelihood_free.method=elbo"]),
 ]
 
 

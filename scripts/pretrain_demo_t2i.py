@@ -29,6 +29,12 @@ transformer with patch 2, made in two stages (the first is bit-identical whether
     python scripts/pretrain_demo_t2i.py --vae trained --vae-from /tmp/shapes-vae2x --vae-factor 2 --patch 2 \
         --width 96 --steps 4500 --out /tmp/shapes-t2i-latent
 
+The Flow-GRPO demo's model ``genalign/assets/shapes-t2i-faded`` continues the committed model with colours faded
+towards the background on 60 % of the training images (``--init-from``, ``--p-faded``, ``--fade``; 112 s)::
+
+    python scripts/pretrain_demo_t2i.py --init-from genalign/assets/shapes-t2i --p-faded 0.6 --fade 0.5 \
+        --steps 1200 --lr 3e-4 --warmup 50 --eval-samples 4 --log-every 200 --out genalign/assets/shapes-t2i-faded
+
 Sample with ``max_sequence_length=1`` (one zero "T5" token, as in training), 32x32, 10-20 steps. The script prints
 the held-out accuracy of the ``geneval_shapes`` reward and writes it, with timings and sizes, to
 ``pretrain_report.json`` in the output folder (the numbers of ``MODEL_CARD.md``). Evaluations and ``--save-checkpoints``
@@ -252,12 +258,16 @@ def render_batch(
     *,
     split: str,
     p_extra: float = 0.0,
+    p_faded: float = 0.0,
+    fade: float = 0.5,
     mistake_rng: np.random.Generator | None = None,
 ) -> tuple[list[str], torch.Tensor]:
     """``n`` scenes whose prompts belong to ``split``: prompts and images ``[n, 3, 32, 32]`` in [-1, 1].
 
     With probability ``p_extra`` (drawn from ``mistake_rng``, so the scene stream does not depend on it) the image
-    shows one shape more than its prompt says (:func:`with_extra_shape`)."""
+    shows one shape more than its prompt says (:func:`with_extra_shape`); with probability ``p_faded`` its colours
+    are faded towards the white background by ``fade`` (0.5 puts every palette colour farther than the detector's
+    ``max_distance`` from all references, so faded shapes are not found)."""
     prompts, images = [], []
     while len(prompts) < n:
         scene = shapes.sample_scene(rng, size=IMAGE_SIZE)
@@ -266,8 +276,11 @@ def render_batch(
             continue
         if p_extra and mistake_rng.random() < p_extra:
             scene = with_extra_shape(mistake_rng, scene)
+        image = np.asarray(shapes.render(scene)).astype(np.float32)
+        if p_faded and mistake_rng.random() < p_faded:
+            image = image + fade * (255.0 - image)
         prompts.append(prompt)
-        images.append(np.asarray(shapes.render(scene)))
+        images.append(image)
     pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 127.5 - 1.0  # [n, 3, H, W]
     return prompts, pixels
 
@@ -418,6 +431,8 @@ def train_transformer(
     cooldown: int = 0,
     encode_latents: bool = False,
     p_extra: float = 0.0,
+    p_faded: float = 0.0,
+    fade: float = 0.5,
 ) -> list[dict]:
     rng = np.random.default_rng(seed)
     mistake_rng = np.random.default_rng(seed + 1000)
@@ -436,7 +451,9 @@ def train_transformer(
     started = time.time()
     for step in range(steps):
         transformer.train()
-        prompts, pixels = render_batch(rng, batch, split="train", p_extra=p_extra, mistake_rng=mistake_rng)
+        prompts, pixels = render_batch(
+            rng, batch, split="train", p_extra=p_extra, p_faded=p_faded, fade=fade, mistake_rng=mistake_rng
+        )
         prompts = ["" if rng.random() < drop_prompt else p for p in prompts]
         if not encode_latents:  # the identity VAE (see build_identity_vae): latents are the pixels
             latents = pixels
@@ -551,6 +568,11 @@ def main() -> None:
     parser.add_argument(
         "--p-extra", type=float, default=0.0, help="share of training images showing one shape more than the prompt"
     )
+    parser.add_argument("--p-faded", type=float, default=0.0, help="share of training images with faded colours")
+    parser.add_argument("--fade", type=float, default=0.5, help="fading towards the background of those images")
+    parser.add_argument(
+        "--init-from", type=Path, default=None, help="continue training this pipeline folder (transformer, encoders)"
+    )
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=32)
@@ -592,6 +614,10 @@ def main() -> None:
         text_encoder_3=None,
         tokenizer_3=None,
     )
+    if args.init_from is not None:  # same architecture, trained weights (its VAE too)
+        pipe = StableDiffusion3Pipeline.from_pretrained(
+            args.init_from, text_encoder_3=None, tokenizer_3=None, image_encoder=None, feature_extractor=None
+        )
     pipe.set_progress_bar_config(disable=True)
     report: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     if args.vae_from is not None:
@@ -636,6 +662,8 @@ def main() -> None:
         cooldown=args.cooldown,
         encode_latents=args.vae == "trained",
         p_extra=args.p_extra,
+        p_faded=args.p_faded,
+        fade=args.fade,
     )
     report["flow_seconds"] = round(time.time() - flow_started, 1)
     report["heldout"] = evaluate()
