@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch 2.14.1 + torchvision 0.29.1 are the pair that imports together on the development machines (open_clip needs both).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo test lint format
+.PHONY: install demo demo-lm test lint format
 
 $(BIN)/genalign: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,6 +17,9 @@ $(BIN)/genalign: pyproject.toml
 install: $(BIN)/genalign
 
 demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/genalign train configs/demo_shapes_flow_grpo.yaml
+
+demo-lm: install
 	HF_HUB_OFFLINE=1 $(BIN)/genalign train configs/demo_arith_grpo.yaml
 
 test: install
