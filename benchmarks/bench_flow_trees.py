@@ -86,16 +86,11 @@ class Setup:
     eval_reward_args: dict[str, Any]
 
 
-def demo_setup(model: Path, reward: str = "geneval_shapes") -> Setup:
+def demo_setup(model: Path) -> Setup:
     """The shapes-t2i demo: train-split prompts, partial-credit GenEval reward for training, all-or-nothing accuracy
-    on held-out prompts for evaluation (32 px, one zero T5 token: see the model card). Another ``reward`` (e.g.
-    ``jpeg_compressibility``, whose gradient signal is ~30x stronger on this model: bench_flow_gradient_snr.py) is
-    used for both training and evaluation (mean held-out reward)."""
+    on held-out prompts for evaluation (32 px, one zero T5 token: see the model card)."""
     from genalign.data.shapes import shapes_t2i_rows
 
-    if reward != "geneval_shapes":
-        train_rows, eval_rows = shapes_t2i_rows(256, 0, split="train"), shapes_t2i_rows(32, 1, split="test")
-        return Setup(model, "demo shapes-t2i", 32, 1, train_rows, eval_rows, reward, {}, reward, {})
     return Setup(
         model=model,
         name="demo shapes-t2i",
@@ -298,9 +293,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--random-model", action="store_true", help="Use the random small SD3 even if the demo exists.")
-    parser.add_argument(
-        "--demo-reward", default="geneval_shapes", help="Reward of the demo-model race (a registered image reward)."
-    )
     parser.add_argument("--prompts", type=int, default=2, help="Prompts per iteration (group size 8 each).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=60.0, help="Wall-time budget (s) per method in part 2.")
@@ -312,7 +304,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent, help="Where the PNG goes.")
-    parser.add_argument("--png", default=None, help="File name of the plot (default flow_trees_reward_vs_time.png).")
     parser.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "flow_trees_results.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -320,7 +311,7 @@ def main() -> None:
         if args.model is not None:
             setup = random_setup(args.model, str(args.model), args.race_size)
         elif DEMO_MODEL.exists() and not args.random_model:
-            setup = demo_setup(DEMO_MODEL, args.demo_reward)
+            setup = demo_setup(DEMO_MODEL)
         else:
             model = small_sd3(Path(tmp) / "small_sd3")
             setup = random_setup(model, "small SD3 (random weights, 4 layers, hidden 64)", args.race_size)
@@ -341,9 +332,8 @@ def main() -> None:
         )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
-    png = "flow_trees_reward_vs_time.png" if args.png is None else args.png
-    plot(report["race"], args.out_dir / png, f"{report['model']}: {report['reward']}")
-    print(f"wrote {args.json} and {args.out_dir / png}")
+    plot(report["race"], args.out_dir / "flow_trees_reward_vs_time.png", f"{report['model']}: {report['reward']}")
+    print(f"wrote {args.json} and {args.out_dir / 'flow_trees_reward_vs_time.png'}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Compare alignment methods on a demo preset under a fixed training-time budget.
 
-Each (method, seed) trains ``genalign.trainer.train`` on the demo preset for ``--budget-s`` seconds of training time
-(rollout + update; evaluation is not counted), evaluating held-out accuracy every ``--eval-every`` steps. Methods
+Each (method, seed) trains ``genalign.trainer.train`` on the demo preset for ``--budget-s`` seconds of wall time
+(``run.max_time_minutes``: training and evaluations), evaluating held-out accuracy every ``--eval-every`` steps; curves
+and times to the target are against training time (rollout + update, evaluations not counted). Methods
 differ only by config overrides. Writes one PNG (held-out accuracy and a training curve against training time, mean over
 seeds with the min-max band) and a markdown table with the training time each run needed to reach the demo's target::
 
@@ -253,7 +254,7 @@ def plot(results: list[dict[str, Any]], budget_s: float, png: Path) -> None:
     ax_step.set(xlabel="training step (same steps for every method)", ylabel="held-out accuracy, mean over seeds")
     ax_acc.legend(fontsize=8)
     seeds = sorted({r["seed"] for r in results})
-    fig.suptitle(f"{DEMO.title}, {budget_s:.0f} s training budget, seeds {seeds} (mean, min-max band)")
+    fig.suptitle(f"{DEMO.title}, {budget_s:.0f} s wall-time budget per run, seeds {seeds} (mean, min-max band)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
@@ -273,7 +274,7 @@ def table(results: list[dict[str, Any]], budget_s: float, early_step: int = 5) -
     every_eval = [{s for s, _ in r["accuracy_by_step"]} for r in results]
     common_step = max(set.intersection(*every_eval))
     lines = [
-        f"Budget {budget_s:.0f} s of training time per run; seeds {sorted({r['seed'] for r in results})}; "
+        f"Budget {budget_s:.0f} s of wall time per run (training + evaluations); times are training seconds; seeds {sorted({r['seed'] for r in results})}; "
         "held-out accuracy = the base config's eval accuracy reward on its eval split.",
         "",
         "| method | steps (mean) | accuracy at start | final accuracy (mean ± sd) | best final | "
