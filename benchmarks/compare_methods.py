@@ -8,8 +8,8 @@ seeds with the min-max band) and a markdown table with the training time each ru
 
     python benchmarks/compare_methods.py --budget-s 60 --seeds 0 1 2 \
         --png benchmarks/compare_methods.png --table benchmarks/compare_methods_results.md
-    python benchmarks/compare_methods.py --demo flow --budget-s 300 --seeds 0 --eval-every 10 \
-        --png benchmarks/flow_methods_race.png --table benchmarks/flow_methods_race_results.md
+    python benchmarks/compare_methods.py --demo flow --budget-s 300 --seeds 0 1 --eval-every 5 \
+        --png benchmarks/flow_methods_race.png --table /tmp/flow_race.md   # results: flow_trees_results.md
 
 Demos: ``lm`` (arith-lm, configs/demo_arith_grpo.yaml; GRPO-family objectives; every method uses 2 minibatches per
 rollout batch, so the second optimizer step of each batch sees real importance ratios; target 95 % accuracy) and
@@ -102,7 +102,7 @@ FLOW_METHODS: dict[str, list[str]] = {
         "policy.train_steps={strategy: sliding_window, stochastic: trained, window_size: 3, advance_every: 25}"
     ],
     "tree_branchgrpo": ["policy.tree={enabled: true, split_steps: [0, 3, 6]}"],
-    "chunk_grpo": [  # two optimizer steps per batch: fully on-policy, chunk ratios give Flow-GRPO's exact gradient
+    "chunk_grpo": [  # 2 optimizer steps per batch (with 1, fully on-policy, chunk ratios give Flow-GRPO's gradient)
         "algorithm.ratio_level=chunk",
         "algorithm.minibatches=2",
         "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",

@@ -571,14 +571,17 @@ def main() -> None:
     parser.add_argument("--p-faded", type=float, default=0.0, help="share of training images with faded colours")
     parser.add_argument("--fade", type=float, default=0.5, help="fading towards the background of those images")
     parser.add_argument(
-        "--init-from", type=Path, default=None, help="continue training this pipeline folder (transformer, encoders)"
-    )
+        "--init-from", type=Path, default=None,
+        help="continue training this pipeline folder (its weights and architecture; --width/--layers/--patch ignored)",
+    )  # fmt: skip
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=32)
     parser.add_argument("--eval-samples", type=int, default=8)
     parser.add_argument("--eval-steps", type=int, default=10)
     args = parser.parse_args()
+    if args.init_from is not None and (args.vae != "identity" or args.vae_only):
+        parser.error("--init-from continues a pixel-space (identity-VAE) pipeline; drop --vae trained / --vae-only")
 
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
 
