@@ -117,19 +117,22 @@ def measure(config_path: Path, overrides: list[str], batches: int) -> dict[str, 
     parameters = [param for _, param in named_trainable_parameters(policy)]
     optimizer = torch.optim.SGD(parameters, lr=0.0)  # the update code runs unchanged; the weights stay put
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    if hasattr(policy, "set_step"):
+        policy.set_step(1)  # every batch sees the first iteration's trained steps / window
     gradients, mean_rewards, seconds = [], [], []
     for batch in range(batches):
         seed_step(config.run.seed + 1, batch, 0)
         t0 = time.perf_counter()
-        if hasattr(policy, "set_step"):
-            policy.set_step(1)
         rollout = policy.rollout(rows, cfg.group_size)
         lengths = rollout.action_mask.sum(1).long().tolist()
         reward_table, _ = rewards(rollout.rows, rollout.outputs, completion_length=lengths)
         inputs = update_inputs(policy, rollout, reward_table, rewards, cfg, None, progress=0.0)
+        optimizer.zero_grad(set_to_none=True)  # run_update skips a batch with nothing to train on: no stale grads
         run_update(policy, rollout, inputs.advantages, inputs.old_logp, cfg, optimizer, scheduler, parameters, None)
         seconds.append(time.perf_counter() - t0)
-        gradients.append(torch.cat([p.grad.flatten() for p in parameters if p.grad is not None]).clone())
+        gradients.append(
+            torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.flatten() for p in parameters])
+        )
         mean_rewards.append(float(inputs.step.combined_reward.nanmean()))
     stats = gradient_statistics(torch.stack(gradients), len(rollout))
     return stats | {

@@ -23,7 +23,7 @@ evaluation) is the policy's ``num_steps`` / ``eval_num_steps``, not a mask.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -71,15 +71,7 @@ class TrainStepsConfig:
     num_chunks: int = field(default=1, metadata={"help": "'weighted_chunks': chunks trained per batch."})
 
     def validate(self) -> None:
-        if self.strategy not in (
-            "all",
-            "first_k",
-            "first_fraction",
-            "random_subset",
-            "sliding_window",
-            "random_early_window",
-            "weighted_chunks",
-        ):
+        if self.strategy not in get_args(TrainStepStrategy):
             raise ValueError(f"train_steps.strategy={self.strategy!r} is unknown.")
         if self.stochastic not in ("all", "trained"):
             raise ValueError(f"train_steps.stochastic={self.stochastic!r} must be 'all' or 'trained'.")
