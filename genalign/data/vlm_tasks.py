@@ -22,8 +22,9 @@ Configs reach the rows as the procedural task ``"shapes_vqa"`` (``data.train.sou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -147,24 +148,14 @@ def shapes_vqa_rows(
         ``label`` (``"red circle"``), ``image_size`` (``[width, height]``), and ``count`` (int, counting rows) or
         ``box`` (``[x0, y0, x1, y1]`` in image pixels, grounding rows).
     """
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"shapes_vqa: size={size!r} must be a positive integer")
-    if split not in ("train", "eval"):
-        raise ValueError(f"shapes_vqa: split={split!r} must be 'train' or 'eval'")
-    if not 0.0 < eval_fraction < 1.0:
-        raise ValueError(f"shapes_vqa: eval_fraction={eval_fraction!r} must be strictly between 0 and 1")
     kinds = tuple(kinds)
-    if not kinds or any(k not in VQA_KINDS for k in kinds):
-        raise ValueError(f"shapes_vqa: kinds={kinds!r} must be a non-empty subset of {VQA_KINDS}")
-    if image_size < canvas:
-        raise ValueError(f"shapes_vqa: image_size={image_size} must be >= canvas={canvas} (boxes would collapse)")
-    if not 1 <= max_count <= 3:
-        raise ValueError(f"shapes_vqa: max_count={max_count!r} must be in 1..3")
-    if max_distractors < 0:
-        raise ValueError(f"shapes_vqa: max_distractors={max_distractors!r} must be >= 0")
+    _check_arguments(size, split, eval_fraction, kinds, canvas, image_size, max_count, max_distractors)
     colors, shape_kinds = tuple(colors), tuple(shape_kinds)
     labels = [(c, k) for c in colors for k in shape_kinds]
     scale = image_size / canvas
+    compose = functools.partial(
+        compose_scene, canvas=canvas, colors=colors, shape_kinds=shape_kinds, min_side=min_side, max_side=max_side
+    )
     rng = np.random.default_rng([seed, 7])
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -173,41 +164,84 @@ def shapes_vqa_rows(
         attempts += 1
         if attempts > 50 * size + 1000:
             raise RuntimeError(f"shapes_vqa: could not draw {size} distinct {split} problems; widen the vocabulary")
-        task = kinds[int(rng.integers(len(kinds)))]
-        color, kind = labels[int(rng.integers(len(labels)))]
-        count = int(rng.integers(0, max_count + 1)) if task == "count" else 1
-        scene = compose_scene(
-            rng,
-            target=(color, kind),
-            count=count,
-            num_distractors=int(rng.integers(0, max_distractors + 1)),
-            canvas=canvas,
-            colors=colors,
-            shape_kinds=shape_kinds,
-            min_side=min_side,
-            max_side=max_side,
-        )
-        if task == "count":
-            question, answer, columns = count_question(color, kind), str(count), {"count": count}
-        else:
-            box = scaled_box(next(s.box for s in scene.shapes if (s.color, s.kind) == (color, kind)), scale)
-            question, answer, columns = ground_question(color, kind), format_box(box), {"box": box}
-        key = f"{question}|{scene_key(scene)}"
+        problem = _draw_problem(rng, kinds, labels, max_count, max_distractors, scale, compose)
+        key = f"{problem.question}|{scene_key(problem.scene)}"
         if key in seen or split_of(key, eval_fraction=eval_fraction) != split:
             continue
         seen.add(key)
         rows.append(
             {
-                "prompt": question,
-                "image": render(scene, size=image_size),
-                "answer": answer,
-                "task": task,
-                "label": f"{color} {kind}",
+                "prompt": problem.question,
+                "image": render(problem.scene, size=image_size),
+                "answer": problem.answer,
+                "task": problem.task,
+                "label": problem.label,
                 "image_size": [image_size, image_size],
-                **columns,
+                **problem.columns,
             }
         )
     return rows
+
+
+def _check_arguments(
+    size: int,
+    split: str,
+    eval_fraction: float,
+    kinds: tuple[str, ...],
+    canvas: int,
+    image_size: int,
+    max_count: int,
+    max_distractors: int,
+) -> None:
+    """Raise ``ValueError`` naming the first argument of :func:`shapes_vqa_rows` that is out of range."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"shapes_vqa: size={size!r} must be a positive integer")
+    if split not in ("train", "eval"):
+        raise ValueError(f"shapes_vqa: split={split!r} must be 'train' or 'eval'")
+    if not 0.0 < eval_fraction < 1.0:
+        raise ValueError(f"shapes_vqa: eval_fraction={eval_fraction!r} must be strictly between 0 and 1")
+    if not kinds or any(k not in VQA_KINDS for k in kinds):
+        raise ValueError(f"shapes_vqa: kinds={kinds!r} must be a non-empty subset of {VQA_KINDS}")
+    if image_size < canvas:
+        raise ValueError(f"shapes_vqa: image_size={image_size} must be >= canvas={canvas} (boxes would collapse)")
+    if not 1 <= max_count <= 3:
+        raise ValueError(f"shapes_vqa: max_count={max_count!r} must be in 1..3")
+    if max_distractors < 0:
+        raise ValueError(f"shapes_vqa: max_distractors={max_distractors!r} must be >= 0")
+
+
+class _Problem(NamedTuple):
+    """One drawn question: its scene, and what a row holds about it (``columns``: ``count`` or ``box``)."""
+
+    task: str
+    label: str
+    question: str
+    answer: str
+    columns: dict[str, Any]
+    scene: Scene
+
+
+def _draw_problem(
+    rng: np.random.Generator,
+    kinds: tuple[str, ...],
+    labels: list[tuple[str, str]],
+    max_count: int,
+    max_distractors: int,
+    scale: float,
+    compose: Callable[..., Scene],
+) -> _Problem:
+    """A random question kind and label, a scene for it (``compose``: :func:`compose_scene` with the vocabulary and
+    canvas bound) and its answer; boxes in pixels of an image ``scale`` times the canvas."""
+    task = kinds[int(rng.integers(len(kinds)))]
+    color, kind = labels[int(rng.integers(len(labels)))]
+    count = int(rng.integers(0, max_count + 1)) if task == "count" else 1
+    scene = compose(rng, target=(color, kind), count=count, num_distractors=int(rng.integers(0, max_distractors + 1)))
+    if task == "count":
+        question, answer, columns = count_question(color, kind), str(count), {"count": count}
+    else:
+        box = scaled_box(next(s.box for s in scene.shapes if (s.color, s.kind) == (color, kind)), scale)
+        question, answer, columns = ground_question(color, kind), format_box(box), {"box": box}
+    return _Problem(task, f"{color} {kind}", question, answer, columns, scene)
 
 
 __all__ = [

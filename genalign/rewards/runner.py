@@ -2,6 +2,9 @@
 
 The trainer calls :func:`call_reward` once per reward function per batch. A reward is called on the whole batch; only
 when that raises is it called again sample by sample, to find which samples fail (so the fast path costs nothing).
+A value that is not a finite number of sane size (NaN, inf, or beyond :data:`MAX_REWARD_MAGNITUDE`, whose squares
+would overflow the float32 group statistics) is an error of that sample: it raises, or with ``on_error="zero"`` scores
+0 and is counted; it is never re-scored in the hope of a better value.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 OnError = Literal["raise", "zero"]
+#: Largest accepted |reward|: beyond it the squares in group statistics overflow float32 for large batches.
+MAX_REWARD_MAGNITUDE = 1e15
 
 
 class RewardOutputError(ValueError):
@@ -42,6 +47,11 @@ def _check_value(name: str, value: Any, index: int) -> float:
             raise RewardOutputError(
                 f"reward {name!r} returned {value} for sample {index}; return a finite float, or None for "
                 "'not applicable'."
+            )
+        if abs(value) > MAX_REWARD_MAGNITUDE:
+            raise RewardOutputError(
+                f"reward {name!r} returned {value:.3g} for sample {index}; rewards beyond ±{MAX_REWARD_MAGNITUDE:.0e} "
+                "overflow the float32 group statistics: rescale the reward (advantages are scale-free anyway)."
             )
         return value
     raise RewardOutputError(
@@ -99,10 +109,7 @@ def call_reward(
     except Exception:
         output = None
     if output is not None:
-        try:
-            return [_check_value(name, value, i) for i, value in enumerate(output)], 0
-        except RewardOutputError:
-            pass  # locate and handle the bad samples one by one below
+        return _checked_batch(name, output, on_error)
 
     rewards: list[float] = []
     num_errors = 0
@@ -120,4 +127,23 @@ def call_reward(
             f"reward {name!r} failed on the batch of {count} samples although every sample alone succeeds; the "
             "reward must score samples independently."
         )
+    return rewards, num_errors
+
+
+def _checked_batch(name: str, output: list[Any], on_error: OnError) -> tuple[list[float], int]:
+    """The batch's values; bad ones (NaN, inf, too large, not a number) raise or, with ``on_error="zero"``, score 0 and
+    are counted."""
+    rewards: list[float] = []
+    num_errors = 0
+    for i, value in enumerate(output):
+        try:
+            rewards.append(_check_value(name, value, i))
+        except RewardOutputError as error:
+            if on_error == "raise":
+                raise RuntimeError(
+                    f"reward {name!r} failed on sample {i}: {error} (on_error: zero scores such samples 0 and counts "
+                    "them instead)"
+                ) from error
+            rewards.append(0.0)
+            num_errors += 1
     return rewards, num_errors

@@ -2,7 +2,7 @@
 
 - ``answer_accuracy``: the ``<answer>...</answer>`` part of the completion against the ``answer`` column, compared
   exactly (after whitespace normalisation, optionally case-folded) or mathematically (string, exact rational, then
-  symbolic with sympy: :func:`genalign.rewards.text.math_answers_equal`). The format reward of these recipes is
+  symbolic with sympy: :func:`genalign.rewards.math_answers.equivalence.math_answers_equal`). The format reward of these recipes is
   :func:`genalign.rewards.text.format_regex`, whose default pattern is ``<think>...</think><answer>...</answer>``.
 - ``box_iou``: intersection over union of the predicted box and the ``box`` column, after rescaling the prediction to
   the original image (see below); optionally thresholded to 0/1.
@@ -33,8 +33,11 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from genalign.rewards.answers import extract_answer
 from genalign.rewards.base import register_reward
-from genalign.rewards.text import completion_text, extract_answer, math_answers_equal, normalize_text
+from genalign.rewards.inputs import completion_text
+from genalign.rewards.math_answers.equivalence import math_answers_equal
+from genalign.rewards.text import normalize_text
 
 BoxFrame = Literal["input_pixels", "normalized_1000", "original_pixels"]
 Box = tuple[float, float, float, float]
@@ -241,7 +244,7 @@ def answer_accuracy(
     """1.0 where the ``<answer>`` part (or the whole completion without tags) equals ``answer``, else 0.0.
 
     ``mode="exact"``: equal after whitespace normalisation (and case folding with ``lowercase``), for choices and
-    words; ``mode="symbolic"``: :func:`genalign.rewards.text.math_answers_equal` (exact string, rational, sympy).
+    words; ``mode="symbolic"``: :func:`genalign.rewards.math_answers.equivalence.math_answers_equal` (exact string, rational, sympy).
     ``None`` where the reference is None.
     """
     if mode not in ("exact", "symbolic"):

@@ -69,3 +69,23 @@ def test_argument_errors():
         call_reward("r", fails_on_b, ["p"], ["a"], {}, on_error="skip")
     with pytest.raises(ValueError, match="column 'answer' has 1 values for 2"):
         call_reward("r", fails_on_b, ["p"] * 2, ["a", "a"], {"answer": ["1"]})
+
+
+def test_nan_at_some_positions_of_a_batch_is_never_rescored_away():
+    """A batch call returning NaN at some positions: those samples fail (or count as errors), even when the reward
+    would give a finite value for them one at a time."""
+    calls = []
+
+    def flaky(prompts, completions):
+        calls.append(len(completions))
+        return [math.nan if len(completions) > 1 and i % 2 else 1.0 for i in range(len(completions))]
+
+    with pytest.raises(RuntimeError, match=r"failed on sample 1: .*returned nan"):
+        call_reward("flaky", flaky, ["p"] * 4, ["a"] * 4, {})
+    assert call_reward("flaky", flaky, ["p"] * 4, ["a"] * 4, {}, on_error="zero") == ([1.0, 0.0, 1.0, 0.0], 2)
+    assert set(calls) == {4}, "no sample-by-sample re-scoring"
+
+
+def test_rewards_large_enough_to_overflow_statistics_are_rejected():
+    with pytest.raises(RuntimeError, match=r"failed on sample 0: .*1e\+38.*rescale"):
+        call_reward("huge", lambda p, c: [1e38, 1.0], ["p"] * 2, ["a", "b"], {})

@@ -5,19 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from genalign.rewards.math_answers.equivalence import math_answers_equal, math_equivalence
+from genalign.rewards.math_answers.sympy_worker import symbolic_equal
 
 from genalign.rewards import REWARDS
-from genalign.rewards.text import (
-    exact_match,
-    extract_answer,
-    format_regex,
-    length_penalty,
-    math_answers_equal,
-    math_equivalence,
-    reasoning_gym_score,
-    soft_overlong_penalty,
-    symbolic_equal,
-)
+from genalign.rewards.answers import extract_answer
+from genalign.rewards.text import exact_match, format_regex, length_penalty, reasoning_gym_score, soft_overlong_penalty
 
 
 def test_all_text_rewards_are_registered_as_factories():
@@ -92,8 +85,10 @@ def test_math_answers_equal_symbolic():
 
 
 def test_symbolic_comparison_times_out_safely_and_recovers():
+    # ``factorial(...)`` is outside the restricted grammar now (an instant parse failure), so the slow case is a
+    # power that simplify expands for minutes
     started = time.perf_counter()
-    assert symbolic_equal("factorial(10^8)", "1", timeout_s=1.0) is False  # minutes of work: cut off after 1 s
+    assert symbolic_equal("(x+y+z+w)^{40}-(x+y)^{40}", "1", timeout_s=1.0) is False  # cut off after 1 s
     assert time.perf_counter() - started < 5.0
     assert symbolic_equal("x + x", "2*x", timeout_s=60.0) is True  # a fresh worker answers the next call
 

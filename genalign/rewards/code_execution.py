@@ -1,0 +1,288 @@
+"""``code_execution``: run the policy's programs against each row's tests, in the sandbox of
+:mod:`genalign.rewards.sandbox`, and score the fraction of tests passed.
+
+**The program** is the last fenced code block of the completion tagged ``python``/``py``/``python3`` (else the last
+untagged fenced block, else the whole text) with ``extract="last_block"``, or the whole completion with
+``extract="whole"``.
+
+**The tests**, one of two styles as in code-RL datasets:
+
+- ``tests`` as a list of ``{"input": str, "output": str}`` (stdin/stdout, APPS / CodeContests style; also accepted:
+  ``{"inputs": [...], "outputs": [...]}`` and either of them as a JSON string). Each test is one run of the program
+  with ``input`` on stdin; it passes when the run ends with status ``ok`` and the output equals ``output`` line by line
+  after stripping both texts and collapsing the whitespace inside each line.
+- ``tests`` as a list of assert statements (MBPP style), or ``test_code`` as one string (HumanEval style; with an
+  ``entry_point`` column, ``check(<entry_point>)`` is called after it). Each assert (or the whole ``test_code``) is
+  one run: the program, then the test, executed in one namespace whose ``__name__`` is ``"__solution__"`` (so an
+  ``if __name__ == "__main__":`` block does not run). The test passes when the run reaches a final line carrying a
+  random token the harness reads from stdin before the program starts, so exiting early with status 0
+  (``exit(0)``, ``os._exit(0)``) does not pass. A program that hunts for the token in its own interpreter's memory
+  could; the tests themselves are visible to the program, as in every same-process harness.
+
+Reward: the fraction of tests passed (``mode="fraction"``) or 1.0 only when all pass (``mode="all_or_nothing"``);
+``None`` for a row without tests. Runs of the whole batch go through a thread pool of ``max_parallel`` workers, each
+run in its own sandbox process. :meth:`CodeExecution.pop_metrics` reports, per test run since the previous call, how
+many were ``ok`` (passed), ``fail`` (ran, wrong output or a failed assert), ``timeout``, ``memory``, ``crash`` and
+``output_limit``, plus ``network_isolated`` (1.0 when every run had no network) and ``rows_without_tests``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import typing
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from genalign.rewards.base import register_reward
+from genalign.rewards.inputs import completion_text
+from genalign.rewards.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+
+ScoreMode = Literal["fraction", "all_or_nothing"]
+ExtractMode = Literal["last_block", "whole"]
+Language = Literal["python"]
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_PYTHON_TAGS = {"python", "py", "python3"}
+_STATUSES = ("ok", "fail", "timeout", "memory", "crash", "output_limit")
+
+_ASSERT_HARNESS = """\
+import sys as _sys
+_token = _sys.stdin.readline().strip()
+_namespace = {{"__name__": "__solution__", "__builtins__": __builtins__}}
+exec(compile({program!r}, "<solution>", "exec"), _namespace)
+exec(compile({test!r}, "<tests>", "exec"), _namespace)
+_sys.stdout.flush()
+_sys.stdout.write("\\n" + _token + "\\n")
+"""
+
+
+def extract_program(text: str, *, extract: ExtractMode = "last_block") -> str:
+    """The program in a completion (see the module docstring for ``extract``)."""
+    if extract == "whole":
+        return text
+    blocks = _FENCE.findall(text)
+    tagged = [code for tag, code in blocks if tag.lower() in _PYTHON_TAGS]
+    untagged = [code for tag, code in blocks if not tag]
+    if tagged:
+        return tagged[-1]
+    if untagged:
+        return untagged[-1]
+    return text
+
+
+def normalize_output(text: str) -> list[str]:
+    """The lines of ``text``, the whole text stripped and the whitespace inside each line collapsed."""
+    return [" ".join(line.split()) for line in text.strip().splitlines()]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One sandbox run: the program text, its stdin, and how to judge the result."""
+
+    row: int
+    program: str
+    stdin: str
+    expected_output: str | None = None  # stdin/stdout style
+    token: str | None = None  # assert style
+
+
+def _parse_tests(value: Any, row: int) -> list[Any]:
+    """A row's ``tests`` value as a list of ``{"input", "output"}`` dicts or of assert strings."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = [value]  # one assert statement
+    if isinstance(value, dict) and "inputs" in value and "outputs" in value:
+        value = [{"input": i, "output": o} for i, o in zip(value["inputs"], value["outputs"], strict=True)]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"reward 'code_execution': row {row}: tests={value!r:.80} is not a list; give a list of "
+            '{"input": ..., "output": ...} dicts or a list of assert statements.'
+        )
+    for test in value:
+        if isinstance(test, dict) and ("input" not in test or "output" not in test):
+            raise ValueError(
+                f"reward 'code_execution': row {row}: test {test!r:.80} needs the keys 'input' and 'output'."
+            )
+        if not isinstance(test, (dict, str)):
+            raise ValueError(
+                f"reward 'code_execution': row {row}: test {test!r:.80} is neither an input/output dict nor an "
+                "assert string."
+            )
+    return list(value)
+
+
+@register_reward("code_execution", source="rule")
+class CodeExecution:
+    """Fraction of the row's tests that the completion's program passes, run in the sandbox (module docstring).
+
+    Args:
+        mode: ``"fraction"`` of tests passed, or ``"all_or_nothing"``.
+        extract: ``"last_block"`` (the last fenced python block, else the whole text) or ``"whole"``.
+        timeout_s: wall-clock limit of one run, in seconds.
+        cpu_time_s: CPU-time limit of one run, in seconds (None: ``timeout_s``).
+        memory_mb: address-space limit of each process of a run, in MiB.
+        max_output_bytes: stdout (and stderr) beyond this stops the run (status ``output_limit``).
+        max_processes: processes plus threads a run may have at once.
+        max_parallel: runs executed at the same time (threads, each waiting on its own sandbox process).
+        language: only ``"python"``.
+        interpreter: the Python that runs the programs (default: see
+            :func:`genalign.rewards.sandbox.default_interpreter`).
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: ScoreMode = "fraction",
+        extract: ExtractMode = "last_block",
+        timeout_s: float = 5.0,
+        cpu_time_s: float | None = None,
+        memory_mb: int = 512,
+        max_output_bytes: int = 1 << 20,
+        max_processes: int = 16,
+        max_parallel: int = 4,
+        language: Language = "python",
+        interpreter: str | None = None,
+    ) -> None:
+        for name, value, options in (
+            ("mode", mode, ScoreMode),
+            ("extract", extract, ExtractMode),
+            ("language", language, Language),
+        ):
+            if value not in typing.get_args(options):
+                raise ValueError(
+                    f"code_execution: {name}={value!r} is not valid; use one of {', '.join(typing.get_args(options))}."
+                )
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise ValueError(f"code_execution: max_parallel={max_parallel!r} must be an integer >= 1.")
+        try:
+            self.limits = SandboxLimits(
+                timeout_s=timeout_s,
+                cpu_time_s=cpu_time_s,
+                memory_mb=memory_mb,
+                max_output_bytes=max_output_bytes,
+                max_processes=max_processes,
+            )
+        except ValueError as error:
+            raise ValueError(f"code_execution: {str(error).removeprefix('SandboxLimits: ')}") from None
+        self.mode = mode
+        self.extract = extract
+        self.language = language
+        self.max_parallel = max_parallel
+        self.interpreter = interpreter
+        self._counts: dict[str, int] = {}
+        self._isolated: list[bool] = []
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
+        self._counts = dict.fromkeys([*_STATUSES, "rows_without_tests"], 0)
+        self._isolated = []
+
+    def _runs(self, row: int, program: str, tests: Any, test_code: Any, entry_point: Any) -> list[_Run]:
+        runs = []
+        if tests is not None:
+            for test in _parse_tests(tests, row):
+                if isinstance(test, dict):
+                    runs.append(_Run(row, program, str(test["input"]), expected_output=str(test["output"])))
+                else:
+                    runs.append(self._assert_run(row, program, test))
+        if test_code:
+            if not isinstance(test_code, str):
+                raise ValueError(
+                    f"reward 'code_execution': row {row}: test_code must be a string, got {type(test_code).__name__}."
+                )
+            if entry_point:
+                test_code = f"{test_code}\n\ncheck({entry_point})\n"
+            runs.append(self._assert_run(row, program, test_code))
+        return runs
+
+    @staticmethod
+    def _assert_run(row: int, program: str, test: str) -> _Run:
+        token = secrets.token_hex(16)
+        harness = _ASSERT_HARNESS.format(program=program, test=test)
+        return _Run(row, harness, token + "\n", token=token)
+
+    def _execute(self, run: _Run) -> tuple[SandboxResult, bool]:
+        result = run_sandboxed(
+            run.program, stdin=run.stdin, language=self.language, limits=self.limits, interpreter=self.interpreter
+        )
+        if result.status != "ok":
+            return result, False
+        if run.token is not None:
+            lines = result.stdout.rstrip("\n").splitlines()
+            return result, bool(lines) and lines[-1] == run.token
+        assert run.expected_output is not None
+        return result, normalize_output(result.stdout) == normalize_output(run.expected_output)
+
+    def _count(self, run: _Run, result: SandboxResult, passed: bool) -> None:
+        if passed:
+            status = "ok"
+        elif result.status == "ok":
+            status = "fail"  # ran, but wrong output (or the token is missing: an early exit)
+        elif result.status == "crash" and run.token is not None and "AssertionError" in result.stderr[-2000:]:
+            status = "fail"  # a failed assert is a wrong answer, not a crash
+        else:
+            status = result.status
+        self._counts[status] += 1
+        self._isolated.append(result.isolation.network_isolated)
+
+    def __call__(
+        self,
+        prompts: Sequence[str],
+        completions: Sequence[Any],
+        tests: Sequence[Any] | None = None,
+        test_code: Sequence[Any] | None = None,
+        entry_point: Sequence[Any] | None = None,
+        **columns: Any,
+    ) -> list[float | None]:
+        count = len(completions)
+        if tests is None and test_code is None:
+            raise ValueError(
+                "reward 'code_execution' needs the dataset column 'tests' (input/output dicts or assert statements) "
+                "or 'test_code' (a HumanEval-style check); add one to the data or map it with data.columns.tests=..."
+            )
+        for name, values in (("tests", tests), ("test_code", test_code), ("entry_point", entry_point)):
+            if values is not None and len(values) != count:
+                raise ValueError(f"reward 'code_execution': column {name!r} has {len(values)} values for {count}.")
+        runs: list[_Run] = []
+        has_tests = [False] * count
+        for row, completion in enumerate(completions):
+            row_tests = tests[row] if tests is not None else None
+            row_code = test_code[row] if test_code is not None else None
+            program = extract_program(completion_text(completion), extract=self.extract)
+            row_entry = entry_point[row] if entry_point is not None else None
+            row_runs = self._runs(row, program, row_tests, row_code, row_entry)
+            has_tests[row] = bool(row_runs)
+            runs.extend(row_runs)
+        with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
+            outcomes = list(pool.map(self._execute, runs))
+        passed = [0] * count
+        total = [0] * count
+        for run, (result, ok) in zip(runs, outcomes, strict=True):
+            self._count(run, result, ok)
+            total[run.row] += 1
+            passed[run.row] += int(ok)
+        rewards: list[float | None] = []
+        for row in range(count):
+            if not has_tests[row]:
+                self._counts["rows_without_tests"] += 1
+                rewards.append(None)
+            elif self.mode == "all_or_nothing":
+                rewards.append(float(passed[row] == total[row]))
+            else:
+                rewards.append(passed[row] / total[row])
+        return rewards
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Per-status counts of the test runs since the previous call (module docstring); ``network_isolated`` is 1.0
+        when every one of those runs had no network, 0.0 when one had (absent when nothing ran)."""
+        metrics = {key: float(value) for key, value in self._counts.items()}
+        if self._isolated:
+            metrics["network_isolated"] = float(all(self._isolated))
+        self._reset_counts()
+        return metrics

@@ -1,0 +1,228 @@
+"""Running one program in a fresh sandbox, from the parent: :func:`run_sandboxed` (see :mod:`genalign.rewards.sandbox`).
+
+A run: a private directory with the program, its stdin and the scratch directory; the runner
+(:mod:`genalign.rewards.sandbox.child`) started in its own session; its output and status read until it exits; every
+process it left killed; the outcome classified; the directory deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from typing import Any, Literal
+
+from genalign.rewards.sandbox import child
+from genalign.rewards.sandbox.child import SEARCH_PATH
+from genalign.rewards.sandbox.interpreter import default_interpreter
+from genalign.rewards.sandbox.kill import kill_uid, killpg
+from genalign.rewards.sandbox.limits import SandboxLimits
+from genalign.rewards.sandbox.output import Collected, collect
+from genalign.rewards.sandbox.result import SandboxError, SandboxIsolation, SandboxResult, classify_status
+from genalign.rewards.sandbox.uids import NOBODY, acquire_uid, release_uid
+
+Language = Literal["python"]
+
+#: the runner script, started by path (in isolated mode it cannot be found as a module)
+_RUNNER = os.path.abspath(child.__file__)
+
+
+def run_sandboxed(
+    program: str,
+    *,
+    stdin: str = "",
+    language: Language = "python",
+    limits: SandboxLimits | None = None,
+    interpreter: str | None = None,
+    use_namespaces: bool = True,
+) -> SandboxResult:
+    """Run ``program`` with ``stdin`` in a fresh sandbox (:mod:`genalign.rewards.sandbox`) and report what happened.
+
+    Args:
+        program: the source code.
+        stdin: what the program reads on standard input.
+        language: only ``"python"``.
+        limits: :class:`SandboxLimits` (defaults when None).
+        interpreter: the Python that runs the program (default: :func:`default_interpreter`).
+        use_namespaces: False runs without namespaces even where they are available (to test the fallback).
+
+    Returns:
+        :class:`SandboxResult`; a failing program is a result, never an exception.
+
+    Raises:
+        ValueError: an unknown ``language`` or a non-string ``program``/``stdin``.
+        SandboxError: the sandbox could not be set up or did not report on the program.
+    """
+    _check_arguments(program, stdin, language)
+    limits = limits or SandboxLimits()
+    is_root = os.geteuid() == 0
+    interpreter = interpreter or default_interpreter(drop_privileges=is_root)
+
+    # 1. a private directory: program and stdin (0600, caller only) and scratch/ (the program's, 0700)
+    uid = acquire_uid() if is_root else None
+    base = tempfile.mkdtemp(prefix="genalign-sandbox-")
+    os.chmod(base, 0o711)  # others may pass through to scratch/ (Python opens main.py by its absolute path), not list
+    status_read, status_write = os.pipe()
+    process = None
+    try:
+        config = {
+            "scratch": _prepare_directory(base, program, stdin, uid),
+            "program": os.path.join(base, "program.py"),
+            "interpreter": interpreter,
+            "uid": uid,
+            "status_fd": status_write,
+            "use_namespaces": use_namespaces,
+            "limits": asdict(limits) | {"cpu_seconds": limits.cpu_seconds},
+        }
+        # 2. the runner, in its own session, with a clean environment; it reports on the status pipe
+        started = time.monotonic()
+        process = _start_runner(base, config)
+        os.close(status_write)
+        status_write = -1
+        # 3. read the output; init enforces timeout_s itself, the backstop only catches a stuck sandbox
+        collected = _collect_until_exit(process, status_read, limits, backstop=started + limits.timeout_s + 2.0)
+        wall_time = time.monotonic() - started
+        # 4. nothing outlives a run: the runner's group, the program's group, every process of the private uid
+        events = _parse_events(collected.status)
+        isolation = SandboxIsolation(**events.get("isolation", {}))
+        _kill_leftovers(process.pid, events, isolation, uid)
+        # 5. the outcome
+        _check_reported(events, collected, process.returncode)
+        return _result(events.get("exit", {}), collected, limits, isolation, interpreter, wall_time, process.pid)
+    finally:
+        _clean_up(process, (status_read, status_write), uid, base)
+
+
+def _check_arguments(program: str, stdin: str, language: str) -> None:
+    if language != "python":
+        raise ValueError(f"run_sandboxed: language={language!r} is not supported; use 'python'.")
+    if not isinstance(program, str) or not isinstance(stdin, str):
+        raise ValueError(
+            f"run_sandboxed: program and stdin must be strings, got {type(program).__name__} and "
+            f"{type(stdin).__name__}."
+        )
+
+
+def _write_private(path: str, text: str) -> None:
+    """Write ``text`` to a new file only the caller can read."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _prepare_directory(base: str, program: str, stdin: str, uid: int | None) -> str:
+    """Fill the run's directory ``base``: ``program.py`` and ``stdin`` (caller only) and ``scratch/`` (owned by the
+    private ``uid``, if any); returns the scratch directory."""
+    scratch = os.path.join(base, "scratch")
+    os.mkdir(scratch, 0o700)
+    if uid is not None:
+        os.chown(scratch, uid, uid)
+    _write_private(os.path.join(base, "program.py"), program)
+    _write_private(os.path.join(base, "stdin"), stdin)
+    return scratch
+
+
+def _start_runner(base: str, config: dict[str, Any]) -> subprocess.Popen:
+    """Start the runner in its own session, with a clean environment, the stdin file and the status pipe."""
+    with open(os.path.join(base, "stdin"), "rb") as stdin_file:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", _RUNNER, json.dumps(config)],
+            stdin=stdin_file,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(config["status_fd"],),
+            env={"PATH": SEARCH_PATH, "LANG": "C.UTF-8"},
+            cwd=base,
+            start_new_session=True,
+        )
+
+
+def _collect_until_exit(
+    process: subprocess.Popen, status_read: int, limits: SandboxLimits, backstop: float
+) -> Collected:
+    """Read the pipes (:func:`collect`) and wait for the runner, killing its process group past ``backstop``."""
+    collected = collect(process, status_read, limits, backstop)
+    try:
+        process.wait(timeout=max(0.5, backstop - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        collected.backstop_killed = True
+        killpg(process.pid)
+        process.wait()
+    return collected
+
+
+def _parse_events(status: bytearray) -> dict[str, Any]:
+    """The runner's reports, one JSON object a line: ``{event name: its values}``."""
+    events: dict[str, Any] = {}
+    for line in status.decode("utf-8", "replace").splitlines():
+        if line.strip():
+            event = json.loads(line)
+            events[event.pop("event")] = event
+    return events
+
+
+def _kill_leftovers(runner_group: int, events: dict[str, Any], isolation: SandboxIsolation, uid: int | None) -> None:
+    """Kill the runner's process group and, without a PID namespace, the program's group and the private uid's
+    processes."""
+    killpg(runner_group)
+    if not isolation.pid_namespace:
+        killpg(events.get("started", {}).get("pgid"))
+        if uid is not None and uid != NOBODY:  # never sweep a uid that other processes may share
+            kill_uid(uid)
+
+
+def _check_reported(events: dict[str, Any], collected: Collected, runner_exit: int | None) -> None:
+    """Raise :class:`SandboxError` when the sandbox reported an error, or no exit, without the parent stopping it."""
+    stopped_by_parent = collected.backstop_killed or collected.output_limited
+    if ("error" in events or "exit" not in events) and not stopped_by_parent:
+        reason = events.get("error", {}).get("message") or bytes(collected.stderr[-2000:]).decode("utf-8", "replace")
+        raise SandboxError(f"the sandbox did not run the program (runner exit {runner_exit}): {reason}")
+
+
+def _result(
+    exit_event: dict[str, Any],
+    collected: Collected,
+    limits: SandboxLimits,
+    isolation: SandboxIsolation,
+    interpreter: str,
+    wall_time: float,
+    process_group: int,
+) -> SandboxResult:
+    stderr = bytes(collected.stderr)
+    return SandboxResult(
+        status=classify_status(
+            exit_event, stderr, collected.output_limited, collected.backstop_killed, limits.cpu_seconds
+        ),
+        stdout=bytes(collected.stdout).decode("utf-8", "replace"),
+        stderr=stderr.decode("utf-8", "replace"),
+        exit_code=exit_event.get("exit_code"),
+        signal=exit_event.get("signal"),
+        wall_time_s=wall_time,
+        cpu_time_s=exit_event.get("cpu_time_s"),
+        stdout_truncated=collected.truncated["stdout"],
+        stderr_truncated=collected.truncated["stderr"],
+        isolation=isolation,
+        interpreter=interpreter,
+        process_group=process_group,
+    )
+
+
+def _clean_up(process: subprocess.Popen | None, fds: tuple[int, int], uid: int | None, base: str) -> None:
+    """Whatever happened: the runner killed and its pipes closed, the status pipe closed, the uid released, the
+    directory deleted."""
+    if process is not None:
+        if process.poll() is None:
+            killpg(process.pid)
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
+    if uid is not None:
+        release_uid(uid)
+    shutil.rmtree(base, ignore_errors=True)
