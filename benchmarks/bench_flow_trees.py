@@ -40,9 +40,14 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 from bench_flow import DEMO_MODEL, small_sd3  # noqa: E402
 
-from genalign.algorithms import compute_advantages, policy_loss  # noqa: E402
-from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, build_policy  # noqa: E402
-from genalign.policies.flow_tree import TreeRolloutConfig  # noqa: E402
+from genalign import algorithms as alg  # noqa: E402
+from genalign.policies.base import RolloutRequest, ScoreRequest  # noqa: E402
+from genalign.policies.flow import (  # noqa: E402
+    FlowPolicyConfig,
+    LikelihoodFreeConfig,
+    TreeRolloutConfig,
+    build_policy,
+)
 from genalign.schedulers import TrainStepsConfig  # noqa: E402
 from genalign.schedulers.branching import TreePlan  # noqa: E402
 
@@ -118,46 +123,48 @@ class Method:
     ratio_level: str = "token"
     objective_args: dict[str, Any] = field(default_factory=dict)
     group_size: int = 8
+    credit: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    objective: str = "clipped_ratio"
 
 
 def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: int) -> float:
-    """One trainer-like iteration; returns the mean training reward of its rollout."""
-    policy.set_step(step)
-    rollout = policy.rollout(rows, method.group_size)
+    """One trainer-like iteration with the backend's pieces (credit rules, objective registry); returns the mean
+    training reward of its rollout."""
+    policy.on_step(step)
+    structure = alg.rule_needs([name for name, _ in method.credit]) & frozenset(alg.STRUCTURE_FIELDS)
+    rollout = policy.rollout(rows, method.group_size, request=RolloutRequest(structure=structure))
     rewards = reward_fn(rollout.rows, rollout.outputs)  # [N]
-    advantages = compute_advantages("grpo", rewards, rollout.group_ids)  # [N]
-    hook = getattr(policy, "per_action_advantages", None)
-    if hook is not None:
-        advantages = hook(rollout, advantages)  # [N, T] for trees
-    if "action_weights" in rollout.per_sample:
-        advantages = (advantages if advantages.dim() == 2 else advantages[:, None]) * rollout.per_sample[
-            "action_weights"
-        ]
-    policy.transformer.train()
+    sample_advantages = alg.compute_advantages("grpo", rewards, rollout.group_ids)  # [N]
+    inputs = alg.CreditInputs(sample_advantages, rollout.action_mask, rollout.group_ids,
+                              behaviour_logp=rollout.old_logp, structure=rollout.structure)  # fmt: skip
+    advantages = alg.apply_credit(method.credit, sample_advantages, inputs)  # [N] or [N, T]
+    for module in policy.modules_to_train():
+        module.train()
     optimizer.zero_grad(set_to_none=True)
-    out = policy.score(rollout)
+    out = policy.score(
+        rollout, ScoreRequest(velocity="velocity" in alg.OBJECTIVES.meta(method.objective).get("needs", ()))
+    )
     mask = rollout.action_mask
-    objective = getattr(policy, "objective", None)
-    if objective is not None:
-        per_action, _ = objective(rollout, out, advantages)
-    else:
-        per_action, _ = policy_loss(
-            out.logp, rollout.old_logp, advantages, mask, ratio_level=method.ratio_level, clip="ppo",
-            **({"eps_low": 1e-3, "eps_high": 1e-3} | method.objective_args),
-        )  # fmt: skip
+    context = alg.ObjectiveContext(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
+    hyperparameters = method.objective_args
+    if method.objective == "clipped_ratio":
+        hyperparameters = {"ratio_level": method.ratio_level, "clip": "ppo", "eps_low": 1e-3, "eps_high": 1e-3}
+        hyperparameters |= method.objective_args
+    per_action, _ = alg.OBJECTIVES.get(method.objective)(out, advantages, context, **hyperparameters)
     loss = (per_action * mask).sum() / mask.sum().clamp_min(1.0)  # token mean
     loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
     optimizer.step()
     policy.after_optimizer_step()
-    policy.transformer.eval()
+    for module in policy.modules_to_train():
+        module.eval()
     return float(rewards.mean())
 
 
 @torch.no_grad()
 def eval_reward(policy, rows: list[dict[str, Any]], reward_fn, seed: int = 123) -> float:
     """Mean reward of 2 ODE samples (the policy's eval rollout) per held-out row, fixed initial noise."""
-    policy.generator.manual_seed(seed)
+    policy.model.generator.manual_seed(seed)
     rollout = policy.rollout(rows, 2, mode="eval")
     return float(reward_fn(rollout.rows, rollout.outputs).mean())
 
@@ -184,9 +191,15 @@ def reward_race(
             "MixGRPO window",
             {"train_steps": TrainStepsConfig("sliding_window", "trained", window_size=window, advance_every=5)},
         ),
-        Method("Tree (BranchGRPO)", {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6], branching=2)}),
+        Method(
+            "Tree (BranchGRPO)",
+            {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6], branching=2)},
+            credit=[("tree", {})],
+        ),
         Method("Chunk-GRPO", {}, ratio_level="chunk", objective_args={"chunk_size": 3}),
-        Method("DiffusionNFT", {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)}),
+        Method(
+            "DiffusionNFT", {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)}, objective="nft"
+        ),
         Method("V-GRPO (ELBO)", {"likelihood_free": LikelihoodFreeConfig(method="elbo", num_timesteps=2)}),
     ]
     results: dict[str, Any] = {}

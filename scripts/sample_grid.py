@@ -85,8 +85,8 @@ def sample(config, rows: list[dict[str, Any]], checkpoint: str | None, seed: int
         directory = checkpoint_dir(checkpoint)
         policy.load(directory / "policy")
         if (directory / "policy_state.pt").exists():  # EMA weights, used by evaluation rollouts
-            policy.load_state_dict_extra(torch.load(directory / "policy_state.pt", weights_only=False))
-    policy.generator.manual_seed(seed)
+            policy.load_state_dict(torch.load(directory / "policy_state.pt", weights_only=True))
+    policy.model.generator.manual_seed(seed)
     for module in policy.modules_to_train():
         module.eval()
     with torch.no_grad():

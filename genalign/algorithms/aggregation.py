@@ -18,17 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from genalign.algorithms._validation import check_float_tensor, check_mask
 from genalign.registry import Registry
-
-AggregationMode = Literal[
-    "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "balanced"
-]
 
 
 @dataclass(frozen=True)
@@ -193,7 +188,7 @@ def _check_inputs(
 
 def loss_normalizer(
     mask: Tensor,
-    mode: AggregationMode,
+    mode: str,
     *,
     advantages: Tensor | None = None,
     max_len: int | None = None,
@@ -219,7 +214,7 @@ def loss_normalizer(
 def aggregate(
     loss: Tensor,
     mask: Tensor,
-    mode: AggregationMode,
+    mode: str,
     normalizer: Tensor,
     *,
     advantages: Tensor | None = None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 
 from torch import Tensor
 
-from genalign.algorithms._validation import check_float_tensor, check_shape
+from genalign.algorithms._validation import check_float_tensor, check_group_ids, check_shape
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,10 @@ class ObjectiveContext:
         segment_ids: ``[N, T]`` integer sentence (segment) index of each action, non-decreasing along ``T``.
         group_reward_std: ``[N]`` standard deviation of the rewards of each sample's group.
         progress: training progress in ``[0, 1]`` (``step / max_steps``), for annealed hyper-parameters.
-        old_logp: ``[N, T]`` filled by :func:`policy_loss` (the behaviour/old log-probs).
-        mask: ``[N, T]`` float, filled by :func:`policy_loss` (1 where an action is trained).
+        old_logp: ``[N, T]`` the behaviour/old log-probs of the ratio (set by the trainer; :func:`policy_loss` fills
+            it from its argument).
+        mask: ``[N, T]`` float, 1 where an action is trained (set by the trainer; filled by :func:`policy_loss`).
+        group_ids: ``[N]`` long, the group of each sample (objectives that weigh samples within their group).
     """
 
     entropy: Tensor | None = None
@@ -42,6 +44,7 @@ class ObjectiveContext:
     progress: float | None = None
     old_logp: Tensor | None = None
     mask: Tensor | None = None
+    group_ids: Tensor | None = None
 
 
 #: How a caller provides each field, used in error messages.
@@ -53,6 +56,9 @@ _HOW_TO_PASS = {
     "group_reward_std": "pass ObjectiveContext(group_reward_std=[N]) "
     "(genalign.algorithms.group_reward_std(combined_rewards, group_ids))",
     "progress": "pass ObjectiveContext(progress=step / max_steps)",
+    "old_logp": "pass ObjectiveContext(old_logp=[N, T]) with the log-probs of the policy that sampled the batch",
+    "mask": "pass ObjectiveContext(mask=[N, T]) with 1 where an action is trained",
+    "group_ids": "pass ObjectiveContext(group_ids=[N]) with the group of each sample",
 }
 
 
@@ -74,6 +80,8 @@ def check_context(context: ObjectiveContext | None, shape: tuple[int, int]) -> O
     for name in ("entropy", "rollout_logp", "old_logp", "mask"):
         if values[name] is not None:
             values[name] = check_shape(values[name], f"context.{name}", shape, "[N, T]").detach()
+    if values["group_ids"] is not None:
+        check_group_ids(values["group_ids"], shape[0], "context.group_ids")
     if values["group_reward_std"] is not None:
         values["group_reward_std"] = check_shape(
             values["group_reward_std"], "context.group_reward_std", (shape[0],), "[N]"

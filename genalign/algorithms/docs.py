@@ -15,15 +15,14 @@ from genalign.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
     CLIP_FORMS,
-    CREDIT_WEIGHTS,
+    CREDIT_RULES,
     KL_ESTIMATORS,
-    LIKELIHOOD_OBJECTIVES,
+    OBJECTIVES,
     RATIO_LEVELS,
     REGULARIZERS,
     REWARD_COMBINERS,
 )
 from genalign.algorithms._validation import accepted_hyperparameters
-from genalign.algorithms.regularizer_catalogue import FUTURE_KL_META
 from genalign.registry import Registry
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "algorithms.md"
@@ -33,18 +32,13 @@ REQUIRED_META = ("formula", "source", "summary")
 SECTIONS: tuple[Registry, ...] = (
     REWARD_COMBINERS,
     ADVANTAGE_ESTIMATORS,
-    CREDIT_WEIGHTS,
+    CREDIT_RULES,
+    OBJECTIVES,
     RATIO_LEVELS,
     CLIP_FORMS,
-    LIKELIHOOD_OBJECTIVES,
     AGGREGATIONS,
     KL_ESTIMATORS,
     REGULARIZERS,
-)
-
-#: catalogue methods that are plain functions (the trainer calls them at a fixed place), not registry options
-FUNCTIONS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
-    ("advantage shaping (function)", "future_kl_advantages", "`coef` (required)", FUTURE_KL_META),
 )
 
 HEADER = """# Algorithms: options, formulas, sources
@@ -55,9 +49,15 @@ Every option of the shared optimisation backend (`genalign.algorithms`). Numbers
 `shared/seeds/abstracts.md`; `formulas.md §n` refers to `shared/reference/formulas.md`. Notation: `r` reward,
 `G` group, `m` action mask, `|o_i|` valid actions of sequence i, `ρ = exp(logπθ − logπold)`, `sg` stop-gradient.
 Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` estimator.
-Options marked "reading chosen" in their docstrings fix a form the abstract leaves open; options that need inputs
-beyond log-probs (entropy, rollout-engine log-probs, sentence ids, a per-token vocabulary term computed by the policy) take them through
-`ObjectiveContext` / `RegularizerInputs` and raise a clear error when they are missing.
+
+**Tiers.** *stable*: the form is the published one (paper formula or public implementation). *experimental*: the
+abstract leaves the form open and genalign chose a reading (the docstring says "Reading chosen" and why); such an
+option graduates to stable with a reference test against a published implementation or formula.
+
+**Needs.** Score features (`entropy`, `kl`, `vocab_term`, `topk`, `hidden`, `velocity`) and rollout-structure fields
+(`prefix_tree`, `step_std`, `segment_ids`, `truncated`, `step_rewards`) an option reads; a config whose policy family
+cannot supply them is rejected at load time. Other inputs (behaviour log-probs, groups, progress, group success) always
+come from the trainer, through `ObjectiveContext`, `CreditInputs` or `RegularizerInputs`.
 
 """
 
@@ -77,8 +77,8 @@ def _hyperparameters(registry: Registry, name: str) -> str:
 
 def render() -> str:
     """Return the markdown of ``docs/algorithms.md``."""
-    lines = [HEADER.rstrip("\n"), "", "| family | option | formula | hyper-parameters | source | summary |"]
-    lines.append("|---|---|---|---|---|---|")
+    columns = "| family | option | tier | formula | hyper-parameters | needs | source | summary |"
+    lines = [HEADER.rstrip("\n"), "", columns, "|---|---|---|---|---|---|---|---|"]
     for registry in SECTIONS:
         for name in registry.names():
             meta = registry.meta(name)
@@ -87,12 +87,11 @@ def render() -> str:
                 raise ValueError(
                     f"{registry.kind} {name!r} lacks docs meta {missing}; register it with {REQUIRED_META}"
                 )
-            cells = [registry.kind, f"`{name}`", meta["formula"], _hyperparameters(registry, name), meta["source"]]
-            cells.append(meta["summary"])
+            tier = "experimental" if meta.get("experimental") else "stable"
+            needs = ", ".join(f"`{need}`" for need in meta.get("needs", ())) or "—"
+            cells = [registry.kind, f"`{name}`", tier, meta["formula"], _hyperparameters(registry, name), needs]
+            cells += [meta["source"], meta["summary"]]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    for kind, name, hyperparameters, meta in FUNCTIONS:
-        cells = [kind, f"`{name}`", meta["formula"], hyperparameters, meta["source"], meta["summary"]]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""Policy objectives: a ratio level × a clip form, composed by :func:`policy_loss` (formulas.md §2).
+"""The ratio objective of the GRPO family: a ratio level × a clip form, composed by :func:`policy_loss` (formulas.md §2).
 
 The two choices are independent options, never one string:
 
@@ -23,8 +23,8 @@ gate's slope at ρ = 1 is exactly 1), except for the prefix levels (``prefix_geo
 ``min_prefix``), whose weight of action ``t`` sends gradient to its prefix. The loss *value* equals ``−A`` for every
 form but ``sapo``, whose gate is ``2/τ`` at ρ = 1.
 
-More levels and clip forms (the method catalogue) live in :mod:`genalign.algorithms.ratio_levels` and
-:mod:`genalign.algorithms.trust_regions`. Both families take an :class:`~genalign.algorithms.context.ObjectiveContext`
+The levels live in :mod:`genalign.algorithms.ratio_levels`, the clip forms in :mod:`genalign.algorithms.clip_forms`.
+Both families take an :class:`~genalign.algorithms.context.ObjectiveContext`
 (entropy, rollout-engine log-probs, sentence ids, group reward std, training progress) as a fixed positional
 argument; ``objective_args`` hold the keywords of the level and of the clip form together
 (:func:`split_objective_hyperparameters`).
@@ -32,13 +32,11 @@ argument; ``objective_args`` hold the keywords of the level and of the clip form
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from genalign.algorithms._validation import (
@@ -49,307 +47,11 @@ from genalign.algorithms._validation import (
     check_shape,
 )
 from genalign.algorithms._validation import expand_advantages as _expand_advantages
+from genalign.algorithms.clip_forms import CLIP_FORMS, ClippedLogRatio
 from genalign.algorithms.context import ObjectiveContext, check_context
-from genalign.algorithms.regularizers import kl_k3
-from genalign.registry import Registry, did_you_mean
-
-RatioLevelName = Literal["token", "sequence", "sequence_token", "geometric"]
-ClipFormName = Literal["ppo", "dual_clip", "cispo", "sapo", "none"]
-
-
-@dataclass(frozen=True)
-class ClippedLogRatio:
-    """Output of a clip form; every field is ``[N, T]``.
-
-    Attributes:
-        log_weight: effective log-ratio ``ℓ̃`` (carries the gradient); the surrogate is ``A · exp(ℓ̃)``.
-        clipped_low: bool, the ratio was bounded at its lower end.
-        clipped_high: bool, the ratio was bounded at its upper end (dual-clip's cap included).
-    """
-
-    log_weight: Tensor
-    clipped_low: Tensor
-    clipped_high: Tensor
-
-
-#: ``fn(log_ratio [N, T], advantages [N, T], context: ObjectiveContext | None = None, **hp) -> ClippedLogRatio``
-ClipForm = Callable[..., ClippedLogRatio]
-CLIP_FORMS: Registry[ClipForm] = Registry("clip form")
-
-
-@dataclass(frozen=True)
-class LevelOutput:
-    """Output of a ratio level; every field is ``[N, T]``.
-
-    Attributes:
-        surrogate: ``A · exp(ℓ̃)`` per action, the objective to maximise (with grad).
-        ratio: the level's ratio before clipping (detached, for metrics).
-        clipped_low, clipped_high: bool flags from the clip form.
-    """
-
-    surrogate: Tensor
-    ratio: Tensor
-    clipped_low: Tensor
-    clipped_high: Tensor
-
-
-#: ``clip_fn(log_ratio [N, T], advantages [N, T], context=None) -> ClippedLogRatio``: the chosen clip form with its hp
-#: and the batch's context bound; a level may pass a derived context (e.g. sentence-averaged entropy).
-ClipFn = Callable[..., ClippedLogRatio]
-
-#: ``fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, context, **hp) -> LevelOutput``
-RatioLevel = Callable[..., LevelOutput]
-RATIO_LEVELS: Registry[RatioLevel] = Registry("ratio level")
-
-
-# ---------------------------------------------------------------------------------------------------------- clip forms
-def _log_bounds(eps_low: float | None, eps_high: float | None) -> tuple[float | None, float | None]:
-    if eps_low is not None and not 0 <= eps_low < 1:
-        raise ValueError(f"eps_low must be in [0, 1) (the ratio is clipped at 1 - eps_low > 0), got {eps_low!r}")
-    if eps_high is not None and not eps_high >= 0:
-        raise ValueError(f"eps_high must be >= 0, got {eps_high!r}")
-    low = None if eps_low is None else math.log1p(-eps_low)
-    high = None if eps_high is None else math.log1p(eps_high)
-    return low, high
-
-
-@CLIP_FORMS.register(
-    "ppo",
-    formula="L = −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A); clip-higher when ε_high > ε_low",
-    source="formulas.md §2 (PPO/GRPO; DAPO clip-higher)",
-    summary="PPO clipped surrogate with separate lower and upper clip ranges.",
-)
-def ppo_clip(
-    log_ratio: Tensor,
-    advantages: Tensor,
-    context: ObjectiveContext | None = None,
-    *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-) -> ClippedLogRatio:
-    """PPO clip in log space: for ``A > 0`` the ratio is capped at ``1 + eps_high``, for ``A < 0`` floored at
-    ``1 - eps_low``; the clipped side carries no gradient (formulas.md §2; DAPO clip-higher uses 0.2 / 0.28).
-
-    Args:
-        log_ratio: ``[N, T]`` ``ℓ = logπθ − logπold`` at the chosen level.
-        advantages: ``[N, T]``.
-        eps_low: lower clip range, in ``[0, 1)``.
-        eps_high: upper clip range, ``>= 0``.
-    """
-    low, high = _log_bounds(eps_low, eps_high)
-    clipped_high = (advantages > 0) & (log_ratio > high)  # [N, T]
-    clipped_low = (advantages < 0) & (log_ratio < low)  # [N, T]
-    log_weight = torch.where(clipped_high, high, torch.where(clipped_low, low, log_ratio))  # [N, T]
-    return ClippedLogRatio(log_weight, clipped_low, clipped_high)
-
-
-@CLIP_FORMS.register(
-    "dual_clip",
-    formula="A ≥ 0: PPO; A < 0: L = min(max(−ρA, −clip(ρ)A), −c·A)",
-    source="formulas.md §2 (dual-clip PPO)",
-    summary="PPO plus a cap c on the ratio of negative-advantage actions.",
-)
-def dual_clip(
-    log_ratio: Tensor,
-    advantages: Tensor,
-    context: ObjectiveContext | None = None,
-    *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    dual_clip_c: float = 3.0,
-) -> ClippedLogRatio:
-    """Dual-clip PPO: as ``ppo``, and for ``A < 0`` the ratio is also capped at ``c`` so that one very unlikely
-    negative action cannot dominate (formulas.md §2, ``c ≈ 3``).
-
-    Args:
-        log_ratio: ``[N, T]``.
-        advantages: ``[N, T]``.
-        eps_low: lower clip range, in ``[0, 1)``.
-        eps_high: upper clip range, ``>= 0``.
-        dual_clip_c: cap ``c > 1`` on the ratio of negative-advantage actions (typically 3).
-    """
-    if not dual_clip_c > 1:
-        raise ValueError(f"dual_clip_c must be > 1 (it caps ratios above 1 for A < 0), got {dual_clip_c!r}")
-    ppo = ppo_clip(log_ratio, advantages, eps_low=eps_low, eps_high=eps_high)
-    capped = (advantages < 0) & (log_ratio > math.log(dual_clip_c))  # [N, T]
-    log_weight = torch.where(capped, math.log(dual_clip_c), ppo.log_weight)  # [N, T]
-    return ClippedLogRatio(log_weight, ppo.clipped_low, ppo.clipped_high | capped)
-
-
-@CLIP_FORMS.register(
-    "cispo",
-    formula="L = −sg(clip(ρ, 1−ε_low, 1+ε_high)) · A · logπθ (gradient never zeroed)",
-    source="formulas.md §2 (CISPO)",
-    summary="Clipped, stop-gradient importance weight on a REINFORCE term; every action keeps its gradient.",
-)
-def cispo(
-    log_ratio: Tensor,
-    advantages: Tensor,
-    context: ObjectiveContext | None = None,
-    *,
-    eps_low: float | None = None,
-    eps_high: float = 0.28,
-) -> ClippedLogRatio:
-    """CISPO: the importance weight is clipped and detached, the gradient flows through ``logπθ`` for every action.
-
-    Implemented as ``ℓ̃ = ℓ + sg(clip(ℓ) − ℓ)``: value ``clip(ρ)``, gradient ``clip(ρ)·∇logπθ``, which is the gradient
-    of ``sg(clip(ρ)) · A · logπθ`` (formulas.md §2). Clipping applies whatever the sign of ``A``.
-
-    Args:
-        log_ratio: ``[N, T]``.
-        advantages: ``[N, T]`` (only used for the shape check).
-        eps_low: lower clip range in ``[0, 1)``, or ``None`` for no lower bound (the usual choice).
-        eps_high: upper clip range, ``>= 0`` (genalign default 0.28; tune per recipe).
-    """
-    low, high = _log_bounds(eps_low, eps_high)
-    clamped = log_ratio.clamp(min=low, max=high)  # [N, T]
-    log_weight = log_ratio + (clamped - log_ratio).detach()  # [N, T]
-    clipped_low = log_ratio < low if low is not None else torch.zeros_like(log_ratio, dtype=torch.bool)
-    return ClippedLogRatio(log_weight, clipped_low, log_ratio > high)
-
-
-@CLIP_FORMS.register(
-    "sapo",
-    formula="L = −A · f(ρ), f(ρ) = σ(τ(ρ−1))·4/τ, τ = τ_pos if A > 0 else τ_neg",
-    source="[235] SAPO",
-    summary="Smooth temperature-controlled gate instead of a hard clip; slope 1 at ρ = 1.",
-)
-def sapo(
-    log_ratio: Tensor,
-    advantages: Tensor,
-    context: ObjectiveContext | None = None,
-    *,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-) -> ClippedLogRatio:
-    """SAPO soft gate [235]: ``f(ρ) = σ(τ(ρ − 1)) · 4/τ`` replaces the clipped ratio; its slope ``4σ(1−σ)`` is 1 at
-    ``ρ = 1`` and decays smoothly off-policy, so only the offending actions are down-weighted.
-
-    The log-ratio is clamped to ``[−20, 20]`` before ``exp`` (the gate is flat there, so the gradient is ~0 anyway).
-    No hard clip happens: ``clipped_low`` / ``clipped_high`` are all False.
-
-    Args:
-        log_ratio: ``[N, T]``.
-        advantages: ``[N, T]``; their sign picks the temperature.
-        tau_pos: temperature for ``A > 0`` (> 0).
-        tau_neg: temperature for ``A <= 0`` (> 0).
-    """
-    if not (tau_pos > 0 and tau_neg > 0):
-        raise ValueError(f"tau_pos and tau_neg must be > 0, got tau_pos={tau_pos!r}, tau_neg={tau_neg!r}")
-    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(log_ratio.dtype)  # [N, T]
-    ratio = log_ratio.clamp(-20.0, 20.0).exp()  # [N, T]
-    log_weight = F.logsigmoid(tau * (ratio - 1.0)) + torch.log(4.0 / tau)  # [N, T] = log f(ρ)
-    never = torch.zeros_like(log_ratio, dtype=torch.bool)
-    return ClippedLogRatio(log_weight, never, never)
-
-
-@CLIP_FORMS.register(
-    "none",
-    formula="L = −ρ·A (no clipping; plain REINFORCE on-policy)",
-    source="formulas.md §2; [3]",
-    summary="Unclipped importance-weighted policy gradient (REINFORCE when on-policy).",
-)
-def no_clip(log_ratio: Tensor, advantages: Tensor, context: ObjectiveContext | None = None) -> ClippedLogRatio:
-    """No clipping: ``ℓ̃ = ℓ``; on-policy this is plain REINFORCE ``−A·∇logπθ`` ([3], formulas.md §2)."""
-    never = torch.zeros_like(log_ratio, dtype=torch.bool)
-    return ClippedLogRatio(log_ratio, never, never)
-
-
-# -------------------------------------------------------------------------------------------------------- ratio levels
-def _sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Masked mean over the action axis: ``[N, T] -> [N]`` (0 for a sequence without actions)."""
-    return (values * mask).sum(1) / mask.sum(1).clamp_min(1.0)  # [N]
-
-
-@RATIO_LEVELS.register(
-    "token",
-    formula="ρ_it = exp(logπθ − logπold) per action, clipped per action",
-    source="formulas.md §2 (PPO/GRPO)",
-    summary="One ratio per action (token, denoising step).",
-)
-def token_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
-) -> LevelOutput:
-    """Token-level ratio ``ρ_{i,t}`` with a per-action clip (formulas.md §2). Shapes ``[N, T]``."""
-    clipped = clip_fn(log_ratio, advantages)
-    return LevelOutput(
-        surrogate=advantages * clipped.log_weight.exp(),  # [N, T]
-        ratio=log_ratio.detach().exp(),
-        clipped_low=clipped.clipped_low,
-        clipped_high=clipped.clipped_high,
-    )
-
-
-@RATIO_LEVELS.register(
-    "sequence",
-    formula="s_i = exp(Σ_t m·(logπθ − logπold) / |o_i|), clipped per sequence, placed on every action of o_i",
-    source="[293] GSPO",
-    summary="Length-normalised sequence ratio with sequence-level clipping (GSPO).",
-)
-def sequence_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
-) -> LevelOutput:
-    """GSPO [293] sequence ratio ``s_i = exp(mean_t ℓ_{i,t})``, clipped once per sequence (use small eps, ~3e-4).
-
-    The sequence's surrogate ``A·clip(s_i)`` is placed on each of its actions (``[N, T]``), so
-    ``seq_mean_token_mean`` aggregation gives GSPO's ``mean_i`` exactly. With one action per sequence this equals the
-    token level.
-    """
-    sequence = _sequence_mean(log_ratio, mask)[:, None].expand_as(log_ratio)  # [N, T]
-    clipped = clip_fn(sequence, advantages)
-    return LevelOutput(
-        surrogate=advantages * clipped.log_weight.exp(),  # [N, T]
-        ratio=sequence.detach().exp(),
-        clipped_low=clipped.clipped_low,
-        clipped_high=clipped.clipped_high,
-    )
-
-
-@RATIO_LEVELS.register(
-    "sequence_token",
-    formula="s_it = sg[s_i] · πθ(a_t)/sg[πθ(a_t)] (value s_i, gradient per action), clipped like s_i",
-    source="[293] GSPO-token",
-    summary="GSPO's token form: the sequence ratio's value with per-action gradients (allows per-token advantages).",
-)
-def sequence_token_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
-) -> LevelOutput:
-    """GSPO-token [293]: ``ℓ_{i,t} = sg[mean_t ℓ_i] + ℓ_{i,t} − sg[ℓ_{i,t}]``: the value is the sequence log-ratio,
-    the gradient is each action's own ``∇logπθ``. Shapes ``[N, T]``."""
-    sequence = _sequence_mean(log_ratio, mask)[:, None].detach()  # [N, 1]
-    mixed = sequence + log_ratio - log_ratio.detach()  # [N, T]
-    clipped = clip_fn(mixed, advantages)
-    return LevelOutput(
-        surrogate=advantages * clipped.log_weight.exp(),  # [N, T]
-        ratio=mixed.detach().exp(),
-        clipped_low=clipped.clipped_low,
-        clipped_high=clipped.clipped_high,
-    )
-
-
-@RATIO_LEVELS.register(
-    "geometric",
-    formula="ρ_i = exp(Σ_t m·clip_A(logρ_it) / |o_i|) (clip in log space, sign-aware), L = −A·ρ_i",
-    source="[157] GMPO",
-    summary="Geometric mean of per-action clipped ratios (GMPO), less sensitive to outlier ratios.",
-)
-def geometric_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
-) -> LevelOutput:
-    """GMPO [157]: clip each action's log-ratio (sign-aware, with the chosen clip form), then take the geometric mean
-    over the sequence: ``ρ_i = exp(mean_t ℓ̃_{i,t})``; the surrogate ``A·ρ_i`` is placed on every action.
-
-    GMPO clips ``logρ`` to ``(−ε, ε)`` (ε ≈ 0.4): with ``clip="ppo"`` pass ``eps_low = 1 − e^{−ε}`` and
-    ``eps_high = e^{ε} − 1``. Shapes ``[N, T]``.
-    """
-    clipped = clip_fn(log_ratio, advantages)
-    geometric = _sequence_mean(clipped.log_weight, mask)[:, None]  # [N, 1]
-    return LevelOutput(
-        surrogate=advantages * geometric.exp(),  # [N, T]
-        ratio=_sequence_mean(log_ratio, mask)[:, None].expand_as(log_ratio).detach().exp(),
-        clipped_low=clipped.clipped_low,
-        clipped_high=clipped.clipped_high,
-    )
+from genalign.algorithms.kl import kl_k3
+from genalign.algorithms.ratio_levels import RATIO_LEVELS, LevelOutput
+from genalign.registry import did_you_mean
 
 
 # ------------------------------------------------------------------------------------------------------- policy loss
@@ -412,8 +114,8 @@ def policy_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    ratio_level: RatioLevelName | str = "token",
-    clip: ClipFormName | str = "ppo",
+    ratio_level: str = "token",
+    clip: str = "ppo",
     context: ObjectiveContext | None = None,
     **hp: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:

@@ -38,11 +38,28 @@ class RunConfig:
     sample_every: int = _help("Dump sample outputs every N steps; 0 = never.", 10)
     samples_per_dump: int = _help("How many outputs each dump keeps.", 4)
     resume: str | None = _help("'latest', a checkpoint directory, or null to start fresh.")
+    overwrite: bool = _help(
+        "Start fresh in an output_dir that holds a previous run: the previous run is moved aside to "
+        "'<output_dir>.old-<time>' (never deleted).",
+        False,
+    )
+    resume_changes: list[str] = _help(
+        "Config fields that deliberately differ from the checkpoint's when resuming (e.g. [algorithm.group_size]); "
+        "other state-defining fields must match.",
+        factory=list,
+    )
+    allow_pickle_checkpoints: bool = _help(
+        "Load checkpoints of older genalign versions, whose pickled files can run code: only for checkpoints you trust.",
+        False,
+    )
+    max_consecutive_skips: int = _help(
+        "Stop the run when this many consecutive updates were skipped for non-finite gradients or optimizer state.", 3
+    )
     trackers: list[str] = _help("accelerate trackers: 'tensorboard', 'wandb' (optional installs).", factory=list)
     progress_bar: bool = _help("Show a tqdm progress bar.", True)
 
     def validate(self) -> None:
-        for name in ("max_steps", "log_every", "keep_last", "samples_per_dump"):
+        for name in ("max_steps", "log_every", "keep_last", "samples_per_dump", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 1.")
         for name in ("save_every", "sample_every"):
@@ -103,8 +120,8 @@ class AlgorithmConfig:
     reward_combination: str = _help("How several rewards combine (REWARD_COMBINERS).", "weighted_sum")
     reward_combination_args: dict[str, Any] = _help("Keyword hyper-parameters of the combiner.", factory=dict)
     objective: str = _help(
-        "'clipped_ratio' (ratio_level × clip, the GRPO family) or a ratio-free objective from LIKELIHOOD_OBJECTIVES "
-        "(wd1, spg); its hyper-parameters go in objective_args.",
+        "Training objective (OBJECTIVES): 'clipped_ratio' (ratio_level × clip, the GRPO family), a likelihood-weighted "
+        "one (wd1, spg) or a likelihood-free one (nft); its hyper-parameters go in objective_args.",
         "clipped_ratio",
     )
     ratio_level: str = _help("Importance-ratio level (RATIO_LEVELS): token, sequence, ...", "token")
@@ -114,8 +131,14 @@ class AlgorithmConfig:
     )
     aggregation: str = _help("Loss aggregation (AGGREGATIONS).", "token_mean")
     aggregation_args: dict[str, Any] = _help("Hyper-parameters of the aggregation (e.g. max_len).", factory=dict)
-    credit: str = _help("Per-action credit weights (CREDIT_WEIGHTS).", "none")
-    credit_args: dict[str, Any] = _help("Hyper-parameters of the credit weights.", factory=dict)
+    credit: list[str] = _help(
+        "Per-action credit rules (CREDIT_RULES), applied in order, e.g. [tree, noise_aware_steps]; [] = every action "
+        "gets its sample's advantage.",
+        factory=list,
+    )
+    credit_args: dict[str, dict[str, Any]] = _help(
+        "Hyper-parameters of each credit rule, by rule name, e.g. {entropy_weighted: {alpha: 0.5}}.", factory=dict
+    )
     kl_coef: float = _help("β of the KL penalty to the reference policy; 0 = no reference model is loaded.", 0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = _help("KL estimator.", "k3")
     kl_placement: Literal["loss", "reward"] = _help(
@@ -125,9 +148,6 @@ class AlgorithmConfig:
     regularizer: str | None = _help("Extra per-action regulariser (REGULARIZERS), added with regularizer_coef.")
     regularizer_args: dict[str, Any] = _help("Hyper-parameters of the regulariser.", factory=dict)
     regularizer_coef: float = _help("Weight of the regulariser in the per-action loss.", 1.0)
-    future_kl_coef: float = _help(
-        "β of the future-KL return-to-go [75] subtracted from per-action advantages (needs the reference model).", 0.0
-    )
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
@@ -139,6 +159,37 @@ class AlgorithmConfig:
         if not self.dynamic_sampling.enabled:
             return self.prompts_per_step
         return math.ceil(self.prompts_per_step * self.dynamic_sampling.oversample)
+
+    def credit_rules(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(name, hyper-parameters)`` of each configured credit rule, in order."""
+        return [(name, dict(self.credit_args.get(name, {}))) for name in self.credit]
+
+    def objective_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the objective (ratio level and clip form included for ratio objectives)."""
+        from genalign import algorithms as alg
+
+        return alg.objective_hyperparameters(
+            self.objective, ratio_level=self.ratio_level, clip=self.clip, args=self.objective_args
+        )
+
+    def needs(self) -> dict[str, list[str]]:
+        """Score features and rollout-structure fields the configured methods read, each with the options that need
+        it (checked against the policy family's capabilities at config load)."""
+        from genalign import algorithms as alg
+
+        wanted: dict[str, list[str]] = {}
+        options = [(f"algorithm.credit rule {name!r}", alg.CREDIT_RULES, name) for name in self.credit]
+        options.append((f"algorithm.objective = {self.objective!r}", alg.OBJECTIVES, self.objective))
+        if self.regularizer is not None:
+            options.append((f"algorithm.regularizer = {self.regularizer!r}", alg.REGULARIZERS, self.regularizer))
+        for label, registry, name in options:
+            for need in registry.meta(name).get("needs", ()):
+                wanted.setdefault(need, []).append(label)
+        if self.kl_coef > 0:
+            wanted.setdefault("kl", []).append(f"algorithm.kl_coef = {self.kl_coef}")
+        if self.entropy_coef:
+            wanted.setdefault("entropy", []).append(f"algorithm.entropy_coef = {self.entropy_coef}")
+        return wanted
 
     def validate(self) -> None:
         for name in ("group_size", "prompts_per_step", "inner_epochs", "minibatches", "micro_batch_size"):
@@ -158,48 +209,62 @@ class AlgorithmConfig:
 
 def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
     from genalign import algorithms as alg
-    from genalign.registry import did_you_mean
 
     checks = [
         ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
         ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination, cfg.reward_combination_args),
         ("aggregation", alg.AGGREGATIONS, cfg.aggregation, cfg.aggregation_args),
-        ("credit", alg.CREDIT_WEIGHTS, cfg.credit, cfg.credit_args),
     ]
+    checks += [("credit", alg.CREDIT_RULES, name, args) for name, args in cfg.credit_rules()]
+    if cfg.regularizer is not None:
+        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args))
     for section, registry, name, args in checks:
         try:
             alg.check_hyperparameters(registry, name, args)
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.{section}: {err}") from None
-    if cfg.regularizer is not None:
-        try:
-            alg.check_hyperparameters(alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.regularizer: {err}") from None
-        if "vocab" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
-            try:
-                alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
-            except (TypeError, ValueError) as err:
-                raise ConfigError(f"algorithm.regularizer_args: {err}") from None
-    if cfg.future_kl_coef < 0:
-        raise ConfigError(f"algorithm.future_kl_coef = {cfg.future_kl_coef} must be >= 0.")
-    if cfg.objective == "clipped_ratio":
-        try:
-            alg.check_objective_hyperparameters(cfg.ratio_level, cfg.clip, cfg.objective_args)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.ratio_level/clip/objective_args: {err}") from None
-        return
-    if cfg.objective not in alg.LIKELIHOOD_OBJECTIVES:
-        names = ["clipped_ratio", *alg.LIKELIHOOD_OBJECTIVES.names()]
+    unused = sorted(set(cfg.credit_args) - set(cfg.credit))
+    if unused:
         raise ConfigError(
-            f"algorithm.objective = {cfg.objective!r} is not known.{did_you_mean(cfg.objective, names)} "
-            f"Valid: {', '.join(names)}."
+            f"algorithm.credit_args has arguments for {unused}, which are not in algorithm.credit = {cfg.credit}; "
+            "add the rule to algorithm.credit or remove its arguments."
         )
     try:
-        alg.check_hyperparameters(alg.LIKELIHOOD_OBJECTIVES, cfg.objective, cfg.objective_args)
+        alg.check_rule_order(cfg.credit)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.credit: {err}") from None
+    if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
+        try:
+            alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.regularizer_args: {err}") from None
+    try:
+        ratio = alg.OBJECTIVES.meta(cfg.objective).get("ratio", False)
+    except KeyError as err:
+        raise ConfigError(f"algorithm.objective: {err}") from None
+    try:
+        cfg.objective_kwargs()
     except (KeyError, TypeError, ValueError) as err:
-        raise ConfigError(f"algorithm.objective_args: {err}") from None
-    if cfg.micro_batch_size % cfg.group_size:
+        where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
+        raise ConfigError(f"{where}: {err}") from None
+    _check_objective_fields(cfg)
+
+
+def _check_objective_fields(cfg: AlgorithmConfig) -> None:
+    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives need whole
+    groups in every micro-batch."""
+    from genalign import algorithms as alg
+
+    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False):
+        defaults = AlgorithmConfig()
+        changed = [name for name in ("ratio_level", "clip") if getattr(cfg, name) != getattr(defaults, name)]
+        if changed:
+            raise ConfigError(
+                f"algorithm.{changed[0]} = {getattr(cfg, changed[0])!r} has no effect with algorithm.objective = "
+                f"{cfg.objective!r}, which is not a ratio objective; remove it (the objective's own options go in "
+                "algorithm.objective_args)."
+            )
+    if alg.OBJECTIVES.meta(cfg.objective).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
         raise ConfigError(
             f"algorithm.objective = {cfg.objective!r} weighs samples within their group, so every micro-batch must "
             f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
@@ -207,23 +272,27 @@ def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
         )
 
 
-#: policy families whose ``score`` evaluates a vocabulary term in its chunked head pass (``score(vocab_term=...)``)
-VOCAB_TERM_FAMILIES = ("causal_lm", "vlm")
-
-
-def _check_regularizer_family(cfg: AlgorithmConfig, family: str) -> None:
-    """A regulariser over the whole vocabulary (``needs=("vocab",)``) runs only where the policy computes it."""
-    from genalign import algorithms as alg
-
-    if cfg.regularizer is None or "vocab" not in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
-        return
-    if family not in VOCAB_TERM_FAMILIES:
+def _check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
+    """Every score feature and structure field the algorithm needs is one the policy family supplies."""
+    capabilities = policy.capabilities()
+    wanted = cfg.needs()
+    missing = capabilities.missing(wanted)
+    if missing:
+        need = missing[0]
         raise ConfigError(
-            f"algorithm.regularizer = {cfg.regularizer!r} is computed over the next-token vocabulary inside the "
-            f"policy's log-prob pass, which policy.family = {family!r} does not have; it is supported for "
-            f"policy.family in {', '.join(VOCAB_TERM_FAMILIES)}. Pick another regulariser (e.g. "
-            "likelihood_preserving, hazard_penalty) or drop algorithm.regularizer."
+            f"{', '.join(wanted[need])} needs {need!r}, which policy.family = {policy.family!r} with these policy "
+            f"options does not supply (it supplies score features {sorted(capabilities.score_features)} and rollout "
+            f"structure {sorted(capabilities.structure)}). Families whose default options supply {need!r}: "
+            f"{', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy options (the table "
+            "in docs/extending.md). Choose another option, or a family and options that supply it."
         )
+
+
+def _families_supplying(need: str) -> list[str]:
+    """Policy families whose default options supply ``need``."""
+    from genalign.policies import family_names, load_family
+
+    return [name for name in family_names() if not load_family(name).CONFIG_CLASS().capabilities().missing([need])]
 
 
 @dataclass
@@ -264,10 +333,10 @@ class EvalConfig:
 
 
 def _resolve_policy_config(value: Any, where: str) -> type:
-    from genalign.policies import load_family
+    from genalign.policies import family_names, load_family
 
     if not isinstance(value, dict) or "family" not in value:
-        raise ConfigError(f"{where}: needs 'family' (one of causal_lm, vlm, flow, diffusion_lm).")
+        raise ConfigError(f"{where}: needs 'family' (one of {', '.join(family_names())}).")
     try:
         return load_family(value["family"]).CONFIG_CLASS
     except KeyError as err:
@@ -292,7 +361,7 @@ class TrainConfig:
             raise ConfigError("policy: missing; give at least policy.family and the model path.")
         if not self.rewards:
             raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
-        _check_regularizer_family(self.algorithm, self.policy.family)
+        _check_capabilities(self.algorithm, self.policy)
         from genalign.rewards import REWARDS
 
         labels = [r.label for r in self.rewards]

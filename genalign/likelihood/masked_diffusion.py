@@ -387,7 +387,7 @@ def spg(
     * column 1: ``ω · U_β + (1 − ω) · ELBO`` with ``ω = mixture`` and the Rényi-type upper estimate
       ``U_β = (1/β) · log mean_k exp(β · Y_k)``, which is ``>= ELBO`` by Jensen and tends to it as ``β -> 0``.
 
-    The SPG objective (:func:`genalign.algorithms.weighted_likelihood.spg_loss`) uses column 0 where ``A >= 0`` and
+    The SPG objective (:func:`genalign.algorithms.objectives.likelihood.spg_loss`) uses column 0 where ``A >= 0`` and
     column 1 where ``A < 0``. Note: ``U_β`` is this library's Monte-Carlo form of SPG's evidence upper bound; it is
     an upper estimate of the ELBO draws, not a certified bound on ``log p``. ``mixture=0`` gives plain ELBO on both
     sides.

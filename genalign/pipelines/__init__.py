@@ -5,14 +5,11 @@ from genalign.pipelines.flow import (
     FlowLogProbPipeline,
     FlowTrajectory,
     NonFiniteLatentsError,
-    TransitionScores,
-    TreeTrajectory,
     denoise,
-    denoise_tree,
     ode_complete,
-    score_transitions,
 )
 from genalign.pipelines.flow_models import FLOW_ARCHITECTURES, FlowArchitecture, architecture_for
+from genalign.pipelines.flow_tree import TreeTrajectory, denoise_tree
 
 __all__ = [
     "FLOW_ARCHITECTURES",
@@ -21,11 +18,9 @@ __all__ = [
     "FlowLogProbPipeline",
     "FlowTrajectory",
     "NonFiniteLatentsError",
-    "TransitionScores",
     "TreeTrajectory",
     "architecture_for",
     "denoise",
     "denoise_tree",
     "ode_complete",
-    "score_transitions",
 ]

@@ -14,9 +14,6 @@ latents, so re-scoring a trajectory with unchanged parameters reproduces its log
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +23,6 @@ from diffusers.pipelines.pipeline_utils import DiffusionPipeline
 from torch import Tensor, nn
 
 from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
-from genalign.schedulers.branching import TreePlan
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 from genalign.schedulers.sde_dynamics import LogProbReduction
 
@@ -210,190 +206,11 @@ def concat_trajectories(pieces: list[FlowTrajectory]) -> FlowTrajectory:
     )
 
 
-@dataclass
-class TreeTrajectory(FlowTrajectory):
-    """A :class:`FlowTrajectory` of the ``B L`` leaves of ``B`` trajectory trees (leaves of tree ``b`` at
-    ``b L .. b L + L - 1``), plus ``noises`` ``[B L, S, ...]`` (the standard-normal noise of each leaf's step, 0 on
-    ODE steps; None when not recorded) and ``network_evaluations`` (transformer calls per guidance branch)."""
-
-    noises: Tensor | None = None
-    network_evaluations: int = 0
-
-
-def _repeat_embeddings(embeds: PromptEmbeddings | None, repeats: int) -> PromptEmbeddings | None:
-    return None if embeds is None else {k: v.repeat_interleave(repeats, dim=0) for k, v in embeds.items()}
-
-
-def denoise_tree(
-    arch: FlowArchitecture,
-    transformer: nn.Module,
-    scheduler: FlowSDEScheduler,
-    latents: Tensor,
-    cond: PromptEmbeddings,
-    uncond: PromptEmbeddings | None,
-    *,
-    plan: TreePlan,
-    guidance_scale: float,
-    noise_level: float,
-    generator: torch.Generator | None,
-    record_latents: bool,
-    record_noises: bool = False,
-    prompts: list[str] | None = None,
-) -> TreeTrajectory:
-    """Sample ``B`` trajectory trees (BranchGRPO [170]) from root noise ``latents`` ``[B, ...]``.
-
-    The transformer runs once per node and step on the ``B n_t`` live nodes; at a split step each node's mean and std
-    are repeated ``k`` times and every child draws its own noise; extra SDE steps draw one noise per node; other
-    steps are ODE steps. Each transition is :meth:`FlowSDEScheduler.step`, so every leaf's path is exactly the
-    independent rollout :func:`denoise` would produce from the same root noise and step noises (``noises``), and
-    :func:`score_transitions` scores the leaves like any trajectory.
-
-    Returns:
-        :class:`TreeTrajectory` over the ``B L`` leaves: ``latents`` ``[B L, S + 1, ...]`` (shared prefixes
-        duplicated), ``log_probs`` / ``stochastic`` ``[B L, S]``, ``final`` ``[B L, ...]``.
-    """
-    num_steps = len(scheduler.timesteps)
-    if plan.num_steps != num_steps:
-        raise ValueError(f"the tree plan has {plan.num_steps} steps but the schedule has {num_steps}.")
-    trees = latents.shape[0]
-    check_finite(latents, step=-1, prompts=prompts)
-    splits, sde_steps = set(plan.split_steps), set(plan.sde_steps)
-    node_states, node_log_probs, node_noises, node_stochastic = [latents.float()], [], [], []
-    x = latents
-    for i in range(num_steps):
-        nodes = plan.nodes_at_state(i)
-        timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [B n_t]
-        velocity = guided_velocity(
-            arch,
-            transformer,
-            x,
-            timestep,
-            _repeat_embeddings(cond, nodes),
-            _repeat_embeddings(uncond, nodes),
-            guidance_scale=guidance_scale,
-        )  # [B n_t, ...]
-        children = plan.branching if i in splits else 1
-        stochastic = i in splits or i in sde_steps
-        x_in = x.repeat_interleave(children, dim=0)  # [B n_{t+1}, ...]
-        v_in = velocity.repeat_interleave(children, dim=0)
-        if stochastic:  # one independent draw per child
-            noise = torch.randn(x_in.shape, generator=generator, device=x.device, dtype=torch.float32)
-        else:
-            noise = torch.zeros(x_in.shape, device=x.device, dtype=torch.float32)
-        out = scheduler.step(
-            v_in,
-            scheduler.timesteps[i],
-            x_in,
-            step_index=i,
-            noise_level=noise_level if stochastic else 0.0,
-            noise=noise,
-        )
-        x = out.prev_sample  # [B n_{t+1}, ...]
-        check_finite(x, step=i, prompts=prompts)
-        node_states.append(x.float())
-        node_log_probs.append(out.log_prob)
-        node_noises.append(noise)
-        node_stochastic.append(out.std.flatten(1)[:, 0] > 0)  # [B n_{t+1}]
-
-    def per_leaf(values: list[Tensor], offset: int) -> Tensor:
-        """Gather node values (list over states or steps) for every leaf: ``[B L, len(values), ...]``."""
-        columns = []
-        for t, value in enumerate(values):
-            nodes = plan.nodes_at_state(t + offset)
-            index = (torch.arange(trees)[:, None] * nodes + plan.node_of_leaf(t + offset)[None]).flatten()  # [B L]
-            columns.append(value[index.to(value.device)])
-        return torch.stack(columns, dim=1)
-
-    return TreeTrajectory(
-        latents=per_leaf(node_states, 0) if record_latents else None,  # [B L, S + 1, ...]
-        log_probs=per_leaf(node_log_probs, 1).float(),  # [B L, S] (step i is indexed by the child at state i + 1)
-        stochastic=per_leaf(node_stochastic, 1),  # [B L, S]
-        final=x,
-        timesteps=scheduler.timesteps,
-        noises=per_leaf(node_noises, 1) if record_noises else None,  # [B L, S, ...]
-        network_evaluations=trees * plan.network_evaluations(),
-    )
-
-
 def _adams_bashforth2(x: Tensor, velocity: Tensor, previous_velocity: Tensor, sigmas: Tensor, i: int) -> Tensor:
     """Variable-step AB2: ``x' = x + dt ((1 + r/2) v_i - r/2 v_{i-1})``, ``r = dt_i / dt_{i-1}``."""
     dt = float(sigmas[i + 1] - sigmas[i])
     ratio = dt / float(sigmas[i] - sigmas[i - 1])
     return x + dt * ((1 + ratio / 2) * velocity - (ratio / 2) * previous_velocity)  # [N, ...]
-
-
-@dataclass
-class TransitionScores:
-    """What :func:`score_transitions` returns, each ``[n, S]`` float32 (0 where a step is not scored).
-
-    Attributes:
-        log_probs: log-probability of the stored transition under the current parameters (with grad).
-        entropy: differential entropy of the step's Gaussian, ``log std + log(2 pi e) / 2`` per element (reduced like
-            the log-prob); it depends on the schedule only, so it carries no gradient.
-        kl: mean-space KL to the reference, ``|mean - mean_ref|^2 / (2 std^2)`` (reduced like the log-prob), or None.
-    """
-
-    log_probs: Tensor
-    entropy: Tensor
-    kl: Tensor | None
-
-
-def score_transitions(
-    arch: FlowArchitecture,
-    transformer: nn.Module,
-    scheduler: FlowSDEScheduler,
-    latents: Tensor,
-    step_mask: Tensor,
-    cond: PromptEmbeddings,
-    uncond: PromptEmbeddings | None,
-    *,
-    guidance_scale: float,
-    noise_level: Tensor | float,
-    reference_context: Callable[[], AbstractContextManager] | None = None,
-) -> TransitionScores:
-    """Score stored transitions under the current parameters with the rollout's step function.
-
-    Args:
-        latents: ``[n, S + 1, ...]`` stored states of the trajectories.
-        step_mask: ``[n, S]`` bool, the steps to score (the other entries of the result are 0 and carry no gradient).
-            The transformer runs once per step that any sample needs, on the whole micro-batch.
-        noise_level: float or ``[n, S]`` per-sample levels used in the rollout.
-        reference_context: a context-manager factory inside which ``transformer`` is the reference policy (e.g. LoRA
-            adapters disabled); when given, the mean-space KL is computed.
-    """
-    n, num_steps = step_mask.shape
-    levels = torch.as_tensor(noise_level, dtype=torch.float32, device=latents.device).expand(n, num_steps)  # [n, S]
-    zeros = torch.zeros(n, device=latents.device, dtype=torch.float32)
-    reduce = torch.mean if scheduler.config.log_prob_reduction == "mean" else torch.sum
-    log_prob_columns, entropy_columns, kl_columns = [], [], []
-    for i in range(num_steps):
-        if not bool(step_mask[:, i].any()):
-            log_prob_columns.append(zeros)
-            entropy_columns.append(zeros)
-            kl_columns.append(zeros)
-            continue
-        x, x_next = latents[:, i], latents[:, i + 1]  # [n, ...]
-        timestep = scheduler.timesteps[i].expand(n).to(latents.device)  # [n]
-        velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
-        out = scheduler.step(velocity, None, x, step_index=i, prev_sample=x_next, noise_level=levels[:, i])
-        active = step_mask[:, i].to(latents.device) & (out.std.flatten(1)[:, 0] > 0)  # [n]
-        log_prob_columns.append(torch.where(active, out.log_prob, zeros))
-        safe_std = torch.where(out.std > 0, out.std, torch.ones_like(out.std)).detach()  # [n, 1, ...]
-        entropy = reduce((torch.log(safe_std) + 0.5 * math.log(2 * math.pi * math.e)).expand_as(x).flatten(1), dim=1)
-        entropy_columns.append(torch.where(active, entropy, zeros))
-        if reference_context is not None:
-            with torch.no_grad(), reference_context():
-                ref_velocity = guided_velocity(
-                    arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale
-                )
-                ref = scheduler.step(ref_velocity, None, x, step_index=i, prev_sample=x_next, noise_level=levels[:, i])
-            kl = reduce(((out.mean - ref.mean) ** 2 / (2 * safe_std**2)).flatten(1), dim=1)  # [n]
-            kl_columns.append(torch.where(active, kl, zeros))
-    return TransitionScores(
-        log_probs=torch.stack(log_prob_columns, dim=1),  # [n, S]
-        entropy=torch.stack(entropy_columns, dim=1),  # [n, S]
-        kl=torch.stack(kl_columns, dim=1) if reference_context is not None else None,  # [n, S]
-    )
 
 
 class FlowLogProbPipeline:
@@ -556,13 +373,3 @@ def _absent_components(folder: Path) -> dict[str, None]:
         raise FileNotFoundError(f"{str(index_file)!r} does not exist; pass a diffusers pipeline folder.")
     index = json.loads(index_file.read_text())
     return {name: None for name, value in index.items() if isinstance(value, list) and value == [None, None]}
-
-
-@contextmanager
-def adapters_disabled(transformer: nn.Module) -> Iterator[None]:
-    """Inside the block the transformer runs without its LoRA adapters (the reference policy)."""
-    transformer.disable_adapters()
-    try:
-        yield
-    finally:
-        transformer.enable_adapters()

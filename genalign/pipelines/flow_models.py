@@ -24,6 +24,16 @@ from genalign.registry import Registry
 PromptEmbeddings = dict[str, Tensor]
 
 
+def select_embeddings(embeddings: PromptEmbeddings | None, rows: slice | Tensor) -> PromptEmbeddings | None:
+    """The ``rows`` of every tensor of ``embeddings`` (None stays None)."""
+    return None if embeddings is None else {k: v[rows] for k, v in embeddings.items()}
+
+
+def repeat_embeddings(embeddings: PromptEmbeddings | None, repeats: int) -> PromptEmbeddings | None:
+    """Every row of ``embeddings`` repeated ``repeats`` times, consecutively (None stays None)."""
+    return None if embeddings is None else {k: v.repeat_interleave(repeats, dim=0) for k, v in embeddings.items()}
+
+
 def _calculate_shift(seq_len: int, config: Any) -> float:
     """Dynamic-shift ``mu``: linear in the image token count (diffusers' FLUX / SD3 rule)."""
     base_len, max_len = config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096)

@@ -1,14 +1,18 @@
-"""Model-family adapters. Each family module defines a config dataclass and ``build_policy(config, device)``.
+"""Model-family adapters. Each family provides a config dataclass (with ``capabilities()``) and
+``build_policy(config, device) -> Policy``.
 
-Family modules are imported lazily so that using one family never imports another's heavy dependencies.
+Built-in family modules are imported lazily so that using one family never imports another's heavy dependencies; a
+family of your own is added with :func:`register_family` (docs/extending.md).
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
-from genalign.policies.base import Policy, Rollout, ScoreOutput
+from genalign.policies.base import Policy, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.registry import UnknownOptionError, did_you_mean
 
 #: family name -> module defining ``CONFIG_CLASS`` and ``build_policy(config, device) -> Policy``.
@@ -18,16 +22,42 @@ FAMILY_MODULES: dict[str, str] = {
     "flow": "genalign.policies.flow",
     "diffusion_lm": "genalign.policies.diffusion_lm",
 }
+_REGISTERED: dict[str, SimpleNamespace] = {}
 
 
-def load_family(name: str) -> ModuleType:
-    """Import and return the module of policy family ``name``."""
+def register_family(name: str, *, config_class: type, build_policy: Callable[[Any, Any], Policy]) -> None:
+    """Make ``policy.family: <name>`` select ``config_class`` (a dataclass with a ``family`` field and a
+    ``capabilities()`` method) and ``build_policy(config, device)``."""
+    if name in FAMILY_MODULES or name in _REGISTERED:
+        raise ValueError(f"policy family {name!r} is registered twice")
+    _REGISTERED[name] = SimpleNamespace(CONFIG_CLASS=config_class, build_policy=build_policy)
+
+
+def family_names() -> list[str]:
+    return sorted([*FAMILY_MODULES, *_REGISTERED])
+
+
+def load_family(name: str) -> ModuleType | SimpleNamespace:
+    """The module (or registration) of policy family ``name``: ``CONFIG_CLASS`` and ``build_policy``."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name not in FAMILY_MODULES:
         raise UnknownOptionError(
-            f"unknown policy family {name!r}.{did_you_mean(name, list(FAMILY_MODULES))} "
-            f"Valid names: {', '.join(sorted(FAMILY_MODULES))}."
+            f"unknown policy family {name!r}.{did_you_mean(name, family_names())} "
+            f"Valid names: {', '.join(family_names())}."
         )
     return importlib.import_module(FAMILY_MODULES[name])
 
 
-__all__ = ["FAMILY_MODULES", "Policy", "Rollout", "ScoreOutput", "load_family"]
+__all__ = [
+    "FAMILY_MODULES",
+    "Policy",
+    "PolicyCapabilities",
+    "Rollout",
+    "RolloutRequest",
+    "ScoreOutput",
+    "ScoreRequest",
+    "family_names",
+    "load_family",
+    "register_family",
+]

@@ -1,32 +1,98 @@
-"""The contract between the shared backend and a model family.
+"""The contract between the shared backend and a model family: :class:`Policy` and what it exchanges.
 
 A model family plugs into genalign by saying two things (shared/ARCHITECTURE.md):
 
 * how to sample a group of outputs: :meth:`Policy.rollout` returns a :class:`Rollout`;
-* how to score the log-probability of a stored rollout under the current parameters: :meth:`Policy.score`.
+* how to score the log-probability of a stored rollout under the current parameters: :meth:`Policy.score` returns a
+  :class:`~genalign.algorithms.scores.ScoreOutput` with the features a
+  :class:`~genalign.algorithms.scores.ScoreRequest` asks for.
 
-Everything else (advantages, ratios, clipping, KL, aggregation, logging, checkpoints) is shared and never looks inside
-``Rollout.per_sample``. ``T`` is the action axis: tokens for language models, trained denoising steps for flow models,
-tokens or one ELBO term per sequence for diffusion LMs.
+Everything else (advantages, credit, ratios, clipping, KL, aggregation, logging, checkpoints) is shared. Everything the
+trainer calls is declared here, with a no-op default where a family has nothing to do (the lifecycle stages
+:meth:`Policy.on_step`, :meth:`Policy.on_inner_epoch`, :meth:`Policy.after_optimizer_step`, :meth:`Policy.state_dict`,
+:meth:`Policy.load_state_dict`); what a family can compute is declared data (:class:`PolicyCapabilities`), checked
+against the configured methods at config load. The backend reads a rollout only through its declared fields (the
+action tensors and :class:`~genalign.algorithms.structure.RolloutStructure`), never inside ``Rollout.per_sample``,
+which belongs to the family. ``T`` is the action axis: tokens for language models, trained denoising steps for flow
+models, tokens or one ELBO term per sequence for diffusion LMs.
 
 Contract 2: with no parameter update in between, ``score(rollout)`` of a stored rollout is deterministic and
 independent of how the batch is split into micro-batches, so the first ratio of every rollout batch is exactly 1.
 ``Rollout.old_logp`` holds the *behaviour* log-probs recorded while sampling. When the sampler computes them through
-the very code path of ``score`` (flow-model SDE steps), the policy sets ``rollout_logp_is_exact = True`` and the trainer
+the very code path of ``score`` (flow-model SDE steps), the family declares ``rollout_logp_is_exact`` and the trainer
 uses them as the old log-probs. Otherwise (language models sampled with a KV cache, or by vLLM) the trainer re-scores
 the rollout once before the update, or uses the detached current log-probs when the update is fully on-policy; the
 behaviour log-probs then serve to measure and correct the training/inference mismatch.
+
+Contract 4: :meth:`Policy.state_dict` returns every piece of resumable state that :meth:`Policy.save` does not write
+(random generators, EMA weights, counters) as tensors and plain Python values (loadable with
+``torch.load(weights_only=True)``), so that a killed run resumes bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
+
+from genalign.algorithms.scores import SCORE_FEATURES, ScoreOutput, ScoreRequest
+from genalign.algorithms.structure import STRUCTURE_FIELDS, RolloutStructure
+
+#: Weight dtypes by their config name (``policy.dtype``), for every family.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+#: ``reward_fn(rows [n], outputs [n]) -> [n]`` combined reward of decoded outputs (the trainer's weighted rewards).
+RewardProbe = Callable[[list[dict[str, Any]], list[Any]], Tensor]
+
+
+@dataclass(frozen=True)
+class PolicyCapabilities:
+    """What a family (with its configured options) can supply; checked against the algorithm's needs at config load.
+
+    Attributes:
+        rollout_logp_is_exact: the sampler's log-probs come from the code path of ``score`` (bit-exact old log-probs).
+        score_features: :class:`~genalign.algorithms.scores.ScoreRequest` features ``score`` computes
+            (``entropy``, ``kl``, ``vocab_term``, ``topk``, ``hidden``, ``velocity``).
+        structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields its training rollouts can carry.
+    """
+
+    rollout_logp_is_exact: bool = False
+    score_features: frozenset[str] = frozenset()
+    structure: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = (set(self.score_features) - set(SCORE_FEATURES)) | (set(self.structure) - set(STRUCTURE_FIELDS))
+        assert not unknown, f"unknown capability names {sorted(unknown)}"
+
+    def missing(self, needs: Iterable[str]) -> list[str]:
+        """The score features and structure fields among ``needs`` that this family cannot supply (other names, such
+        as ``behaviour_logp`` or ``progress``, come from the trainer and are always available)."""
+        return sorted(
+            need
+            for need in set(needs)
+            if (need in SCORE_FEATURES and need not in self.score_features)
+            or (need in STRUCTURE_FIELDS and need not in self.structure)
+        )
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What a training rollout should record besides its actions.
+
+    Attributes:
+        structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields the configured methods need
+            (a family may fill cheap fields unasked).
+        reward_probe: the trainer's combined reward of decoded outputs, for families that measure rewards of
+            intermediate states (DenseGRPO's ``step_rewards``).
+    """
+
+    structure: frozenset[str] = frozenset()
+    reward_probe: RewardProbe | None = None
 
 
 @dataclass
@@ -40,10 +106,10 @@ class Rollout:
             sample was drawn for (the trainer maps it to a globally unique id).
         old_logp: ``[N, T]`` float32 log-probabilities of the actions at sampling time (detached).
         action_mask: ``[N, T]`` float32, 1 where an action exists and is trained, 0 for padding / untrained steps.
-        per_sample: family-specific data, every value indexed by sample along its first axis: a tensor ``[N, ...]``
-            or a list of length ``N`` (for ragged data such as per-sample image patches).
-        info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``); summed/averaged by the
-            trainer only for logging.
+        structure: the declared structure the backend may read (prefix tree, step noise, segments, truncation, ...).
+        per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
+            list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
+        info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
     """
 
     rows: list[dict[str, Any]]
@@ -51,6 +117,7 @@ class Rollout:
     group_ids: Tensor
     old_logp: Tensor
     action_mask: Tensor
+    structure: RolloutStructure = field(default_factory=RolloutStructure)
     per_sample: dict[str, Tensor | list[Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -59,6 +126,9 @@ class Rollout:
         checks = {"outputs": len(self.outputs), "group_ids": self.group_ids.shape[0]}
         checks |= {"old_logp": self.old_logp.shape[0], "action_mask": self.action_mask.shape[0]}
         checks |= {f"per_sample[{k!r}]": len(v) for k, v in self.per_sample.items()}
+        for name in self.structure.present():
+            value = getattr(self.structure, name)
+            checks[f"structure.{name}"] = (value if isinstance(value, Tensor) else value.node_of_action).shape[0]
         for name, size in checks.items():
             assert size == n, f"Rollout.{name} has {size} samples, rows has {n}"
         assert self.old_logp.shape == self.action_mask.shape, (
@@ -86,78 +156,90 @@ class Rollout:
             group_ids=self.group_ids[idx],
             old_logp=self.old_logp[idx.to(self.old_logp.device)],
             action_mask=self.action_mask[idx.to(self.action_mask.device)],
+            structure=self.structure.select(idx),
             per_sample=per_sample,
             info=dict(self.info),
         )
 
 
-@dataclass
-class ScoreOutput:
-    """What :meth:`Policy.score` returns for a (micro-)batch of ``n`` samples.
+class Policy(ABC):
+    """What the trainer needs from a model family. See the module docstring for the contract.
 
-    Attributes:
-        logp: ``[n, T]`` float32 log-probabilities of the stored actions under the current parameters (with grad).
-        entropy: ``[n, T]`` per-action entropy when asked for, else ``None``.
-        kl: ``[n, T]`` per-action KL to the reference policy when asked for, else ``None``. Each family computes it in
-            its natural space (token log-probs for language models, mean space for flow models).
-        vocab_term: ``[n, T]`` float32 per-action value (with grad, 0 on padding) of the ``vocab_term`` callable
-            ``fn(logits [k, V]) -> [k]`` passed to ``score``, evaluated on the next-token logits at the sampling
-            temperature inside the chunked head pass (``[n, T, V]`` never exists); ``None`` when not asked. Only the
-            families whose ``score`` takes ``vocab_term`` (token-level language models: ``causal_lm``, ``vlm``)
-            compute it; it feeds the vocabulary regularisers (``genalign.algorithms.bind_vocab_term``).
+    Subclasses set ``family`` (class attribute) and ``capabilities`` (usually ``config.capabilities()``) and implement
+    the six abstract methods; the lifecycle stages default to no-ops.
     """
 
-    logp: Tensor
-    entropy: Tensor | None = None
-    kl: Tensor | None = None
-    vocab_term: Tensor | None = None
+    family: ClassVar[str]
+    capabilities: PolicyCapabilities
 
-
-@runtime_checkable
-class Policy(Protocol):
-    """What the trainer needs from a model family. See the module docstring for the contract."""
-
-    family: str
-    rollout_logp_is_exact: bool
-
+    # -- sampling and scoring -----------------------------------------------------------------------------------------
+    @abstractmethod
     def rollout(
-        self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train"
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
-        """Sample ``group_size`` outputs for each row; ``mode="eval"`` uses the evaluation sampling settings."""
-        ...
+        """Sample ``group_size`` outputs for each row; ``mode="eval"`` uses the evaluation sampling settings and
+        records nothing for training. ``request`` names the structure the configured methods need."""
 
-    def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
-        """Re-score ``rollout`` under the current parameters (with grad when the module is in training mode).
+    @abstractmethod
+    def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
+        """Re-score a training ``rollout`` under the current parameters (with grad when the modules are in training
+        mode) and return the requested features (only those in ``capabilities.score_features`` are ever asked)."""
 
-        Families over a token vocabulary (``causal_lm``, ``vlm``) also take ``vocab_term=fn`` (``fn(logits [k, V]) ->
-        [k]``) and return its per-action value in ``ScoreOutput.vocab_term``; the trainer passes it only for a
-        regulariser with ``needs=("vocab",)``, which the config allows only for those families.
-        """
-        ...
+    # -- parameters and weights ---------------------------------------------------------------------------------------
+    @abstractmethod
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimizer updates."""
 
-    def trainable_parameters(self) -> list[nn.Parameter]: ...
-
+    @abstractmethod
     def modules_to_train(self) -> list[nn.Module]:
         """Modules whose ``train()``/``eval()`` mode the trainer toggles."""
-        ...
 
+    @abstractmethod
     def save(self, directory: Path) -> None:
-        """Write the trainable weights (LoRA adapters alone when LoRA is used) as safetensors."""
-        ...
+        """Write the trainable weights (LoRA adapters alone when LoRA is used) as safetensors in the format of the
+        family's ecosystem (peft / diffusers), loadable without genalign."""
 
+    @abstractmethod
     def load(self, directory: Path) -> None:
         """Load weights written by :meth:`save`."""
-        ...
+
+    # -- lifecycle (no-op defaults) -----------------------------------------------------------------------------------
+    def on_step(self, step: int) -> None:  # noqa: B027  (a declared no-op stage)
+        """Called before each training rollout with the 1-based step (sliding windows, annealed schedules)."""
+
+    def on_inner_epoch(self, epoch: int) -> None:  # noqa: B027
+        """Called before each pass over a rollout batch, ``epoch = 0`` for the scoring pass before the update too
+        (d1's fresh masks per inner iteration)."""
+
+    def after_optimizer_step(self) -> None:  # noqa: B027
+        """Called after each optimizer step (EMA updates, the "old" model of likelihood-free objectives)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every piece of resumable state that :meth:`save` does not write: random generators, EMA weights,
+        counters; tensors and plain values only (contract 4)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state:
+            raise ValueError(
+                f"the {self.family} policy keeps no state besides its weights, but the checkpoint holds policy state "
+                f"{sorted(state)}; was it written with other policy options?"
+            )
 
 
-# Optional attribute: has_action_entropy = False when score(entropy=True) is not meaningful (the trainer then only
-# asks for entropy when an entropy bonus is configured).
-# Optional hooks a policy may define; the trainer calls them when present:
-#   set_step(step: int) -> None          before each training rollout (sliding SDE windows, annealed schedules)
-#   set_inner_epoch(epoch: int) -> None  before each pass over a rollout batch (d1's fresh mask per inner iteration)
-#   after_optimizer_step() -> None       after each optimizer step (EMA updates, "old" model decay)
-#   state_dict_extra() -> dict / load_state_dict_extra(d) for resumable state that is not a weight (EMA, counters)
-#   per_action_advantages(rollout, advantages [n]) -> [n] or [n, T]   (per-depth credit of tree rollouts)
-#   dense_step_advantages(rollout, reward_fn) -> [n, T] | None  (DenseGRPO; reward_fn(rows, outputs) -> [n])
-#   objective(batch, score_output, advantages) -> (per_action_loss [n, T], metrics)
-#                                        replaces the shared ratio objective (likelihood-free methods, e.g. DiffusionNFT)
+__all__ = [
+    "DTYPES",
+    "Policy",
+    "PolicyCapabilities",
+    "RewardProbe",
+    "Rollout",
+    "RolloutRequest",
+    "ScoreOutput",
+    "ScoreRequest",
+]

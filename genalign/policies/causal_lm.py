@@ -3,10 +3,14 @@
 Rollout: prompts are rendered (chat template optional), tokenized, checked against ``max_prompt_tokens`` and left-padded;
 one engine call samples ``group_size`` completions per prompt and records behaviour log-probs at the sampling temperature.
 The completion mask covers every token up to and including the end token (or the token completing a stop string), so an
-empty completion has exactly one action: the end token. Score: one backbone pass over ``[prompt | completion]`` and a
-chunked head (:mod:`genalign.policies.lm.logprobs`), so ``score`` of a stored rollout is deterministic and does not
-depend on the micro-batch split. The sampler's KV-cache arithmetic differs from a full forward by float rounding, so
-``rollout_logp_is_exact = False`` and the trainer re-scores once before the update (contract in
+empty completion has exactly one action: the end token. The rollout's structure carries the truncation flags and, when
+asked, the segment ids of the completions (:mod:`genalign.policies.lm.segments`).
+
+Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
+``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
+top-k log-probs and hidden states come from the same pass, the KL from the reference policy of the token-LM core
+(:mod:`genalign.policies.lm.core`). The sampler's KV-cache arithmetic differs from a full forward by float rounding,
+so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scores once before the update (contract in
 :mod:`genalign.policies.base`).
 """
 
@@ -18,31 +22,26 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from genalign.algorithms import kl_penalty
 from genalign.assets import model_location
 from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
-from genalign.policies.base import Rollout, ScoreOutput
-from genalign.policies.lm.logprobs import TokenScores, VocabTerm, completion_scores
+from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.core import (
+    DTYPES,
+    LoRAConfig,
+    TokenLMPolicy,
+    completion_structure,
+    empty_rollout,
+    end_and_pad_token_ids,
+    eval_mode,
+    sampling_params,
+    token_capabilities,
+)
+from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
-from genalign.policies.lm.plumbing import SingleModelPlumbing
 from genalign.policies.lm.prompts import encode_prompts
-from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
+from genalign.policies.lm.reference import ReferencePolicy, get_base_model, resolve_reference_mode
+from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class LoRAConfig:
-    """LoRA adapters through peft; ``rank=0`` trains all weights."""
-
-    rank: int = field(default=0, metadata={"help": "LoRA rank; 0 disables LoRA and trains every weight."})
-    alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)."})
-    dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input during training."})
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": "Names of the linear layers that get adapters (peft target_modules)."},
-    )
 
 
 @dataclass
@@ -121,54 +120,54 @@ class CausalLMPolicyConfig:
             if not ok:
                 raise ValueError(message)
 
+    def capabilities(self) -> PolicyCapabilities:
+        """Entropy, vocabulary terms, top-k log-probs and hidden states from the chunked head pass; KL unless
+        ``reference='none'``; truncation flags and segment ids of completions."""
+        return token_capabilities(self.reference)
 
-class CausalLMPolicy(SingleModelPlumbing):
+
+class CausalLMPolicy(TokenLMPolicy):
     """A ``transformers`` causal LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
-    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]``, ``completion_mask`` ``[N, C]`` and ``truncated`` ``[N]``.
+    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]``; the truncation flags
+    (and segment ids) are in ``Rollout.structure``.
     """
 
     family = "causal_lm"
-    rollout_logp_is_exact = False
 
     def __init__(
         self, config: CausalLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
     ) -> None:
-        self.config = config
-        self.model = model  # the peft model when LoRA is on, else the causal LM
-        # The *ForCausalLM module; with LoRA, peft's adapter layers are injected inside it, so they apply here too.
-        self.causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
+        super().__init__(
+            config,
+            model,
+            preprocessor=tokenizer,
+            device=device,
+            reference=ReferencePolicy(mode, model, lambda: _load_model(model_path, config.dtype, device)),
+            generator=torch.Generator(device=device).manual_seed(config.seed),
+        )
         self.tokenizer = tokenizer
-        self.device = device
         self.model_path = model_path
         self.engine: RolloutEngine = ENGINES.get(config.engine)(model, tokenizer, model_path=model_path)
-        self.generator = torch.Generator(device=device).manual_seed(config.seed)
-        self.reference_mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
-        self._frozen_reference: nn.Module | None = None
-        generation_config = getattr(self.causal_lm, "generation_config", None)
-        eos = {tokenizer.eos_token_id, *_as_list(getattr(generation_config, "eos_token_id", None))}
-        self.eos_token_ids = tuple(sorted(i for i in eos if i is not None))
-        if not self.eos_token_ids:
-            raise ValueError(f"tokenizer of {model_path!r} has no eos token; set tokenizer.eos_token before training.")
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        self.eos_token_ids, self.pad_token_id = end_and_pad_token_ids(
+            tokenizer, self.hf_model.generation_config, model_name=model_path
+        )
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
+        self.segments = SegmentBoundaries(tokenizer)
 
     # ---- rollout -------------------------------------------------------------------------------------------------
     def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
-        cfg = self.config
-        return SamplingParams(
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature if mode == "train" else cfg.eval_temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k,
-            eos_token_ids=self.eos_token_ids,
-            pad_token_id=self.pad_token_id,
-            stop=tuple(cfg.stop),
-        )
+        return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
 
     def rollout(
-        self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train"
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
         """Sample ``group_size`` completions for each row (rows with too-long prompts may be skipped and counted)."""
         if group_size < 1:
@@ -188,18 +187,10 @@ class CausalLMPolicy(SingleModelPlumbing):
             "prompts_truncated": len(prompts.truncated),
         }
         if not prompts.kept:
-            empty = torch.zeros(0, 0)
-            return Rollout(
-                rows=[],
-                outputs=[],
-                group_ids=torch.zeros(0, dtype=torch.long),
-                old_logp=empty,
-                action_mask=empty,
-                info=info,
-            )
+            return empty_rollout(info)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             generation = self.engine.generate(prompt_ids, prompt_mask, self.sampling_params(mode), self.generator)
         lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
         outputs = [
@@ -213,20 +204,28 @@ class CausalLMPolicy(SingleModelPlumbing):
             group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
             old_logp=generation.logp,
             action_mask=generation.completion_mask,
+            structure=completion_structure(
+                request, self.segments, generation.truncated, generation.completion_ids, generation.completion_mask
+            ),
             per_sample={
                 "prompt_ids": prompt_ids,
                 "prompt_mask": prompt_mask,
                 "completion_ids": generation.completion_ids,
                 "completion_mask": generation.completion_mask,
-                "truncated": generation.truncated,
             },
             info=info,
         )
 
     # ---- score ---------------------------------------------------------------------------------------------------
-    def _logprobs(
-        self, causal_lm: nn.Module, rollout: Rollout, with_entropy: bool, vocab_term: VocabTerm | None = None
-    ) -> TokenScores:
+    def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """Token log-probs ``[n, T]`` at ``policy.temperature`` under ``module`` (with grad when enabled) and the
+        requested token features, all from one backbone pass and the chunked head.
+
+        Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
+        estimate. ``request.vocab_term`` (``fn(logits / T [k, V]) -> [k]``) is evaluated per token inside the chunked
+        head pass, with gradient. Calls go to the ``*ForCausalLM`` module itself (inside a peft wrapper), not through a
+        ``DistributedDataParallel`` wrapper.
+        """
         data = rollout.per_sample
         prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
         completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
@@ -235,82 +234,31 @@ class CausalLMPolicy(SingleModelPlumbing):
         first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() else 0
         width = int(completion_mask.any(dim=0).sum())
         scores = completion_scores(
-            causal_lm,
+            get_base_model(module),
             prompt_ids[:, first:],
             prompt_mask[:, first:],
             completion_ids[:, :width],
             completion_mask[:, :width],
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
-            with_entropy=with_entropy,
-            vocab_term=vocab_term,
+            with_entropy=request.entropy,
+            vocab_term=request.vocab_term,
+            topk=request.topk,
+            with_hidden=request.hidden,
         )
-        pad = rollout.num_actions - width
-        padded = [nn.functional.pad(x, (0, pad)) if x is not None else None for x in scores]  # [n, T] each
-        return TokenScores(*padded)
-
-    def score(
-        self,
-        rollout: Rollout,
-        *,
-        entropy: bool = False,
-        kl_estimator: str | None = None,
-        vocab_term: VocabTerm | None = None,
-    ) -> ScoreOutput:
-        """Token log-probs ``[n, T]`` at ``policy.temperature`` (with grad when enabled), entropy and KL if asked.
-
-        Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
-        estimate. ``vocab_term`` (``fn(logits / T [k, V]) -> [k]``) is evaluated per token inside the chunked head
-        pass, with gradient (``ScoreOutput.vocab_term``). Calls go to the ``*ForCausalLM`` module itself, not through
-        a ``DistributedDataParallel`` wrapper.
-        """
-        scores = self._logprobs(self.causal_lm, rollout, with_entropy=entropy, vocab_term=vocab_term)
-        kl = None
-        if kl_estimator is not None:
-            ref_logp = self.reference_logprobs(rollout)
-            kl = kl_penalty(scores.logp, ref_logp, kl_estimator) * rollout.action_mask  # [n, T]
-        return ScoreOutput(logp=scores.logp, entropy=scores.entropy, kl=kl, vocab_term=scores.vocab_term)
-
-    @torch.no_grad()
-    def reference_logprobs(self, rollout: Rollout) -> Tensor:
-        """Log-probs ``[n, T]`` under the reference policy (loaded on first use)."""
-        if self.reference_mode == "none":
-            raise ValueError("a KL term was requested but policy.reference='none'; set it to 'auto' or drop the KL.")
-        if self.reference_mode == "lora_disabled":
-            with adapters_disabled(self.model):
-                return self._logprobs(self.causal_lm, rollout, with_entropy=False)[0]
-        if self._frozen_reference is None:
-            self._frozen_reference = (
-                _load_model(self.model_path, self.config.dtype, self.device).eval().requires_grad_(False)
-            )
-        return self._logprobs(self._frozen_reference, rollout, with_entropy=False)[0]
-
-    # ---- training plumbing (trainable_parameters, modules_to_train, save, load: SingleModelPlumbing) --------------
-    def state_dict_extra(self) -> dict[str, Any]:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict_extra(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
+        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
+        return ScoreOutput(
+            logp=pad(scores.logp),
+            entropy=pad(scores.entropy),
+            vocab_term=pad(scores.vocab_term),
+            topk_logp=pad(scores.topk_logp),
+            hidden=pad(scores.hidden),
+        )
 
 
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
-
-
-class _eval_mode:
-    """Puts ``module`` in eval mode (no dropout while sampling) and restores its previous mode."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-
-    def __enter__(self) -> None:
-        self.was_training = self.module.training
-        self.module.eval()
-
-    def __exit__(self, *exc: object) -> None:
-        self.module.train(self.was_training)
+def _pad_actions(x: Tensor, num_actions: int) -> Tensor:
+    """Zero-pad ``x`` ``[n, C, ...]`` along the action axis to ``[n, num_actions, ...]``."""
+    return nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, num_actions - x.shape[1]))
 
 
 def _load_model(path: str, dtype: str, device: torch.device) -> nn.Module:

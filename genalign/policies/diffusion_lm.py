@@ -7,13 +7,19 @@ stored answer, drawing its masks from the sample's seed, so the estimate of one 
 micro-batch it sits in.
 
 Mask seeds and the on-policy ratio: the rollout's ``old_logp`` is computed right after sampling by the very code path
-of :meth:`DiffusionLMPolicy.score`, with the seeds of inner epoch 0. The optional hook ``set_inner_epoch(k)`` (call
-it before each pass over a rollout batch) selects the seeds of epoch ``k``: with ``mask_seeds="per_inner_epoch"``
+of :meth:`DiffusionLMPolicy.score`, with the seeds of inner epoch 0. The lifecycle stage ``on_inner_epoch(k)`` (the
+trainer calls it before each pass over a rollout batch) selects the seeds of epoch ``k``: with ``mask_seeds="per_inner_epoch"``
 (d1's fresh mask per inner iteration) they are re-drawn deterministically from the stored seed and ``k``; with
 ``"per_rollout"`` every epoch reuses the rollout's masks. Either way the first update shares the rollout's seeds, so
-its ratio is exactly 1 for every proxy. Float results of a forward pass can depend on the batch composition, so
-``rollout_logp_is_exact = False``: the trainer re-scores once before the update with its own micro-batching (same
-seeds, so the same masks).
+its ratio is exactly 1 for every proxy. Float results of a forward pass can depend on the batch composition, so the
+family declares ``rollout_logp_is_exact = False``: the trainer re-scores once before the update with its own
+micro-batching (same seeds, so the same masks).
+
+Capabilities: the KL to the reference (unless ``reference='none'``), estimated by the same proxy with the same seeds;
+no entropy, vocabulary term, top-k or hidden states (the actions are likelihood-proxy terms, not next-token choices),
+and no rollout structure (every answer has ``gen_length`` tokens, so nothing is truncated). Reference, checkpoints and
+resumable state (the sampler's and the mask seeds' generators) come from the token-LM core
+(:mod:`genalign.policies.lm.core`).
 
 Model access: ``model_fn(input_ids [B, L], attention_mask [B, L] | None) -> logits [B, L, V]`` aligned with the
 input; Dream-style models, whose logits at ``j`` predict token ``j + 1``, are re-aligned with ``shifted_logits``.
@@ -29,15 +35,14 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms._validation import check_hyperparameters
-from genalign.algorithms.regularizers import kl_penalty
 from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
-from genalign.policies.base import Rollout, ScoreOutput
-from genalign.policies.causal_lm import DTYPES, LoRAConfig, _eval_mode
+from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.core import DTYPES, LoRAConfig, TokenLMPolicy, empty_rollout, eval_mode, token_capabilities
 from genalign.policies.lm.lora import add_lora
-from genalign.policies.lm.plumbing import SingleModelPlumbing
 from genalign.policies.lm.prompts import encode_prompts
-from genalign.policies.lm.reference import adapters_disabled, resolve_reference_mode
+from genalign.policies.lm.reference import ReferencePolicy, resolve_reference_mode
+from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.schedulers.masked_diffusion import check_generation_args, completion_mask_through_first_eos, generate
 
 _SEED_MIX = 6364136223846793005  # odd 63-bit multiplier (Knuth's LCG): epoch k's seed = base + k · mix (mod 2^63 - 1)
@@ -138,8 +143,12 @@ class DiffusionLMPolicyConfig:
             if not ok:
                 raise ValueError(message)
 
+    def capabilities(self) -> PolicyCapabilities:
+        """The KL unless ``reference='none'``; no token features and no rollout structure (module docstring)."""
+        return token_capabilities(self.reference, features=frozenset(), structure=frozenset())
 
-class DiffusionLMPolicy(SingleModelPlumbing):
+
+class DiffusionLMPolicy(TokenLMPolicy):
     """A masked diffusion LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     ``per_sample`` of its rollouts: ``prompt_ids`` / ``prompt_mask`` ``[N, P]`` (left-padded), ``completion_ids``
@@ -149,16 +158,27 @@ class DiffusionLMPolicy(SingleModelPlumbing):
     """
 
     family = "diffusion_lm"
-    rollout_logp_is_exact = False
-    has_action_entropy = False  # proxy terms have no per-action entropy
+    missing_feature_reasons = {
+        **TokenLMPolicy.missing_feature_reasons,
+        "entropy": "has no per-action entropy (its actions are likelihood-proxy terms); set the entropy coefficient to 0",
+        "vocab_term": "has no next-token logits per action (its actions are likelihood-proxy terms)",
+        "topk": "has no next-token distribution per action (its actions are likelihood-proxy terms)",
+        "hidden": "has no hidden state per action (its actions are likelihood-proxy terms)",
+    }
 
     def __init__(
         self, config: DiffusionLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
     ):
-        self.config = config
-        self.model = model
+        mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
+        super().__init__(
+            config,
+            model,
+            preprocessor=tokenizer,
+            device=device,
+            reference=ReferencePolicy(mode, model, lambda: _load_model(config, model_path, device)),
+            generator=torch.Generator(device=device).manual_seed(config.seed),
+        )
         self.tokenizer = tokenizer
-        self.device = device
         self.model_path = model_path
         self.mask_id = config.mask_token_id if config.mask_token_id is not None else tokenizer.mask_token_id
         if self.mask_id is None:
@@ -171,11 +191,8 @@ class DiffusionLMPolicy(SingleModelPlumbing):
         if self.pad_id is None:
             raise ValueError(f"the tokenizer of {model_path!r} has neither a pad nor an EOS token; set one of them.")
         self.proxy = LIKELIHOOD_PROXIES.get(config.likelihood_proxy)
-        self.generator = torch.Generator(device=device).manual_seed(config.seed)
         self.seed_generator = torch.Generator().manual_seed(config.seed + 1)
         self.inner_epoch = 0
-        self.reference_mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
-        self._frozen_reference: nn.Module | None = None
 
     # ---- model access --------------------------------------------------------------------------------------------
     def model_fn(self, module: nn.Module):
@@ -196,9 +213,15 @@ class DiffusionLMPolicy(SingleModelPlumbing):
 
     # ---- rollout -------------------------------------------------------------------------------------------------
     def rollout(
-        self, rows: list[dict[str, Any]], group_size: int, *, mode: Literal["train", "eval"] = "train"
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
-        """Sample ``group_size`` answers per row by block unmasking; record decoding steps, mask seeds and old log-probs."""
+        """Sample ``group_size`` answers per row by block unmasking; record decoding steps, mask seeds and old
+        log-probs. The family declares no rollout structure, so ``request`` asks for nothing it fills."""
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1.")
         cfg = self.config
@@ -213,18 +236,10 @@ class DiffusionLMPolicy(SingleModelPlumbing):
         )
         info: dict[str, Any] = {"prompts_skipped_too_long": len(prompts.skipped)}
         if not prompts.kept:
-            empty = torch.zeros(0, 0)
-            return Rollout(
-                rows=[],
-                outputs=[],
-                group_ids=torch.zeros(0, dtype=torch.long),
-                old_logp=empty,
-                action_mask=empty,
-                info=info,
-            )
+            return empty_rollout(info)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             generation = generate(
                 self.model_fn(self.model),
                 prompt_ids,
@@ -255,7 +270,7 @@ class DiffusionLMPolicy(SingleModelPlumbing):
             "mask_seed": torch.randint(0, 2**62, (n,), generator=self.seed_generator),
         }
         self.inner_epoch = 0
-        with torch.no_grad(), _eval_mode(self.model):
+        with torch.no_grad(), eval_mode(self.model):
             estimate = self._estimate(self.model, per_sample, epoch=0)
         info |= {"nfe_per_sample": generation.num_forward, "proxy_forward_per_sample": estimate.num_forward}
         info["completion_tokens"] = int(through_eos.sum())
@@ -270,7 +285,7 @@ class DiffusionLMPolicy(SingleModelPlumbing):
         )
 
     # ---- score ---------------------------------------------------------------------------------------------------
-    def set_inner_epoch(self, epoch: int) -> None:
+    def on_inner_epoch(self, epoch: int) -> None:
         """Select the mask seeds of inner epoch ``epoch`` (0 = the rollout's); see the module docstring."""
         if epoch < 0:
             raise ValueError(f"epoch={epoch} must be >= 0.")
@@ -296,39 +311,24 @@ class DiffusionLMPolicy(SingleModelPlumbing):
             **self.config.proxy_args,
         )
 
-    def score(self, rollout: Rollout, *, entropy: bool = False, kl_estimator: str | None = None) -> ScoreOutput:
-        """The proxy's log-likelihood estimate ``[n, A]`` under the current weights, with the epoch's mask seeds."""
-        if entropy:
-            raise ValueError(
-                "the diffusion_lm policy has no per-action entropy (its actions are likelihood-proxy terms); "
-                "set the entropy coefficient to 0."
-            )
-        estimate = self._estimate(self.model, rollout.per_sample, epoch=self.inner_epoch)
-        kl = None
-        if kl_estimator is not None:
-            ref_logp = self.reference_logprobs(rollout)
-            kl = kl_penalty(estimate.logp, ref_logp, kl_estimator) * rollout.action_mask  # [n, A]
-        return ScoreOutput(logp=estimate.logp, kl=kl)
+    def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """The proxy's log-likelihood estimate ``[n, A]`` under ``module``, with the mask seeds of the current inner
+        epoch (the reference policy scores with the same seeds, so its KL compares like with like)."""
+        return ScoreOutput(logp=self._estimate(module, rollout.per_sample, epoch=self.inner_epoch).logp)
 
-    @torch.no_grad()
-    def reference_logprobs(self, rollout: Rollout) -> Tensor:
-        """The proxy's estimate ``[n, A]`` under the reference weights, with the same mask seeds."""
-        if self.reference_mode == "none":
-            raise ValueError("a KL term was requested but policy.reference='none'; set it to 'auto' or drop the KL.")
-        if self.reference_mode == "lora_disabled":
-            with adapters_disabled(self.model):
-                return self._estimate(self.model, rollout.per_sample, epoch=self.inner_epoch).logp
-        if self._frozen_reference is None:
-            self._frozen_reference = _load_model(self.config, self.model_path, self.device).eval().requires_grad_(False)
-        return self._estimate(self._frozen_reference, rollout.per_sample, epoch=self.inner_epoch).logp
+    # ---- resumable state (weights and reference: TokenLMPolicy) ---------------------------------------------------
+    def random_generators(self) -> dict[str, torch.Generator]:
+        return {"generator": self.generator, "seed_generator": self.seed_generator}
 
-    # ---- training plumbing (trainable_parameters, modules_to_train, save, load: SingleModelPlumbing) --------------
-    def state_dict_extra(self) -> dict[str, Any]:
-        return {"generator": self.generator.get_state(), "seed_generator": self.seed_generator.get_state()}
+    def state_dict(self) -> dict[str, Any]:
+        return super().state_dict() | {"inner_epoch": self.inner_epoch}
 
-    def load_state_dict_extra(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
-        self.seed_generator.set_state(state["seed_generator"])
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        if "inner_epoch" not in state:
+            raise ValueError(f"the diffusion_lm policy state lacks 'inner_epoch' (it holds {sorted(state)}).")
+        self.inner_epoch = int(state.pop("inner_epoch"))
+        super().load_state_dict(state)
 
 
 def _dtype_of(module: nn.Module) -> torch.dtype:
@@ -366,13 +366,11 @@ def _load_model(config: DiffusionLMPolicyConfig, path: str, device: torch.device
 
 def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "cpu") -> DiffusionLMPolicy:
     """Load the model and tokenizer named by ``config`` and wrap them as a policy."""
-    from transformers import AutoTokenizer
-
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
     tokenizer_path = model_location(config.tokenizer) if config.tokenizer else model_path
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=config.architecture == "remote_code")
+    tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=config.architecture == "remote_code")
     model = _load_model(config, model_path, device)
     if config.lora.rank > 0:
         lora = config.lora

@@ -20,7 +20,6 @@ only some depths; width pruning keeps the gradient of the leaves with the larges
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -105,99 +104,3 @@ def shifted_split_steps(split_steps: list[int], *, num_steps: int, shift: int) -
     sliding window of stochastic steps). The shift is clamped so that the last split stays at ``S - 1`` at most."""
     shift = max(0, min(shift, num_steps - 1 - max(split_steps)))
     return tuple(s + shift for s in split_steps)
-
-
-def node_rewards(
-    plan: TreePlan,
-    leaf_rewards: Tensor,
-    *,
-    weighting: NodeReward = "mean",
-    leaf_step_logp: Tensor | None = None,
-) -> list[Tensor]:
-    """Reward of every node, depth by depth.
-
-    Args:
-        leaf_rewards: ``[B, L]`` rewards of the leaves of ``B`` trees.
-        weighting: ``"mean"``: a node's reward is the mean of its leaves; ``"probability_weighted"``: the leaves are
-            weighted by the probability of their path below the node, ``softmax`` over the node's leaves of
-            ``sum_{s >= split of the node} log p(step s)`` (needs ``leaf_step_logp``).
-        leaf_step_logp: ``[B, L, S]`` per-step log-probabilities of each leaf's path.
-
-    Returns:
-        ``D + 1`` tensors; entry ``d`` is ``[B, k^d]`` (entry ``D`` is ``leaf_rewards``).
-    """
-    batch, leaves = leaf_rewards.shape
-    if leaves != plan.num_leaves:
-        raise ValueError(f"leaf_rewards has {leaves} leaves per tree; the plan has {plan.num_leaves}.")
-    if weighting not in ("mean", "probability_weighted"):
-        raise ValueError(f"weighting={weighting!r} is unknown; use 'mean' or 'probability_weighted'.")
-    if weighting == "probability_weighted" and leaf_step_logp is None:
-        raise ValueError("weighting='probability_weighted' needs leaf_step_logp [B, L, S].")
-    values = leaf_rewards.float()
-    result = []
-    for depth in range(plan.depth + 1):
-        nodes = plan.branching**depth
-        grouped = values.view(batch, nodes, leaves // nodes)  # [B, n_d, L / n_d]
-        if weighting == "mean" or depth == plan.depth:
-            result.append(grouped.mean(dim=2))  # [B, n_d]
-            continue
-        first_step = 0 if depth == 0 else plan.split_steps[depth - 1]
-        path = leaf_step_logp[:, :, first_step:].float().sum(dim=2).view(batch, nodes, leaves // nodes)  # [B, n_d, ·]
-        result.append((torch.softmax(path, dim=2) * grouped).sum(dim=2))  # [B, n_d]
-    return result
-
-
-def per_depth_advantages(rewards_by_depth: list[Tensor], *, eps: float = 1e-4) -> list[Tensor]:
-    """``(R - mean_d) / (std_d + eps)`` among the nodes of each depth of each tree (population std); the root
-    (depth 0, a single node) gets 0. Shapes as :func:`node_rewards`."""
-    result = []
-    for rewards in rewards_by_depth:  # [B, n_d]
-        if rewards.shape[1] == 1:
-            result.append(torch.zeros_like(rewards))
-            continue
-        centred = rewards - rewards.mean(dim=1, keepdim=True)  # [B, n_d]
-        result.append(centred / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps))
-    return result
-
-
-def leaf_step_advantages(plan: TreePlan, advantages_by_depth: list[Tensor]) -> Tensor:
-    """``[B, L, S]``: step ``s`` of a leaf gets the advantage of its ancestor at depth ``#splits <= s`` (the node the
-    step leads into): the child created by a split, or the current node for a non-splitting SDE step. Steps before
-    the first split lead into the root and get 0 (they are shared by every leaf)."""
-    batch = advantages_by_depth[0].shape[0]
-    leaves = plan.num_leaves
-    columns = []
-    for depth in plan.depth_after_step().tolist():
-        nodes = plan.branching**depth
-        per_leaf = advantages_by_depth[depth].repeat_interleave(leaves // nodes, dim=1)  # [B, L]
-        columns.append(per_leaf)
-    return torch.stack(columns, dim=2).view(batch, leaves, plan.num_steps)  # [B, L, S]
-
-
-def width_pruning_mask(leaf_advantages: Tensor, *, keep_fraction: float) -> Tensor:
-    """``[B, L]`` bool: the ``ceil(keep_fraction L)`` leaves of each tree with the largest ``|advantage|`` (the most
-    informative paths; BranchGRPO [170] width pruning cuts the gradient of the others, not their rollout)."""
-    if not 0 < keep_fraction <= 1:
-        raise ValueError(f"keep_fraction={keep_fraction} must be in (0, 1].")
-    batch, leaves = leaf_advantages.shape
-    keep = math.ceil(keep_fraction * leaves)
-    order = leaf_advantages.abs().argsort(dim=1, descending=True, stable=True)  # [B, L]
-    return (
-        torch.zeros(batch, leaves, dtype=torch.bool).scatter(1, order[:, :keep].cpu(), True).to(leaf_advantages.device)
-    )
-
-
-def noise_aware_step_weights(step_std: Tensor, trained: Tensor) -> Tensor:
-    """TempFlow-GRPO [168] noise-aware weights: each trained step is weighted by its transition std (its exploration
-    potential; early, noisy steps weigh more), normalised to mean 1 over the trained steps of each sample.
-
-    Args:
-        step_std: ``[S]`` or ``[N, S]`` std of each step's transition at the configured noise level.
-        trained: ``[N, S]`` bool, the trained steps.
-
-    Returns:
-        ``[N, S]`` float32 weights, 0 on untrained steps.
-    """
-    std = step_std.float().expand(trained.shape) * trained.float()  # [N, S]
-    mean = std.sum(dim=1, keepdim=True) / trained.float().sum(dim=1, keepdim=True).clamp_min(1.0)  # [N, 1]
-    return torch.where(mean > 0, std / mean.clamp_min(1e-12), torch.zeros_like(std))  # [N, S]

@@ -28,7 +28,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from genalign.algorithms.flow_credit import chunk_ids, weighted_chunk_mask
+from genalign.algorithms.ratio_levels.chunks import chunk_ids, weighted_chunk_mask
 
 TrainStepStrategy = Literal[
     "all", "first_k", "first_fraction", "random_subset", "sliding_window", "random_early_window", "weighted_chunks"

@@ -1,31 +1,48 @@
-"""Atomic checkpoints: ``output_dir/checkpoints/step-N/``.
+"""Checkpoints that are never lost and never executed: ``output_dir/checkpoints/step-N/``.
 
-A checkpoint is written into a temporary sibling directory, completed with a ``COMPLETE`` marker, then renamed into
-place; a crash at any moment leaves either the previous checkpoints or the new complete one, never a half-written
-directory that ``resume=latest`` would pick.
+A checkpoint is written into ``checkpoints/.tmp-step-N``, every file is flushed to disk (``fsync``), a ``MANIFEST.json``
+with the size and SHA-256 of every file is written last, then a ``COMPLETE`` marker, and the folder is renamed into
+place (and its parent flushed): a crash or a power loss at any moment leaves the previous checkpoints and at most a
+temporary folder, which the next start removes. Nothing is pickled: weights are safetensors (in the family's own
+format, e.g. peft / diffusers), optimizer, scheduler, policy, trainer and random-generator states go through
+:mod:`genalign.trainer.state_io` (JSON + safetensors), so loading a checkpoint cannot run code from it.
 
-Layout: ``policy/`` (trainable weights as safetensors, LoRA adapters alone with LoRA), ``optimizer.pt``,
-``scheduler.pt``, ``trainer_state.json`` (step, data cursor), ``trainer_extra.pt`` (estimator statistics),
-``policy_state.pt`` (EMA and other non-weight state,
-when the policy has any), ``rng.pt``, ``COMPLETE``.
+``resume=latest`` takes the newest checkpoint whose manifest verifies and reports the ones it skipped and why.
+Checkpoints of older genalign versions (``*.pt`` pickles) load only with ``run.allow_pickle_checkpoints: true``.
+
+Layout: ``policy/`` (trainable weights), ``optimizer.{json,safetensors}``, ``scheduler.{json,safetensors}``,
+``policy_state.{json,safetensors}`` (``policy.state_dict()``: generators, EMA, ...), ``trainer_state.{json,safetensors}``
+(step, data cursor, estimator statistics), ``rng.{json,safetensors}``, ``config.yaml`` (the run's config),
+``MANIFEST.json``, ``COMPLETE``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from genalign.policies.base import Policy
+from genalign.trainer.state_io import StateFormatError, load_state, save_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+MANIFEST, COMPLETE, CONFIG = "MANIFEST.json", "COMPLETE", "config.yaml"
+TEMPORARY_PREFIX = ".tmp-"
+LEGACY_PICKLES = ("optimizer.pt", "scheduler.pt", "policy_state.pt", "trainer_extra.pt", "rng.pt")
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint, or one that cannot be loaded safely; the message says why and what to do."""
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -33,30 +50,94 @@ def checkpoint_root(output_dir: str | Path) -> Path:
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Checkpoints with a ``COMPLETE`` marker, oldest first (not yet verified)."""
     root = checkpoint_root(output_dir)
     if not root.is_dir():
         return []
-    found = [
-        (int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / "COMPLETE").exists()
-    ]
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / COMPLETE).exists()]
     return [p for _, p in sorted(found)]
 
 
-def find_checkpoint(output_dir: str | Path, resume: str) -> Path:
-    """Resolve ``resume`` ('latest' or a directory) to a complete checkpoint directory."""
-    if resume == "latest":
-        found = list_checkpoints(output_dir)
-        if not found:
-            raise FileNotFoundError(
-                f"run.resume=latest but {checkpoint_root(output_dir)} holds no complete checkpoint; "
-                "start without resume or point run.output_dir at the run to continue."
-            )
-        return found[-1]
-    path = Path(resume)
-    if not (path / "COMPLETE").exists():
-        raise FileNotFoundError(f"run.resume={resume!r} is not a complete checkpoint directory (no COMPLETE marker).")
-    return path
+def remove_temporary(output_dir: str | Path) -> list[Path]:
+    """Delete the temporary folders left by checkpoints that a crash interrupted; returns them."""
+    root = checkpoint_root(output_dir)
+    leftovers = [p for p in root.iterdir() if p.name.startswith(TEMPORARY_PREFIX)] if root.is_dir() else []
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    return leftovers
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or a directory to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """``None`` when every file of the manifest is present with its size and hash, else the reason it is not."""
+    if not (path / COMPLETE).exists():
+        return "no COMPLETE marker (interrupted while writing)"
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written by an older genalign version: resume it with run.resume={str(path)!r})"
+    except (OSError, json.JSONDecodeError) as err:
+        return f"{MANIFEST} is unreadable ({err})"
+    for name, entry in manifest["files"].items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != entry["size"]:
+            return f"{name} has {file.stat().st_size} bytes, the manifest says {entry['size']} (truncated or changed)"
+        if _sha256(file) != entry["sha256"]:
+            return f"{name} does not match its checksum (corrupted or changed)"
+    return None
+
+
+@dataclass
+class FoundCheckpoint:
+    """The checkpoint to resume from and the newer ones skipped, each with the reason."""
+
+    path: Path
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def find_checkpoint(output_dir: str | Path, resume: str) -> FoundCheckpoint:
+    """Resolve ``resume`` ('latest' or a directory) to a checkpoint that verifies."""
+    if resume != "latest":
+        path = Path(resume)
+        if not (path / COMPLETE).exists():
+            raise CheckpointError(f"run.resume={resume!r} is not a complete checkpoint directory (no COMPLETE marker).")
+        reason = verify_checkpoint(path)
+        if reason is not None and (path / MANIFEST).exists():
+            raise CheckpointError(f"run.resume={resume!r} cannot be used: {reason}.")
+        return FoundCheckpoint(path)
+    skipped = []
+    for path in reversed(list_checkpoints(output_dir)):
+        reason = verify_checkpoint(path)
+        if reason is None or (not (path / MANIFEST).exists() and any((path / n).exists() for n in LEGACY_PICKLES)):
+            return FoundCheckpoint(path, skipped)
+        skipped.append((path, reason))
+    details = "".join(f"\n  {p.name}: {r}" for p, r in skipped)
+    raise CheckpointError(
+        f"run.resume=latest but {checkpoint_root(output_dir)} holds no usable checkpoint{details or ''}; start without "
+        "run.resume (in a new run.output_dir) or point run.output_dir at the run to continue."
+    )
 
 
 def save_checkpoint(
@@ -67,46 +148,89 @@ def save_checkpoint(
     scheduler: Any,
     trainer_state: dict[str, Any],
     keep_last: int,
+    config: dict[str, Any],
 ) -> Path:
-    """Write checkpoint ``step`` atomically and delete all but the ``keep_last`` newest complete ones."""
+    """Write checkpoint ``step`` atomically and durably; delete all but the ``keep_last`` newest complete ones."""
     root = checkpoint_root(output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    final, tmp = root / f"step-{step}", root / f"{TEMPORARY_PREFIX}step-{step}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     policy.save(tmp / "policy")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    extra = getattr(policy, "state_dict_extra", None)
-    if callable(extra):
-        torch.save(extra(), tmp / "policy_state.pt")
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    torch.save(rng, tmp / "rng.pt")
-    state = dict(trainer_state)
-    torch.save(state.pop("extra", {}), tmp / "trainer_extra.pt")  # tensors and nested state (estimator statistics)
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
-    (tmp / "COMPLETE").write_text("")
+    save_state(optimizer.state_dict(), tmp / "optimizer")
+    save_state(scheduler.state_dict(), tmp / "scheduler")
+    save_state(policy.state_dict(), tmp / "policy_state")
+    save_state({"step": step, **trainer_state}, tmp / "trainer_state")
+    save_state(
+        {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}, tmp / "rng"
+    )
+    (tmp / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    files = _files(tmp)
+    manifest = {p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=1))
+    (tmp / COMPLETE).write_text("")
+    for path in [*files, tmp / MANIFEST, tmp / COMPLETE, *sorted({p.parent for p in files}), tmp]:
+        _fsync(path)
     if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _fsync(root)
     for old in list_checkpoints(output_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def load_checkpoint(path: Path, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler, RNG and policy state; return the trainer state (with ``step``)."""
-    policy.load(path / "policy")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    if (path / "policy_state.pt").exists():
-        policy.load_state_dict_extra(torch.load(path / "policy_state.pt", weights_only=False))
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    state = json.loads((path / "trainer_state.json").read_text())
-    state["extra"] = torch.load(path / "trainer_extra.pt", weights_only=False)
+def checkpoint_config(path: Path) -> dict[str, Any] | None:
+    """The run config saved with a checkpoint (None for checkpoints of older versions)."""
+    file = path / CONFIG
+    return yaml.safe_load(file.read_text()) if file.exists() else None
+
+
+def load_checkpoint(
+    path: Path, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, *, allow_pickle: bool = False
+) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler, policy state and RNG; return the trainer state (``step``, ...)."""
+    legacy = not (path / "trainer_state.safetensors").exists()
+    if legacy and not allow_pickle:
+        raise CheckpointError(
+            f"{path} was written by an older genalign version with pickled files ({', '.join(LEGACY_PICKLES)}); "
+            "unpickling can run arbitrary code hidden in a file. If you trust this checkpoint, set "
+            "run.allow_pickle_checkpoints=true to load it once (the next checkpoints are written without pickle)."
+        )
+    try:
+        policy.load(path / "policy")
+        state = _load_legacy(path) if legacy else _load_parts(path)
+    except (StateFormatError, OSError) as err:
+        raise CheckpointError(f"checkpoint {path} cannot be loaded: {err}") from None
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    policy.load_state_dict(state["policy_state"])
+    torch.set_rng_state(state["rng"]["torch"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    return state["trainer"]
+
+
+def _load_parts(path: Path) -> dict[str, Any]:
+    names = ("optimizer", "scheduler", "policy_state", "rng")
+    state = {name: load_state(path / name) for name in names}
+    state["rng"]["python"] = _python_rng(state["rng"]["python"])
+    state["trainer"] = load_state(path / "trainer_state")
     return state
+
+
+def _python_rng(state: Any) -> tuple:
+    """``random.setstate`` wants ``(version, tuple_of_ints, gauss)``."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
+
+
+def _load_legacy(path: Path) -> dict[str, Any]:
+    """Pickled checkpoints of older versions (only with ``allow_pickle``)."""
+    load = lambda name: torch.load(path / name, weights_only=False)  # noqa: E731  (explicit opt-in)
+    trainer = json.loads((path / "trainer_state.json").read_text())
+    trainer["extra"] = load("trainer_extra.pt")
+    policy_state = load("policy_state.pt") if (path / "policy_state.pt").exists() else {}
+    return {"optimizer": load("optimizer.pt"), "scheduler": load("scheduler.pt"), "policy_state": policy_state,
+            "rng": load("rng.pt"), "trainer": trainer}  # fmt: skip

@@ -29,25 +29,38 @@ class JsonlLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, record: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps({k: to_python(v) for k, v in record.items()}) + "\n")
 
     def truncate_after(self, step: int) -> None:
-        """Drop records with ``step > step`` (written by a run that died after its last checkpoint)."""
+        """Drop records with ``step > step`` (written by a run that died after its last checkpoint), and a last line
+        torn by a kill while it was being written."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        kept = [json.dumps(record) for record in self.read() if record["step"] <= step]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.path)
 
     def read(self) -> list[dict[str, Any]]:
+        """The records; a torn last line (a kill while appending) is ignored, a damaged earlier line is an error."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        lines = [line for line in self.path.read_text().splitlines() if line]
+        records = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number == len(lines):
+                    break
+                raise ValueError(
+                    f"{self.path}, line {number}: not a JSON record ({err}); remove or repair it"
+                ) from None
+        return records
 
 
 def dump_samples(

@@ -1,8 +1,10 @@
 """The group-relative training recipe, top to bottom, for every model family.
 
-One step: take prompts → ``policy.rollout`` (G samples each) → rewards → advantages over the global batch →
-μ epochs × minibatches × micro-batches of ``policy.score`` + shared objective + global-normaliser aggregation →
-metrics, samples, evaluation, checkpoint. Model families differ only inside the policy (shared/ARCHITECTURE.md).
+One step: take prompts → ``policy.rollout`` (G samples each, with the structure the method needs) → rewards →
+advantages over the global batch → credit rules → μ epochs × minibatches × micro-batches of ``policy.score`` + the
+configured objective + global-normaliser aggregation → metrics, samples, evaluation, checkpoint. Model families differ
+only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stages declared by
+:class:`genalign.policies.base.Policy`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +25,25 @@ from genalign import algorithms as alg
 from genalign.config import TrainConfig, to_dict
 from genalign.data import load_rows
 from genalign.policies import load_family
-from genalign.policies.base import Policy
-from genalign.trainer.advantages import update_inputs
-from genalign.trainer.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from genalign.policies.base import Policy, Rollout, RolloutRequest
+from genalign.trainer.checkpoint import (
+    checkpoint_config,
+    find_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    remove_temporary,
+    save_checkpoint,
+)
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.distributed import all_reduce_sum, rank_and_world
 from genalign.trainer.evaluate import evaluate
+from genalign.trainer.guards import CollapseMonitor, NonFiniteTrainingError, all_finite, optimizer_state_tensors
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
 from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.rewards import RewardSet, prompt_text
-from genalign.trainer.update import run_update
+from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
+from genalign.trainer.step_advantages import StepAdvantages, update_inputs
+from genalign.trainer.update import UpdateBatch, run_update
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:
@@ -46,158 +58,293 @@ def build_policy(config: TrainConfig, device: torch.device) -> Policy:
     return load_family(config.policy.family).build_policy(config.policy, device)
 
 
+@dataclass
+class TrainingRun:
+    """The components of one run, built by :func:`start_run`."""
+
+    config: TrainConfig
+    accelerator: Any
+    rank: int
+    world: int
+    out: Path
+    policy: Policy
+    rewards: RewardSet
+    stream: PromptStream
+    eval_rows: list[dict[str, Any]]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    parameters: list[torch.nn.Parameter]
+    advantage_state: alg.AdvantageState | None
+    metrics_log: JsonlLog
+    eval_log: JsonlLog
+    collapse: CollapseMonitor = field(default_factory=CollapseMonitor)
+    skipped_in_a_row: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+
 def train(config: TrainConfig) -> dict[str, Any]:
     """Run training as configured; return the final evaluation (or last metrics when there is no eval data)."""
+    run, start_step = start_run(config)
+    if start_step == 0 and config.eval.at_start:
+        run_eval(run, 0)
+    progress = _progress(config.run, start_step, run.main)
+    started, last_eval, step = time.monotonic(), {}, start_step
+    for step in range(start_step + 1, config.run.max_steps + 1):
+        record, rollout, adv = training_step(run, step)
+        stop = guard_step(run, step, record)
+        log_step(run, step, record, rollout, adv, progress)
+        if stop is not None:
+            raise stop
+        if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
+            last_eval = run_eval(run, step)
+        limit = config.run.max_time_minutes
+        out_of_time = limit is not None and time.monotonic() - started > 60 * limit
+        out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # every process stops together
+        save_every = config.run.save_every
+        if run.main and ((save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time):
+            checkpoint(run, step)
+        run.accelerator.wait_for_everyone()
+        if out_of_time:  # checkpointed just above
+            run.accelerator.print(f"run.max_time_minutes = {limit} reached after step {step}")
+            break
+    if progress is not None:
+        progress.close()
+    return finish(run, step, last_eval)
+
+
+def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
+    """Everything that can fail runs before anything is written: the output folder is claimed (a previous run there
+    is an error unless resumed or moved aside), the data, rewards, policy and optimizer are built, a resume checkpoint
+    is found, verified and checked against this config. Then the folder, ``config.yaml`` and the logs are written.
+    Returns the run and the step it starts after."""
     from accelerate import Accelerator
 
-    run, cfg = config.run, config.algorithm
-    if run.num_threads:
-        torch.set_num_threads(run.num_threads)
-    torch.use_deterministic_algorithms(run.deterministic, warn_only=True)
+    run_cfg, cfg = config.run, config.algorithm
+    if run_cfg.num_threads:
+        torch.set_num_threads(run_cfg.num_threads)
+    torch.use_deterministic_algorithms(run_cfg.deterministic, warn_only=True)
     accelerator = Accelerator(
-        cpu=run.cpu, mixed_precision=run.mixed_precision, log_with=run.trackers or None, project_dir=run.output_dir
+        cpu=run_cfg.cpu,
+        mixed_precision=run_cfg.mixed_precision,
+        log_with=run_cfg.trackers or None,
+        project_dir=run_cfg.output_dir,
     )
     rank, world = rank_and_world()
     if cfg.prompts_per_step % world:
         raise ValueError(
             f"algorithm.prompts_per_step = {cfg.prompts_per_step} must be divisible by the number of processes ({world})."
         )
-    out = Path(run.output_dir)
-    main = accelerator.is_main_process
-    if main:
+    out = Path(run_cfg.output_dir)
+    if accelerator.is_main_process and not run_cfg.overwrite:
+        claim_output_dir(out, resume=run_cfg.resume, overwrite=False)  # fail before loading anything
+    run = _build_run(config, accelerator, rank, world, out)
+    start_step = resume(run) if run_cfg.resume else 0
+    if run.main:
+        moved = claim_output_dir(out, resume=run_cfg.resume, overwrite=run_cfg.overwrite)
+        if moved is not None:
+            accelerator.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
         out.mkdir(parents=True, exist_ok=True)
+        remove_temporary(out)
         (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    torch.manual_seed(run.seed)
+        if run_cfg.trackers:
+            accelerator.init_trackers("genalign", config={"output_dir": run_cfg.output_dir})
+    return run, start_step
 
-    # 1. Components: policy, rewards, data, optimizer.
-    policy = build_policy(config, accelerator.device)
-    rewards = RewardSet(config.rewards)
-    stream = PromptStream(load_rows(config.data.train), seed=run.seed)
+
+def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out: Path) -> TrainingRun:
+    """The components: data first (cheap to check), then rewards, policy, optimizer, estimator statistics."""
+    run_cfg, cfg = config.run, config.algorithm
+    train_rows = load_rows(config.data.train)
     eval_rows = load_rows(config.data.eval)[: config.eval.num_prompts] if config.data.eval else []
+    rewards = RewardSet(config.rewards)
+    torch.manual_seed(run_cfg.seed)
+    policy = build_policy(config, accelerator.device)
     named_parameters = named_trainable_parameters(policy)
-    parameters = [param for _, param in named_parameters]
     optimizer, scheduler = build_optimizer(
-        named_parameters, config.optim, total_steps=run.max_steps * cfg.inner_epochs * cfg.minibatches
+        named_parameters, config.optim, total_steps=run_cfg.max_steps * cfg.inner_epochs * cfg.minibatches
     )
-    # Statistics of earlier steps, for the estimators that use them (None for stateless ones).
-    advantage_state = alg.make_advantage_state(cfg.advantage)
-    metrics_log, eval_log = JsonlLog(out / METRICS_FILE), JsonlLog(out / EVAL_FILE)
-    if run.trackers:
-        accelerator.init_trackers("genalign", config={"output_dir": run.output_dir})
+    return TrainingRun(
+        config=config,
+        accelerator=accelerator,
+        rank=rank,
+        world=world,
+        out=out,
+        policy=policy,
+        rewards=rewards,
+        stream=PromptStream(train_rows, seed=run_cfg.seed),
+        eval_rows=eval_rows,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        parameters=[param for _, param in named_parameters],
+        advantage_state=alg.make_advantage_state(cfg.advantage),  # None for stateless estimators
+        metrics_log=JsonlLog(out / METRICS_FILE),
+        eval_log=JsonlLog(out / EVAL_FILE),
+    )
 
-    # 2. Resume.
-    start_step = 0
-    if run.resume:
-        checkpoint = find_checkpoint(out, run.resume)
-        state = load_checkpoint(checkpoint, policy, optimizer, scheduler)
-        start_step, stream.cursor = state["step"], state["data_cursor"]
-        if advantage_state is not None:
-            advantage_state.load_state_dict(state["extra"]["advantage_state"])
-        if main:
-            metrics_log.truncate_after(start_step)
-            eval_log.truncate_after(start_step)
-        accelerator.print(f"resumed from {checkpoint} at step {start_step}")
 
-    def run_eval(step: int) -> dict[str, Any]:
-        result = {}
-        if eval_rows and main:
-            result = {"step": step, **evaluate(policy, eval_rows, rewards, batch_size=config.eval.batch_size,
-                                               accuracy_reward=config.eval.accuracy_reward)}  # fmt: skip
-            eval_log.append(result)
-            accelerator.print(
-                f"step {step}: held-out accuracy {result['eval/accuracy']:.3f} on {len(eval_rows)} prompts"
-            )
-        accelerator.wait_for_everyone()
-        return result
+def resume(run: TrainingRun) -> int:
+    """Restore the checkpoint named by ``run.resume`` (the newest one that verifies, for ``latest``) after checking
+    that it belongs to this run; return its step."""
+    run_cfg = run.config.run
+    found = find_checkpoint(run.out, run_cfg.resume)
+    for path, reason in found.skipped:
+        run.accelerator.print(f"resume: skipped {path} ({reason})")
+    check_resume_compatible(checkpoint_config(found.path), to_dict(run.config), allowed=run_cfg.resume_changes)
+    state = load_checkpoint(
+        found.path, run.policy, run.optimizer, run.scheduler, allow_pickle=run_cfg.allow_pickle_checkpoints
+    )
+    check_steps_left(state["step"], run_cfg.max_steps)
+    run.stream.cursor = state["data_cursor"]
+    if run.advantage_state is not None:
+        run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
+    if run.main:
+        run.metrics_log.truncate_after(state["step"])
+        run.eval_log.truncate_after(state["step"])
+    run.accelerator.print(f"resumed from {found.path} at step {state['step']}")
+    return state["step"]
 
-    if start_step == 0 and config.eval.at_start:
-        run_eval(0)
 
-    # 3. Training steps.
-    progress = _progress(run, start_step, main)
-    started = time.monotonic()
-    last_eval: dict[str, Any] = {}
-    step = start_step
-    sampled_prompts = cfg.prompts_to_sample()
-    sampled_prompts += -sampled_prompts % world  # every process samples the same number of prompts
-    local_prompts, local_sampled = cfg.prompts_per_step // world, sampled_prompts // world
-    for step in range(start_step + 1, run.max_steps + 1):
-        seed_step(run.seed, step, rank)
-        if hasattr(policy, "set_step"):
-            policy.set_step(step)
-        t0 = time.perf_counter()
+def checkpoint(run: TrainingRun, step: int) -> None:
+    """Save a checkpoint, unless the weights or the optimizer state hold NaN/inf (then keep the previous ones)."""
+    if not all_finite(run.parameters) or not all_finite(optimizer_state_tensors(run.optimizer)):
+        run.accelerator.print(f"step {step}: not saving a checkpoint: the weights or the optimizer state hold NaN/inf")
+        return
+    config = to_dict(run.config)
+    save_checkpoint(
+        run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config
+    )
 
-        # 3a. Rollout: this process's share of the step's prompts, G samples each.
-        taken = stream.take(sampled_prompts)[rank * local_sampled : (rank + 1) * local_sampled]
-        stream_ids = torch.tensor([position for position, _ in taken])
-        rollout = policy.rollout([row for _, row in taken], cfg.group_size)
-        rollout.group_ids = stream_ids[rollout.group_ids]
-        t_rollout = time.perf_counter() - t0
 
-        # 3b. Rewards [n, K]; advantages over the global batch (after one scoring pass without gradient when
-        # needed) with optional per-action credit; optional zero-variance group drop.
-        lengths = rollout.action_mask.sum(1).long().tolist()
-        reward_table, reward_errors = rewards(rollout.rows, rollout.outputs, completion_length=lengths)
-        inputs = update_inputs(policy, rollout, reward_table, rewards, cfg, advantage_state, step / run.max_steps)
-        adv, advantages, old_logp = inputs.step, inputs.advantages, inputs.old_logp
-        keep = torch.arange(len(rollout))
-        if cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled:
-            keep = (~adv.zero_std).nonzero().flatten()
-        if cfg.dynamic_sampling.enabled:  # at most the step's prompt count of informative groups
-            kept_groups = rollout.group_ids[keep].unique_consecutive()[:local_prompts]
-            keep = keep[torch.isin(rollout.group_ids[keep], kept_groups)]
-        update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
-        t1 = time.perf_counter()
+def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFiniteTrainingError | None:
+    """Count steps whose every update was skipped for non-finite values and return the error that stops the run after
+    ``run.max_consecutive_skips`` of them; print collapse warnings."""
+    reason = record.pop("guard/skip_reason", "")
+    run.skipped_in_a_row = run.skipped_in_a_row + 1 if reason and record["guard/optimizer_steps"] == 0 else 0
+    if reason:
+        skipped = int(record["guard/skipped_optimizer_steps"])
+        run.accelerator.print(f"step {step}: skipped {skipped} update(s): {reason}")
+    if run.skipped_in_a_row >= run.config.run.max_consecutive_skips:
+        newest = list_checkpoints(run.out)
+        saved = f"the newest checkpoint, {newest[-1]}, holds finite weights" if newest else "no checkpoint was written"
+        return NonFiniteTrainingError(
+            f"step {step}: the last {run.skipped_in_a_row} steps skipped every update because {reason}. The run stops "
+            f"(run.max_consecutive_skips = {run.config.run.max_consecutive_skips}); {saved}. Lower optim.lr, check "
+            "the rewards, or resume from an earlier checkpoint."
+        )
+    for message in run.collapse.check(step, record, run.parameters):
+        run.accelerator.print(message)
+    return None
 
-        # 3c. Update.
-        update_metrics = run_update(
-            policy, update_rollout, advantages[keep], None if old_logp is None else old_logp[keep], cfg,
-            optimizer, scheduler, parameters, config.optim.max_grad_norm, accelerator.autocast,
-            group_reward_std=adv.group_reward_std[keep], group_mean=adv.group_mean[keep], progress=step / run.max_steps,
-        )  # fmt: skip
-        t_update = time.perf_counter() - t1
 
-        # 3d. Metrics, samples, evaluation, checkpoint.
-        record = _step_record(step, rollout, reward_table, reward_errors, rewards.labels, adv, update_metrics)
-        record["num_trained_samples"] = len(keep)
-        record |= rewards.take_metrics()
-        record |= {"time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t0}
-        if main:
-            metrics_log.append(record)
-            if run.trackers:
-                accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
-            if run.sample_every and step % run.sample_every == 0:
-                dump_samples(out / "samples", step, [prompt_text(r) for r in rollout.rows], rollout.outputs,
-                             adv.combined_reward.tolist(), run.samples_per_dump)  # fmt: skip
-            _report(progress, record, step, run.log_every)
-        if config.eval.every and step % config.eval.every == 0 and step < run.max_steps:
-            last_eval = run_eval(step)
-        out_of_time = run.max_time_minutes is not None and time.monotonic() - started > 60 * run.max_time_minutes
-        out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # every process stops together
-        if main and ((run.save_every and step % run.save_every == 0) or step == run.max_steps or out_of_time):
-            save_checkpoint(out, step, policy, optimizer, scheduler, state_of(stream, advantage_state), run.keep_last)
-        accelerator.wait_for_everyone()
-        if out_of_time:  # checkpointed just above
-            accelerator.print(f"run.max_time_minutes = {run.max_time_minutes} reached after step {step}")
-            break
+def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
+    """One step: rollout of this process's prompts, rewards, advantages and credit, optional group filter, update.
+    Returns the step's metrics record, the rollout and its advantages."""
+    config, cfg = run.config, run.config.algorithm
+    seed_step(config.run.seed, step, run.rank)
+    run.policy.on_step(step)
+    t0 = time.perf_counter()
 
-    # 4. Final evaluation and plots.
-    if progress is not None:
-        progress.close()
-    last_eval = run_eval(step) if eval_rows else last_eval
-    if main:
+    # Rollout: this process's share of the step's prompts, G samples each, with the structure the method needs.
+    sampled = cfg.prompts_to_sample()
+    sampled += -sampled % run.world  # every process samples the same number of prompts
+    local_sampled = sampled // run.world
+    taken = run.stream.take(sampled)[run.rank * local_sampled : (run.rank + 1) * local_sampled]
+    stream_ids = torch.tensor([position for position, _ in taken])
+    rollout = run.policy.rollout([row for _, row in taken], cfg.group_size, request=rollout_request(run))
+    rollout.group_ids = stream_ids[rollout.group_ids]
+    t_rollout = time.perf_counter() - t0
+
+    # Rewards [n, K]; advantages over the global batch, then per-action credit; optional zero-variance group filter.
+    lengths = rollout.action_mask.sum(1).long().tolist()
+    reward_table, reward_errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
+    progress = step / config.run.max_steps
+    inputs = update_inputs(run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress)
+    adv = inputs.step
+    keep = alg.informative_groups(
+        rollout.group_ids, adv.zero_std,
+        drop_zero_std=cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled,
+        max_groups=cfg.prompts_per_step // run.world if cfg.dynamic_sampling.enabled else None,
+    )  # fmt: skip
+    update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
+    t1 = time.perf_counter()
+
+    batch = UpdateBatch(
+        advantages=inputs.advantages[keep],
+        old_logp=None if inputs.old_logp is None else inputs.old_logp[keep],
+        group_reward_std=adv.group_reward_std[keep],
+        group_mean=adv.group_mean[keep],
+        progress=progress,
+    )
+    update_metrics = run_update(
+        run.policy, update_rollout, batch, cfg, run.optimizer, run.scheduler, run.parameters,
+        config.optim.max_grad_norm, run.accelerator.autocast,
+    )  # fmt: skip
+    t_update = time.perf_counter() - t1
+
+    record = _step_record(step, rollout, reward_table, reward_errors, run.rewards.labels, adv, update_metrics)
+    record["num_trained_samples"] = len(keep)
+    record |= run.rewards.take_metrics()
+    record |= {"time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t0}
+    return record, rollout, adv
+
+
+def rollout_request(run: TrainingRun) -> RolloutRequest:
+    """The rollout structure the configured methods read, and the reward probe for families that measure rewards of
+    intermediate states."""
+    structure = frozenset(run.config.algorithm.needs()) & frozenset(alg.STRUCTURE_FIELDS)
+    probe = run.rewards.weighted_sum if "step_rewards" in structure else None
+    return RolloutRequest(structure=structure, reward_probe=probe)
+
+
+def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollout, adv: StepAdvantages, progress):
+    """Append the record to ``metrics.jsonl`` and the trackers, dump samples, report progress (main process)."""
+    if not run.main:
+        return
+    run_cfg = run.config.run
+    run.metrics_log.append(record)
+    if run_cfg.trackers:
+        run.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
+    if run_cfg.sample_every and step % run_cfg.sample_every == 0:
+        dump_samples(run.out / "samples", step, [prompt_text(r) for r in rollout.rows], rollout.outputs,
+                     adv.combined_reward.tolist(), run_cfg.samples_per_dump)  # fmt: skip
+    _report(progress, record, step, run_cfg.log_every)
+
+
+def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
+    """Held-out evaluation on the main process, appended to ``eval.jsonl``."""
+    result = {}
+    if run.eval_rows and run.main:
+        eval_cfg = run.config.eval
+        result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
+                                           accuracy_reward=eval_cfg.accuracy_reward)}  # fmt: skip
+        run.eval_log.append(result)
+        run.accelerator.print(
+            f"step {step}: held-out accuracy {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts"
+        )
+    run.accelerator.wait_for_everyone()
+    return result
+
+
+def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, Any]:
+    """Final evaluation, ``eval.json`` and the reward-curve plot; returns the final evaluation (or last metrics)."""
+    last_eval = run_eval(run, step) if run.eval_rows else last_eval
+    if run.main:
         if last_eval:
-            (out / "eval.json").write_text(json.dumps(last_eval, indent=2))
-        plot_curves(metrics_log.read(), eval_log.read(), out / "reward_curve.png")
-    if run.trackers:
-        accelerator.end_training()
-    return last_eval or (metrics_log.read()[-1] if main and metrics_log.read() else {})
+            (run.out / "eval.json").write_text(json.dumps(last_eval, indent=2))
+        plot_curves(run.metrics_log.read(), run.eval_log.read(), run.out / "reward_curve.png")
+    if run.config.run.trackers:
+        run.accelerator.end_training()
+    return last_eval or (run.metrics_log.read()[-1] if run.main and run.metrics_log.read() else {})
 
 
-def state_of(stream: PromptStream, advantage_state: alg.AdvantageState | None) -> dict[str, Any]:
-    """What a checkpoint needs beyond weights and optimizer: the data position and estimator statistics."""
-    extra = {"advantage_state": advantage_state.state_dict()} if advantage_state is not None else {}
-    return {"data_cursor": stream.cursor, "extra": extra}
+def state_of(run: TrainingRun) -> dict[str, Any]:
+    """What a checkpoint needs beyond weights, optimizer and policy state: the data position and estimator
+    statistics."""
+    extra = {"advantage_state": run.advantage_state.state_dict()} if run.advantage_state is not None else {}
+    return {"data_cursor": run.stream.cursor, "extra": extra}
 
 
 def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Rewards of one step -> advantages, computed over the GLOBAL batch (all processes) and sliced back per process,
-then per-action credit: everything the update needs besides the rollout (:func:`update_inputs`)."""
+"""Rewards of one step -> advantages over the GLOBAL batch (all processes), sliced back per process, then per-action
+credit: everything the update needs besides the rollout (:func:`update_inputs`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import torch
 from torch import Tensor
 
 from genalign import algorithms as alg
+from genalign.algorithms.credit import rule_needs
 from genalign.config.schema import AlgorithmConfig
-from genalign.policies.base import Policy, Rollout
+from genalign.policies.base import Policy, Rollout, ScoreRequest
 from genalign.trainer.distributed import all_gather_cat, rank_and_world
-from genalign.trainer.rewards import RewardSet
-from genalign.trainer.update import score_without_grad
+from genalign.trainer.update import ScoredBatch, score_without_grad
 
 
 @dataclass
@@ -81,54 +81,64 @@ class UpdateInputs:
     old_logp: Tensor | None  # [n, T] behaviour log-probs, or None when the update is fully on-policy
 
 
+def needs_rescored_old_logp(cfg: AlgorithmConfig, policy: Policy) -> bool:
+    """The old log-probs must come from a scoring pass before the update: the objective reads them, the update takes
+    more than one optimizer step per rollout, and the sampler's log-probs are not exact."""
+    uses_old_logp = alg.OBJECTIVES.meta(cfg.objective).get("uses_old_logp", True)
+    return uses_old_logp and not cfg.fully_on_policy and not policy.capabilities.rollout_logp_is_exact
+
+
+def prepass_request(cfg: AlgorithmConfig, policy: Policy) -> ScoreRequest | None:
+    """What the scoring pass before the update must compute, or None when no such pass is needed: old log-probs when
+    the sampler's are not exact and the update is not fully on-policy, entropy / KL for the credit rules, KL for
+    KL-in-reward."""
+    needs = rule_needs(cfg.credit)
+    kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
+    need_old = needs_rescored_old_logp(cfg, policy)
+    if not (need_old or "entropy" in needs or "kl" in needs or kl_in_reward):
+        return None
+    kl_estimator = "k1" if "kl" in needs else cfg.kl_estimator if kl_in_reward else None
+    return ScoreRequest(entropy="entropy" in needs, kl_estimator=kl_estimator)
+
+
 def update_inputs(
     policy: Policy,
     rollout: Rollout,
     reward_table: Tensor,
-    rewards: RewardSet,
+    reward_weights: Tensor,
     cfg: AlgorithmConfig,
     state: alg.AdvantageState | None,
     progress: float,
 ) -> UpdateInputs:
-    """Advantages and old log-probs for one rollout: an optional scoring pass without gradient (old log-probs when the
-    sampler's are not exact, entropy for credit, KL for KL-in-reward), group-relative advantages over the global
-    batch, then per-action credit (the policy's dense step rewards or per-depth tree credit, a credit option, future
-    KL, the policy's per-action weights).
+    """Advantages and old log-probs for one rollout: an optional scoring pass without gradient
+    (:func:`prepass_request`), group-relative advantages over the global batch, then the configured credit rules.
 
     Args:
-        reward_table: ``[n, K]`` rewards of the rollout (NaN = not applicable); progress: ``step / max_steps``.
+        reward_table: ``[n, K]`` rewards of the rollout (NaN = not applicable); reward_weights: ``[K]``;
+        progress: ``step / max_steps``.
     """
+    request = prepass_request(cfg, policy)
+    prepass = ScoredBatch()
+    if request is not None:
+        prepass = score_without_grad(policy, rollout, cfg.micro_batch_size, request)
     kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
-    need_old = not cfg.fully_on_policy and not policy.rollout_logp_is_exact
-    prepass = None
-    if need_old or cfg.credit != "none" or kl_in_reward or cfg.future_kl_coef:
-        prepass = score_without_grad(
-            policy, rollout, cfg.micro_batch_size, entropy=cfg.credit != "none",
-            kl_estimator="k1" if cfg.future_kl_coef else cfg.kl_estimator if kl_in_reward else None,
-        )  # fmt: skip
     kl_per_sample = (prepass.kl * rollout.action_mask).sum(1) if kl_in_reward else None  # [n]
 
-    adv = step_advantages(reward_table, rollout.group_ids, rewards.weights, cfg, kl_per_sample, state)
-    advantages = adv.advantages  # [n]
-    dense = getattr(policy, "dense_step_advantages", None)  # DenseGRPO: reward gain of each step, per step
-    dense_advantages = dense(rollout, rewards.weighted_sum) if callable(dense) else None
-    if dense_advantages is not None:
-        advantages = dense_advantages  # [n, T]
-    per_action_hook = getattr(policy, "per_action_advantages", None)  # e.g. per-depth credit of tree rollouts
-    if callable(per_action_hook):
-        advantages = per_action_hook(rollout, advantages)  # [n] or [n, T]
-    if cfg.credit != "none":
-        weights = alg.CREDIT_WEIGHTS.get(cfg.credit)(
-            advantages, rollout.action_mask, prepass.entropy, logp=rollout.old_logp, progress=progress,
-            **cfg.credit_args,
-        )  # fmt: skip
-        advantages = advantages[:, None] * weights  # [n, T]
-    if cfg.future_kl_coef:  # [75]: reverse-KL return-to-go, after normalisation
-        advantages = alg.future_kl_advantages(advantages, prepass.kl, rollout.action_mask, coef=cfg.future_kl_coef)
-    if "action_weights" in rollout.per_sample:  # per-action weights chosen by the policy (e.g. noise-aware)
-        per_action = advantages if advantages.dim() == 2 else advantages[:, None]  # [n, T] or [n, 1]
-        advantages = per_action * rollout.per_sample["action_weights"]  # [n, T]
-    old_logp = None
-    if not cfg.fully_on_policy:
-        old_logp = rollout.old_logp if policy.rollout_logp_is_exact else prepass.old_logp
+    adv = step_advantages(reward_table, rollout.group_ids, reward_weights, cfg, kl_per_sample, state)
+    inputs = alg.CreditInputs(
+        sample_advantages=adv.advantages,
+        mask=rollout.action_mask,
+        group_ids=rollout.group_ids,
+        behaviour_logp=rollout.old_logp,
+        entropy=prepass.entropy,
+        kl=prepass.kl,
+        structure=rollout.structure,
+        progress=progress,
+    )
+    advantages = alg.apply_credit(cfg.credit_rules(), adv.advantages, inputs)  # [n] or [n, T]
+    old_logp = None  # None: the update uses the detached current log-probs (ratio exactly 1)
+    if not cfg.fully_on_policy and policy.capabilities.rollout_logp_is_exact:
+        old_logp = rollout.old_logp
+    elif needs_rescored_old_logp(cfg, policy):
+        old_logp = prepass.logp
     return UpdateInputs(adv, advantages, old_logp)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 from genalign.algorithms import docs
 
 
@@ -39,3 +42,22 @@ def test_every_catalogue_method_is_documented_with_its_source():
     text = docs.render()
     missing = [n for n in ISSUE_8_SOURCES if f"[{n}]" not in text]
     assert not missing, f"no option cites {missing}"
+
+
+READING_CHOSEN = re.compile(r"reading chosen|form inferred|genalign's form", re.IGNORECASE)
+
+
+def test_experimental_tier_is_exactly_the_options_whose_form_genalign_chose():
+    """An option whose docstring says the form was chosen by us from an abstract is in the experimental tier, and only
+    those are; the docs table shows the tier of every option."""
+    text = docs.render()
+    for registry in docs.SECTIONS:
+        for name in registry.names():
+            meta = registry.meta(name)
+            chosen = bool(
+                READING_CHOSEN.search(inspect.getdoc(registry.get(name)) or "")
+                or READING_CHOSEN.search(meta.get("source", ""))
+            )
+            assert bool(meta.get("experimental")) == chosen, f"{registry.kind} {name!r}: tier and docstring disagree"
+            tier = "experimental" if chosen else "stable"
+            assert f"| {registry.kind} | `{name}` | {tier} |" in text

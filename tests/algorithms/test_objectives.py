@@ -1,4 +1,5 @@
-"""wd1's ratio-free weighted likelihood and the SPG objective, checked against hand-computed values."""
+"""The objective registry: one signature for the ratio, likelihood-weighted and likelihood-free objectives; wd1's
+ratio-free weighted likelihood and the SPG objective checked against hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms.weighted_likelihood import LIKELIHOOD_OBJECTIVES, group_softmax, spg_loss, wd1_loss
+from genalign.algorithms import OBJECTIVES, ObjectiveContext, ScoreOutput, policy_loss
+from genalign.algorithms.objectives import group_softmax, spg_loss, wd1_loss
 
 
 def test_group_softmax_normalises_within_each_group():
@@ -57,5 +59,19 @@ def test_spg_uses_the_lower_bound_for_positive_and_the_upper_for_negative_advant
         spg_loss(logp[:, :1], logp[:, :1], advantages, torch.ones(2, 1), group_ids=torch.tensor([0, 0]))
 
 
-def test_registry_lists_both_objectives():
-    assert LIKELIHOOD_OBJECTIVES.names() == ["spg", "wd1"]
+def test_registry_holds_every_objective_with_one_signature():
+    assert OBJECTIVES.names() == ["clipped_ratio", "nft", "spg", "wd1"]
+    logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.5]], requires_grad=True)
+    old, mask, groups = logp.detach() - 0.1, torch.ones(2, 2), torch.tensor([0, 0])
+    advantages = torch.tensor([2.0, -3.0])
+    context = ObjectiveContext(old_logp=old, mask=mask, group_ids=groups)
+    loss, _ = OBJECTIVES.get("clipped_ratio")(ScoreOutput(logp=logp), advantages, context, eps_low=0.2, eps_high=0.2)
+    expected, _ = policy_loss(logp, old, advantages, mask, eps_low=0.2, eps_high=0.2)
+    assert torch.equal(loss, expected)
+    loss, _ = OBJECTIVES.get("wd1")(ScoreOutput(logp=logp), advantages, context, temperature=2.0)
+    assert torch.equal(loss, wd1_loss(logp, old, advantages, mask, group_ids=groups, temperature=2.0)[0])
+    loss, _ = OBJECTIVES.get("spg")(ScoreOutput(logp=logp), advantages, context)
+    assert torch.equal(loss, spg_loss(logp, old, advantages, mask, group_ids=groups)[0])
+    with pytest.raises(ValueError, match=r"needs context\.old_logp"):
+        OBJECTIVES.get("clipped_ratio")(ScoreOutput(logp=logp), advantages, ObjectiveContext(mask=mask))
+    assert OBJECTIVES.meta("nft")["needs"] == ("velocity",) and OBJECTIVES.meta("clipped_ratio")["ratio"]

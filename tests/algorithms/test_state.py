@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genalign.algorithms import compute_advantages, make_advantage_state
-from genalign.algorithms.state import EmpiricalBayesPrior, RewardHistory, RunningMoments
+from genalign.algorithms.advantages.state import EmpiricalBayesPrior, RewardHistory, RunningMoments
 
 
 def test_running_moments_match_the_whole_stream():

@@ -77,7 +77,7 @@ def test_vocabulary_regularisers_load_for_token_policies_only(tmp_path, name):
         load_config(path, [f"algorithm.regularizer={name}"])
     message = str(err.value)
     assert f"algorithm.regularizer = {name!r}" in message and "policy.family = 'flow'" in message
-    assert "supported for policy.family in causal_lm, vlm" in message
+    assert "Families whose default options supply 'vocab_term': causal_lm, vlm" in message
 
 
 def test_vocabulary_regulariser_values_are_checked_at_load(tmp_path):

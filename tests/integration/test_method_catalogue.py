@@ -22,6 +22,7 @@ from genalign import algorithms as alg
 from genalign.config import ConfigError, from_dict, load_config, to_dict
 from genalign.config.core import apply_overrides
 from genalign.config.schema import TrainConfig
+from genalign.policies.causal_lm import CausalLMPolicyConfig
 from genalign.trainer import train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,6 +61,14 @@ def demo_config(overrides: list[str], output_dir: Path) -> TrainConfig:
     return from_dict(TrainConfig, apply_overrides(json.loads(json.dumps(FALLBACK_PRESET)), everything))
 
 
+#: credit rules the causal LM supplies inputs for (the flow rules run in tests/policies/test_contract.py)
+LM_CREDIT_RULES = [
+    name
+    for name in alg.CREDIT_RULES.names()
+    if not CausalLMPolicyConfig().capabilities().missing(alg.CREDIT_RULES.meta(name).get("needs", ()))
+]
+
+
 def _cycle(names: list[str], count: int) -> list[str]:
     return list(itertools.islice(itertools.cycle(names), count))
 
@@ -73,7 +82,7 @@ def _cases() -> list[dict[str, Any]]:
         "ratio_level": _cycle(alg.RATIO_LEVELS.names(), count),
         "clip": _cycle(clips, count),
         "reward_combination": _cycle(alg.REWARD_COMBINERS.names(), count),
-        "credit": _cycle(alg.CREDIT_WEIGHTS.names(), count),
+        "credit": _cycle(["none", *LM_CREDIT_RULES], count),
         "aggregation": _cycle(alg.AGGREGATIONS.names(), count),
     }
     cases = [{key: values[i] for key, values in columns.items()} for i in range(count)]
@@ -82,7 +91,9 @@ def _cases() -> list[dict[str, Any]]:
 
 
 def _overrides(case: dict[str, Any]) -> list[str]:
-    items = [f"algorithm.{key}={value}" for key, value in case.items()]
+    items = [f"algorithm.{key}={value}" for key, value in case.items() if key != "credit"]
+    if case.get("credit", "none") != "none":
+        items.append(f"algorithm.credit=[{case['credit']}]")
     if case.get("aggregation") == "seq_mean_token_sum_norm":
         items.append("algorithm.aggregation_args={max_len: 5}")
     return items
@@ -97,7 +108,8 @@ def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
     assert used["ratio_level"] == set(alg.RATIO_LEVELS.names())
     assert used["clip"] == set(alg.CLIP_FORMS.names())
     assert used["reward_combination"] == set(alg.REWARD_COMBINERS.names())
-    assert used["credit"] == set(alg.CREDIT_WEIGHTS.names())
+    assert used["credit"] == {"none", *LM_CREDIT_RULES}
+    assert set(LM_CREDIT_RULES) >= {"entropy_weighted", "high_entropy_tokens", "future_kl", "polarity_token_weights"}
     assert used["aggregation"] == set(alg.AGGREGATIONS.names())
 
 
@@ -105,7 +117,8 @@ def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
 def test_option_combination_trains_the_lm_demo(case, tmp_path):
     torch.manual_seed(0)
     config = demo_config(_overrides(case), tmp_path)
-    assert all(to_dict(config.algorithm)[key] == value for key, value in case.items())
+    expected = {**case, "credit": [] if case.get("credit", "none") == "none" else [case["credit"]]}
+    assert all(to_dict(config.algorithm)[key] == value for key, value in expected.items() if key in case)
     result = train(config)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -119,7 +132,7 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "likelihood_preserving": ["algorithm.regularizer=likelihood_preserving", "algorithm.regularizer_coef=0.1"],
     "mastery_hinge_kl": ["algorithm.regularizer=mastery_hinge_kl"],
     "entropy_split_kl": ["algorithm.regularizer=entropy_split_kl", "algorithm.regularizer_coef=0.05"],
-    "future_kl": ["algorithm.future_kl_coef=0.01"],
+    "future_kl": ["algorithm.credit=[future_kl]", "algorithm.credit_args={future_kl: {coef: 0.01}}"],
     "empirical_bayes_state": ["algorithm.advantage=empirical_bayes"],
     "low_probability": ["algorithm.regularizer=low_probability", "algorithm.regularizer_coef=0.1"],
     "distribution_entropy": [
@@ -129,8 +142,8 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.clip=log_fidelity", "algorithm.regularizer=hazard_penalty", "algorithm.regularizer_coef=0.1",
     ],
     "a3po_polarity_token_weights": [
-        "algorithm.advantage=asymmetric", "algorithm.credit=polarity_token_weights",
-        "algorithm.credit_args={anneal: true}",
+        "algorithm.advantage=asymmetric", "algorithm.credit=[polarity_token_weights]",
+        "algorithm.credit_args={polarity_token_weights: {anneal: true}}",
     ],
 }  # fmt: skip
 

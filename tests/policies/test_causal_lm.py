@@ -1,8 +1,9 @@
-"""Causal-LM policy adapter: on-policy exactness, masks, chunked log-probs, LoRA, reference model, prompts, config."""
+"""Causal-LM policy adapter: on-policy exactness, masks, chunked log-probs, token features, rollout structure, LoRA,
+reference model, prompts, resumable state, config."""
 
 from __future__ import annotations
 
-import copy
+import io
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from genalign.algorithms import bind_vocab_term
-from genalign.policies.base import Policy
+from genalign.policies.base import Policy, PolicyCapabilities, RolloutRequest, ScoreRequest
 from genalign.policies.causal_lm import CausalLMPolicyConfig, LoRAConfig, build_policy
 from genalign.policies.lm.logprobs import (
     naive_completion_logprobs,
@@ -55,13 +56,13 @@ def test_score_reproduces_rollout_and_is_micro_batch_invariant(model_dirs, arch,
     assert (first - pieces).abs().max().item() <= 1e-6
     assert (first - rollout.old_logp).abs().max().item() < 1e-4  # behaviour log-probs from the engine's KV cache
     assert torch.all(first[rollout.action_mask == 0] == 0)
-    assert policy.rollout_logp_is_exact is False
+    assert policy.capabilities.rollout_logp_is_exact is False
 
 
 def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
     policy = make_policy(model_dirs, max_new_tokens=6)
     eos = policy.tokenizer.eos_token_id
-    head = policy.causal_lm.get_output_embeddings()
+    head = policy.hf_model.get_output_embeddings()
     head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([eos]), 2.5))
     rollout = policy.rollout(PROMPTS, group_size=4)
     data = rollout.per_sample
@@ -71,9 +72,9 @@ def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
         ids = data["completion_ids"][row]
         ended = ids[n - 1].item() == eos
         assert eos not in ids[: n - 1].tolist()
-        assert bool(data["truncated"][row]) == (not ended)
+        assert bool(rollout.structure.truncated[row]) == (not ended)
         assert not ended or data["completion_ids"][row, n:].eq(policy.pad_token_id).all()
-        if data["truncated"][row]:
+        if rollout.structure.truncated[row]:
             assert n == 6
     assert data["prompt_mask"][:, 0].sum() < len(rollout), "prompts are left-padded"
     assert data["prompt_mask"][:, -1].all()
@@ -83,7 +84,7 @@ def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
 def test_empty_completion_has_exactly_one_action(model_dirs):
     policy = make_policy(model_dirs)
     eos = policy.tokenizer.eos_token_id
-    head = policy.causal_lm.get_output_embeddings()
+    head = policy.hf_model.get_output_embeddings()
     head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([eos]), 50.0))
     rollout = policy.rollout(PROMPTS[:1], group_size=2)
     assert rollout.outputs == ["", ""]
@@ -95,10 +96,10 @@ def test_empty_completion_has_exactly_one_action(model_dirs):
 def test_stop_strings_end_the_completion_and_are_cut_from_text(model_dirs):
     policy = make_policy(model_dirs, stop=["STOP"], max_new_tokens=10)
     stop_id = policy.tokenizer.convert_tokens_to_ids("STOP")
-    head = policy.causal_lm.get_output_embeddings()
+    head = policy.hf_model.get_output_embeddings()
     head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([stop_id]), 4.0))
     rollout = policy.rollout(PROMPTS[:1], group_size=8)
-    stopped = ~rollout.per_sample["truncated"]
+    stopped = ~rollout.structure.truncated
     assert stopped.sum() >= 4
     for row in torch.nonzero(stopped).flatten().tolist():
         n = int(rollout.action_mask[row].sum())
@@ -111,9 +112,9 @@ def test_chunked_logprobs_and_entropy_equal_the_naive_full_logits(model_dirs, ch
     policy = make_policy(model_dirs, logprob_chunk_size=chunk_size, temperature=0.7)
     rollout = policy.rollout(PROMPTS, group_size=2)
     data = rollout.per_sample
-    score = policy.score(rollout, entropy=True)
+    score = policy.score(rollout, ScoreRequest(entropy=True))
     naive = naive_completion_logprobs(
-        policy.causal_lm,
+        policy.hf_model,
         data["prompt_ids"],
         data["prompt_mask"],
         data["completion_ids"],
@@ -122,8 +123,8 @@ def test_chunked_logprobs_and_entropy_equal_the_naive_full_logits(model_dirs, ch
     )
     torch.testing.assert_close(score.logp, naive, atol=1e-5, rtol=0)
     # Entropy by hand for one token.
-    hidden = torch.randn(1, 1, policy.causal_lm.config.hidden_size)
-    head = policy.causal_lm.get_output_embeddings()
+    hidden = torch.randn(1, 1, policy.hf_model.config.hidden_size)
+    head = policy.hf_model.get_output_embeddings()
     entropy = token_scores_from_hidden(
         hidden, torch.tensor([[3]]), torch.ones(1, 1), head, temperature=0.7, chunk_size=chunk_size, with_entropy=True
     ).entropy
@@ -139,7 +140,7 @@ def test_chunked_gradients_equal_naive_gradients(model_dirs):
     chunked = [p.grad.clone() for p in policy.trainable_parameters()]
     policy.model.zero_grad()
     naive_completion_logprobs(
-        policy.causal_lm,
+        policy.hf_model,
         data["prompt_ids"],
         data["prompt_mask"],
         data["completion_ids"],
@@ -198,25 +199,25 @@ def test_reference_with_adapters_disabled_equals_the_base_model(model_dirs):
     rollout = policy.rollout(PROMPTS, group_size=2)
     with torch.no_grad():
         torch.testing.assert_close(policy.reference_logprobs(rollout), base.score(rollout).logp, atol=1e-6, rtol=0)
-    score = policy.score(rollout, kl_estimator="k3")
+    score = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
     assert score.kl.shape == rollout.action_mask.shape and (score.kl >= 0).all() and score.kl.sum() > 0
 
 
 def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs):
     policy = make_policy(model_dirs, reference="auto")
-    assert policy.reference_mode == "frozen_copy" and policy._frozen_reference is None
+    assert policy.reference.mode == "frozen_copy" and not policy.reference.loaded
     rollout = policy.rollout(PROMPTS, group_size=2)
-    assert policy._frozen_reference is None
-    score = policy.score(rollout, kl_estimator="k3")
-    assert policy._frozen_reference is not None
+    assert not policy.reference.loaded
+    score = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
+    assert policy.reference.loaded
     assert score.kl.abs().max().item() < 1e-6
     with torch.no_grad():
         for param in policy.trainable_parameters():
             param.add_(0.05 * torch.randn_like(param))
-    assert policy.score(rollout, kl_estimator="k3").kl.sum() > 0
+    assert policy.score(rollout, ScoreRequest(kl_estimator="k3")).kl.sum() > 0
     none_policy = make_policy(model_dirs, reference="none")
     with pytest.raises(ValueError, match="reference='none'"):
-        none_policy.score(rollout, kl_estimator="k1")
+        none_policy.score(rollout, ScoreRequest(kl_estimator="k1"))
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
@@ -261,12 +262,27 @@ def rollout_prompt(rollout):
     return rollout.per_sample["prompt_ids"], rollout.per_sample["prompt_mask"]
 
 
-def test_sampler_state_roundtrip_reproduces_rollouts(model_dirs):
+def _saved_and_loaded(state):
+    """``state`` through ``torch.save`` / ``torch.load(weights_only=True)``, as the trainer's checkpoints do."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def test_state_dict_roundtrip_restores_the_sampler(model_dirs):
     policy = make_policy(model_dirs)
-    state = copy.deepcopy(policy.state_dict_extra())
-    first = policy.rollout(PROMPTS, group_size=2).outputs
-    policy.load_state_dict_extra(state)
-    assert policy.rollout(PROMPTS, group_size=2).outputs == first
+    policy.rollout(PROMPTS, group_size=2)  # move the generator away from its seed
+    state = _saved_and_loaded(policy.state_dict())
+    assert set(state) == {"generator"}
+    after_save = policy.rollout(PROMPTS, group_size=2)
+    resumed = make_policy(model_dirs)  # a fresh process resuming from the checkpoint
+    resumed.load_state_dict(state)
+    again = resumed.rollout(PROMPTS, group_size=2)
+    assert again.outputs == after_save.outputs
+    assert torch.equal(again.per_sample["completion_ids"], after_save.per_sample["completion_ids"])
+    with pytest.raises(ValueError, match=r"policy state holds \['generator', 'seed_generator'\]"):
+        resumed.load_state_dict(state | {"seed_generator": state["generator"]})
 
 
 @pytest.mark.parametrize(
@@ -300,9 +316,8 @@ def test_head_logprob_and_entropy_gradients_equal_autograd_through_full_logits(f
     def objective(logp, entropy):
         return (logp * weights_logp).sum() + (entropy * weights_entropy).sum()
 
-    logp, entropy, _ = token_scores_from_hidden(
-        hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True
-    )
+    scores = token_scores_from_hidden(hidden, targets, mask, head, temperature=0.7, chunk_size=3, with_entropy=True)
+    logp, entropy = scores.logp, scores.entropy
     objective(logp, entropy).backward()
     got = [hidden.grad.clone(), linear.weight.grad.clone(), linear.bias.grad.clone()]
     for tensor in (hidden, linear.weight, linear.bias):
@@ -374,14 +389,14 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
     with torch.no_grad():
         plain = policy.score(rollout)
     assert plain.vocab_term is None
-    score = policy.score(rollout, vocab_term=term)
+    score = policy.score(rollout, ScoreRequest(vocab_term=term))
     assert torch.equal(score.logp.detach(), plain.logp)  # the term does not change the log-probs
     score.vocab_term.sum().backward()
     chunked = [p.grad.clone() for p in policy.trainable_parameters()]
     policy.model.zero_grad()
     ids = torch.cat([data["prompt_ids"], data["completion_ids"]], dim=1)
     attention = torch.cat([data["prompt_mask"], data["completion_mask"]], dim=1).long()
-    logits = policy.causal_lm(
+    logits = policy.hf_model(
         input_ids=ids, attention_mask=attention, position_ids=position_ids_from_mask(attention), use_cache=False
     ).logits  # [n, P + T, V]
     width = data["prompt_ids"].shape[1]
@@ -391,3 +406,125 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
     naive.sum().backward()
     for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# ---- capabilities, token features, rollout structure -------------------------------------------------------------
+def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
+    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden"})
+    structure = frozenset({"truncated", "segment_ids"})
+    assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
+    assert CausalLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
+    assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().score_features == (
+        features
+    )
+    assert make_policy(model_dirs, reference="none").capabilities.missing(["kl", "topk", "prefix_tree"]) == [
+        "kl",
+        "prefix_tree",
+    ]
+
+
+def _naive_features(policy, rollout, temperature: float, k: int):
+    """Top-k log-probs ``[n, T, k]`` and hidden states ``[n, T, H]`` through the full ``[n, P + T, V]`` logits."""
+    data = rollout.per_sample
+    ids = torch.cat([data["prompt_ids"], data["completion_ids"]], dim=1)
+    attention = torch.cat([data["prompt_mask"], data["completion_mask"]], dim=1).long()
+    width = data["prompt_ids"].shape[1]
+    mask = rollout.action_mask[..., None]  # [n, T, 1]
+    with torch.no_grad():
+        outputs = policy.hf_model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=position_ids_from_mask(attention),
+            use_cache=False,
+            output_hidden_states=True,
+        )
+    full_logits = outputs.logits[:, width - 1 : -1].float()  # [n, T, V]
+    topk = torch.topk((full_logits / temperature).log_softmax(-1), k).values * mask  # [n, T, k]
+    hidden = outputs.hidden_states[-1][:, width - 1 : -1] * mask  # [n, T, H] the backbone's last hidden states
+    return topk, hidden
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_topk_and_hidden_features_equal_the_naive_pass_for_every_chunk_size(model_dirs, arch):
+    policy = make_policy(model_dirs, arch, temperature=0.7)
+    rollout = policy.rollout(PROMPTS, group_size=3)
+    naive_topk, naive_hidden = _naive_features(policy, rollout, 0.7, k=5)
+    outputs = []
+    for chunk_size in (1, 3, int(rollout.action_mask.sum())):
+        policy.config.logprob_chunk_size = chunk_size
+        plain = policy.score(rollout).logp.detach()
+        out = policy.score(rollout, ScoreRequest(topk=5, hidden=True))  # with grad: the features stay detached
+        assert torch.equal(out.logp.detach(), plain)  # extra features leave the log-prob path untouched
+        assert out.topk_logp.shape == (*rollout.action_mask.shape, 5) and not out.topk_logp.requires_grad
+        assert out.hidden.shape == (*rollout.action_mask.shape, policy.hf_model.config.hidden_size)
+        assert not out.hidden.requires_grad and out.entropy is None and out.kl is None
+        torch.testing.assert_close(out.topk_logp, naive_topk, atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.hidden, naive_hidden, atol=1e-5, rtol=0)
+        assert torch.all(out.topk_logp[rollout.action_mask == 0] == 0) and torch.all(
+            out.hidden[rollout.action_mask == 0] == 0
+        )
+        assert torch.all(out.topk_logp[..., :-1] >= out.topk_logp[..., 1:])  # descending
+        outputs.append(out)
+    for other in outputs[1:]:
+        assert torch.equal(other.hidden, outputs[0].hidden)  # the head pass does not touch the hidden states
+        # BLAS picks another kernel for 1 or 3 rows than for many, so chunked logits agree to float rounding (as logp)
+        torch.testing.assert_close(other.topk_logp, outputs[0].topk_logp, atol=1e-6, rtol=0)
+
+
+def test_topk_larger_than_the_vocabulary_is_rejected(model_dirs):
+    policy = make_policy(model_dirs)
+    rollout = policy.rollout(PROMPTS[:1], group_size=1)
+    with pytest.raises(ValueError, match=r"topk=97 must be in \[0, 96\]"):
+        policy.score(rollout, ScoreRequest(topk=97))
+
+
+def _segment_tokenizer():
+    """A word-level tokenizer whose single tokens decode to the texts the segment rule distinguishes."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>", "<unk>", "a", "b", ".", "?", "!", "3.14", "x\n", "end.", "e.g", "ok!\t"]
+    backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    return tokenizer, {w: i for i, w in enumerate(words)}
+
+
+def test_segment_ids_by_hand():
+    from genalign.policies.lm.segments import SegmentBoundaries
+
+    tokenizer, vocab = _segment_tokenizer()
+    segments = SegmentBoundaries(tokenizer)
+    boundary = {w for w, i in vocab.items() if segments.table()[i]}
+    assert boundary == {".", "?", "!", "x\n", "end.", "ok!\t"}  # "3.14" and "e.g": no whitespace or end after '.'
+    rows = [
+        ["a", ".", "b", "3.14", "x\n", "a", "e.g", "?", "<eos>", "<pad>"],
+        ["!", "ok!\t", "a", ".", "<pad>", "<pad>", "<pad>", "<pad>", "<pad>", "<pad>"],
+    ]
+    ids = torch.tensor([[vocab[w] for w in row] for row in rows])  # [2, 10]
+    mask = torch.tensor([[1] * 9 + [0], [1] * 3 + [0] * 7])  # the '.' of row 1 is padding: it starts nothing
+    expected = [[0, 0, 1, 1, 1, 2, 2, 2, 3, 3], [0, 1, 2, 2, 2, 2, 2, 2, 2, 2]]
+    assert segments(ids, mask).tolist() == expected and segments(ids, mask).dtype == torch.long
+    # ids beyond the tokenizer's vocabulary (padded embedding tables) are not boundaries
+    assert segments(torch.tensor([[5, 40, 5]]), torch.ones(1, 3)).tolist() == [[0, 1, 1]]
+
+
+def test_rollout_structure_holds_truncation_always_and_segment_ids_on_request(model_dirs):
+    policy = make_policy(model_dirs, max_new_tokens=12)
+    head = policy.hf_model.get_output_embeddings()
+    bias = torch.zeros(head.out_features)
+    bias[policy.tokenizer.convert_tokens_to_ids([".", "?"])] = 2.0  # sentence ends are frequent
+    head.bias = torch.nn.Parameter(bias)
+    plain = policy.rollout(PROMPTS, group_size=2)
+    assert plain.structure.present() == {"truncated"} and plain.structure.truncated.dtype == torch.bool
+    rollout = policy.rollout(PROMPTS, group_size=2, request=RolloutRequest(structure=frozenset({"segment_ids"})))
+    segment_ids = rollout.structure.segment_ids
+    assert segment_ids.shape == rollout.action_mask.shape and segment_ids.dtype == torch.long
+    assert torch.all(segment_ids[:, 1:] >= segment_ids[:, :-1])
+    for row, (ids, mask) in enumerate(zip(rollout.per_sample["completion_ids"], rollout.action_mask, strict=True)):
+        texts = [policy.tokenizer.decode([i], skip_special_tokens=True) for i in ids.tolist()]
+        ends = [bool(m) and (t in {".", "?", "!"} or "\n" in t) for t, m in zip(texts, mask.tolist(), strict=True)]
+        assert segment_ids[row].tolist() == [sum(ends[:t]) for t in range(len(ends))]  # loop vs vectorised
+    assert segment_ids.max() > 0
+    assert rollout.select([3, 0]).structure.segment_ids.tolist() == segment_ids[[3, 0]].tolist()

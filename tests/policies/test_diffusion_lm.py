@@ -1,7 +1,9 @@
-"""The masked diffusion LM policy: rollout, on-policy ratio 1 for every proxy, seeds per inner epoch, KL, errors."""
+"""The masked diffusion LM policy: rollout, on-policy ratio 1 for every proxy, seeds per inner epoch, KL, capabilities,
+resumable state, errors."""
 
 from __future__ import annotations
 
+import io
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -13,7 +15,7 @@ from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausa
 
 from genalign.algorithms import aggregate, loss_normalizer, policy_loss
 from genalign.policies import load_family
-from genalign.policies.base import Policy
+from genalign.policies.base import Policy, PolicyCapabilities, ScoreRequest
 from genalign.policies.diffusion_lm import DiffusionLMPolicyConfig, bidirectional_attention_bias, build_policy
 
 SPECIALS = ["[PAD]", "[MASK]", "[EOS]", "[UNK]"]
@@ -104,9 +106,9 @@ def test_inner_epochs_redraw_masks_only_when_asked(tiny_bert):
         policy = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1}, mask_seeds=mode)
         rollout = policy.rollout(ROWS, group_size=2)
         with torch.no_grad():
-            policy.set_inner_epoch(1)
+            policy.on_inner_epoch(1)
             epoch_one = policy.score(rollout).logp
-            policy.set_inner_epoch(0)
+            policy.on_inner_epoch(0)
             epoch_zero = policy.score(rollout).logp
         assert torch.equal(epoch_zero, rollout.old_logp)
         assert (not torch.equal(epoch_one, epoch_zero)) == should_change
@@ -133,11 +135,13 @@ def test_one_training_step_moves_the_likelihood_of_rewarded_samples(tiny_bert):
 def test_kl_to_the_frozen_reference_is_zero_before_training(tiny_bert):
     policy = make_policy(tiny_bert, likelihood_proxy="coupled")
     rollout = policy.rollout(ROWS, group_size=2)
-    scored = policy.score(rollout, kl_estimator="k2")
+    scored = policy.score(rollout, ScoreRequest(kl_estimator="k2"))
     assert scored.kl is not None and scored.kl.shape == rollout.action_mask.shape
     assert torch.allclose(scored.kl, torch.zeros_like(scored.kl), atol=1e-10)
     with pytest.raises(ValueError, match="no per-action entropy"):
-        policy.score(rollout, entropy=True)
+        policy.score(rollout, ScoreRequest(entropy=True))
+    with pytest.raises(ValueError, match="reference='none'"):
+        make_policy(tiny_bert, reference="none").score(rollout, ScoreRequest(kl_estimator="k1"))
 
 
 def test_save_and_load_round_trip(tiny_bert, tmp_path):
@@ -211,3 +215,31 @@ def test_causal_decoder_body_becomes_bidirectional(tmp_path):
     bias = bidirectional_attention_bias(a, torch.tensor([[0, 1, 1, 1]]), dtype=torch.float32)
     assert bias.shape == (1, 1, 4, 4) and (bias[0, 0, :, 0] < -1e30).all() and (bias[0, 0, :, 1:] == 0).all()
     assert len(policy.rollout(ROWS, group_size=2)) == 4
+
+
+def test_capabilities_are_declared_by_the_config():
+    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl"}), frozenset())
+    assert DiffusionLMPolicyConfig(reference="none").capabilities().score_features == frozenset()
+
+
+def test_state_dict_roundtrip_restores_sampler_mask_seeds_and_epoch(tiny_bert):
+    policy = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1})
+    policy.rollout(ROWS, group_size=2)  # move both generators away from their seeds
+    policy.on_inner_epoch(2)
+    buffer = io.BytesIO()
+    torch.save(policy.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert set(state) == {"generator", "seed_generator", "inner_epoch"} and state["inner_epoch"] == 2
+    after_save = policy.rollout(ROWS, group_size=2)
+    resumed = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1})
+    resumed.load_state_dict(state)
+    assert resumed.inner_epoch == 2
+    again = resumed.rollout(ROWS, group_size=2)
+    assert torch.equal(again.per_sample["completion_ids"], after_save.per_sample["completion_ids"])
+    assert torch.equal(again.per_sample["mask_seed"], after_save.per_sample["mask_seed"])
+    assert torch.equal(again.old_logp, after_save.old_logp)
+    with pytest.raises(ValueError, match="lacks 'inner_epoch'"):
+        resumed.load_state_dict({k: v for k, v in state.items() if k != "inner_epoch"})
+    with pytest.raises(ValueError, match=r"needs \['generator', 'seed_generator'\]"):
+        resumed.load_state_dict({"generator": state["generator"], "inner_epoch": 0})

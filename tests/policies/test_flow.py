@@ -1,5 +1,6 @@
 """Flow policy contract on tiny SD3 / FLUX / Wan: exact old log-probs, one full training step, windows, LoRA, EMA."""
 
+import math
 import os
 
 import numpy as np
@@ -7,10 +8,10 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline
 
-from genalign.algorithms import aggregate, compute_advantages, loss_normalizer, policy_loss
+from genalign.algorithms import CREDIT_RULES, CreditInputs, aggregate, compute_advantages, loss_normalizer, policy_loss
 from genalign.pipelines import FlowLogProbPipeline
 from genalign.policies import load_family
-from genalign.policies.base import Policy
+from genalign.policies.base import Policy, RolloutRequest, ScoreRequest
 from genalign.policies.flow import FlowPolicyConfig, build_policy
 from genalign.schedulers import TrainStepsConfig
 
@@ -52,18 +53,18 @@ def _perturb_lora(policy, scale: float = 0.05) -> None:
 
 def test_policy_satisfies_the_protocol_and_is_registered(model_dirs):
     policy = build_policy(_config(model_dirs))
-    assert isinstance(policy, Policy) and policy.rollout_logp_is_exact
+    assert isinstance(policy, Policy) and policy.capabilities.rollout_logp_is_exact
     assert load_family("flow").CONFIG_CLASS is FlowPolicyConfig
-    assert all("lora" in name for name, p in policy.transformer.named_parameters() if p.requires_grad)
+    assert all("lora" in name for name, p in policy.model.transformer.named_parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize("architecture", ["sd3", "flux", "wan"])
 def test_one_full_training_step(model_dirs, architecture):
     config = _config(model_dirs, architecture, train_steps=TrainStepsConfig(strategy="random_subset", fraction=0.5))
     policy = build_policy(config)
-    frozen = {n: p.detach().clone() for n, p in policy.transformer.named_parameters() if not p.requires_grad}
-    trainable = {n: p.detach().clone() for n, p in policy.transformer.named_parameters() if p.requires_grad}
-    text_encoder = next(policy.sampler.pipe.text_encoder.parameters()).detach().clone()
+    frozen = {n: p.detach().clone() for n, p in policy.model.transformer.named_parameters() if not p.requires_grad}
+    trainable = {n: p.detach().clone() for n, p in policy.model.transformer.named_parameters() if p.requires_grad}
+    text_encoder = next(policy.model.sampler.pipe.text_encoder.parameters()).detach().clone()
 
     rollout = policy.rollout(ROWS, group_size=2)
     assert rollout.old_logp.shape == rollout.action_mask.shape == (4, 4)
@@ -75,7 +76,7 @@ def test_one_full_training_step(model_dirs, architecture):
     advantages = compute_advantages("grpo", rewards, rollout.group_ids)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
 
-    scored = policy.score(rollout, kl_estimator="k3")
+    scored = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
     assert torch.equal(scored.logp.detach(), rollout.old_logp), "ratio must be exactly 1 before the update"
     assert torch.equal(scored.kl, torch.zeros_like(scored.kl)), "LoRA starts at zero: policy == reference"
     loss, metrics = policy_loss(
@@ -89,12 +90,14 @@ def test_one_full_training_step(model_dirs, architecture):
     policy.after_optimizer_step()
 
     changed = [
-        n for n, p in policy.transformer.named_parameters() if p.requires_grad and not torch.equal(p, trainable[n])
+        n
+        for n, p in policy.model.transformer.named_parameters()
+        if p.requires_grad and not torch.equal(p, trainable[n])
     ]
     assert changed, "LoRA weights must move"
-    assert all(torch.equal(p, frozen[n]) for n, p in policy.transformer.named_parameters() if not p.requires_grad)
-    assert torch.equal(next(policy.sampler.pipe.text_encoder.parameters()), text_encoder)
-    after = policy.score(rollout, kl_estimator="mean_space")
+    assert all(torch.equal(p, frozen[n]) for n, p in policy.model.transformer.named_parameters() if not p.requires_grad)
+    assert torch.equal(next(policy.model.sampler.pipe.text_encoder.parameters()), text_encoder)
+    after = policy.score(rollout, ScoreRequest(kl_estimator="mean_space"))
     assert not torch.equal(after.logp.detach(), rollout.old_logp)
     assert after.kl.max() > 0 and torch.all(after.kl[rollout.action_mask == 0] == 0)
 
@@ -113,7 +116,7 @@ def test_only_steps_inside_the_training_window_receive_gradient(model_dirs):
     window = TrainStepsConfig(strategy="sliding_window", stochastic="trained", window_size=2, advance_every=1)
     policy = build_policy(_config(model_dirs, num_steps=5, train_steps=window))
     _perturb_lora(policy)  # LoRA B = 0 would give zero gradient to the A matrices
-    policy.set_step(2)  # window = steps 2 and 3
+    policy.on_step(2)  # window = steps 2 and 3
     rollout = policy.rollout(ROWS, group_size=1)
     assert rollout.action_mask.tolist() == [[0, 0, 1, 1, 0]] * 2
     assert torch.all(rollout.old_logp[:, [0, 1, 4]] == 0), "ODE outside the window"
@@ -154,14 +157,14 @@ def test_eval_rollout_is_deterministic_ode_with_eval_steps_and_ema_weights(model
     _perturb_lora(policy)
     live = [p.detach().clone() for p in policy.trainable_parameters()]
     policy.after_optimizer_step()
-    for average, old, new in zip(policy._ema, before, live, strict=True):
+    for average, old, new in zip(policy.ema.average, before, live, strict=True):
         torch.testing.assert_close(average, 0.5 * old + 0.5 * new)
     evaluation = policy.rollout(ROWS[:1], group_size=2, mode="eval")
     assert evaluation.info["num_steps"] == 3 and torch.all(evaluation.action_mask == 0)
     assert all(torch.equal(p, q) for p, q in zip(policy.trainable_parameters(), live, strict=True)), (
         "live weights restored"
     )
-    with pytest.raises(ValueError, match="no stored latents"):
+    with pytest.raises(ValueError, match="no stored 'latents'"):
         policy.score(evaluation)
 
 
@@ -179,7 +182,7 @@ def test_save_writes_lora_that_diffusers_load_lora_weights_reads(model_dirs, tmp
     )
     kwargs |= {"num_frames": 5} if architecture == "wan" else {}
     with_lora = loaded(["two red circles"], generator=torch.Generator().manual_seed(0), **kwargs).trajectory.final
-    expected = policy.sampler(
+    expected = policy.model.sampler(
         ["two red circles"], generator=torch.Generator().manual_seed(0), **kwargs
     ).trajectory.final
     torch.testing.assert_close(with_lora, expected)
@@ -192,25 +195,25 @@ def test_save_writes_lora_that_diffusers_load_lora_weights_reads(model_dirs, tmp
 def test_prompt_embeddings_are_cached_with_lru_eviction(model_dirs, monkeypatch):
     policy = build_policy(_config(model_dirs, prompt_cache_size=1))
     encoded: list[list[str]] = []
-    original = policy.sampler.encode
+    original = policy.model.sampler.encode
 
     def counting(prompts, **kwargs):
         encoded.append(list(prompts))
         return original(prompts, **kwargs)
 
-    monkeypatch.setattr(policy.sampler, "encode", counting)
+    monkeypatch.setattr(policy.model.sampler, "encode", counting)
     policy.rollout(ROWS, group_size=2)
     policy.rollout(ROWS, group_size=2)
     assert encoded == [["two red circles", "a blue square"]], "each distinct prompt is encoded once"
     policy.rollout(ROWS[1:], group_size=1)
-    assert list(policy._embedding_cache) == ["a blue square"]
+    assert list(policy.model.embeddings) == ["a blue square"]
 
 
 def test_bfloat16_weights_keep_float32_log_probs_and_exact_ratio(model_dirs):
     policy = build_policy(_config(model_dirs, dtype="bfloat16", gradient_checkpointing=True))
     rollout = policy.rollout(ROWS, group_size=1)
     assert rollout.old_logp.dtype == torch.float32 and rollout.per_sample["latents"].dtype == torch.float32
-    policy.transformer.train()
+    policy.model.transformer.train()
     scored = policy.score(rollout)
     assert torch.equal(scored.logp.detach(), rollout.old_logp)
     scored.logp.sum().backward()
@@ -220,9 +223,14 @@ def test_bfloat16_weights_keep_float32_log_probs_and_exact_ratio(model_dirs):
 def test_entropy_is_the_constant_gaussian_entropy_of_trained_steps(model_dirs):
     policy = build_policy(_config(model_dirs, train_steps=TrainStepsConfig(strategy="first_k", k=2)))
     rollout = policy.rollout(ROWS, group_size=1)
-    entropy = policy.score(rollout, entropy=True).entropy
+    entropy = policy.score(rollout, ScoreRequest(entropy=True)).entropy
     assert entropy.shape == (2, 4) and not entropy.requires_grad
     assert torch.all(entropy[:, 2:] == 0) and torch.all(entropy[:, :2] != 0)
+    # entropy of N(mean, std^2) per element: log std + log(2 pi e) / 2, with std from the scheduler
+    scheduler = policy.model.scheduler
+    step = scheduler.step(torch.zeros(1, 1), None, torch.zeros(1, 1), step_index=1, noise_level=0.7)
+    expected = math.log(step.std.item()) + 0.5 * math.log(2 * math.pi * math.e)
+    torch.testing.assert_close(entropy[:, 1], torch.full((2,), expected))
     assert policy.score(rollout).entropy is None
 
 
@@ -239,44 +247,50 @@ def test_bad_inputs_are_named(model_dirs):
         policy.rollout([{"prompt": "a"}, {"caption": "b"}], group_size=1)
     rollout = policy.rollout(ROWS, group_size=1)
     with pytest.raises(ValueError, match="kl_estimator='k4'"):
-        policy.score(rollout, kl_estimator="k4")
+        policy.score(rollout, ScoreRequest(kl_estimator="k4"))
     with pytest.raises(ValueError, match=r"policy\.model is empty"):
         FlowPolicyConfig().validate()
     with pytest.raises(ValueError, match=r"noise_level=-0\.1"):
         _config(model_dirs, noise_level=-0.1).validate()
     full = build_policy(_config(model_dirs, lora_rank=0))
     with pytest.raises(ValueError, match="lora_rank=0"):
-        full.score(full.rollout(ROWS[:1], group_size=1), kl_estimator="k3")
+        full.score(full.rollout(ROWS[:1], group_size=1), ScoreRequest(kl_estimator="k3"))
 
 
-def test_dense_step_advantages_hook_normalises_reward_gains_per_step(model_dirs):
-    policy = build_policy(_config(model_dirs, step_rewards="dense"))
-    rollout = policy.rollout(ROWS, group_size=2)
+def test_dense_step_rewards_are_measured_on_request_and_give_per_step_advantages(model_dirs):
+    policy = build_policy(_config(model_dirs))
     calls = []
 
-    def reward_fn(rows, outputs):  # call c (state c, one chunk) gives sample i the reward c * (i + 1)
+    def reward_probe(rows, outputs):  # call c (state c, one chunk) gives sample i the reward c * (i + 1)
         calls.append(len(outputs))
         return torch.arange(1, len(outputs) + 1, dtype=torch.float32) * (len(calls) - 1)
 
-    advantages = policy.dense_step_advantages(rollout, reward_fn)
+    plain = policy.rollout(ROWS, group_size=2)
+    assert plain.structure.step_rewards is None and not calls  # measured only when asked
+    request = RolloutRequest(structure=frozenset({"step_rewards"}), reward_probe=reward_probe)
+    rollout = policy.rollout(ROWS, group_size=2, request=request)
     assert calls == [4] * 5  # states x_0 .. x_4 are completed and scored
+    assert rollout.structure.step_rewards[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    inputs = CreditInputs(torch.zeros(4), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    advantages = CREDIT_RULES.get("dense_step_gains")(torch.zeros(4, 4), inputs)
     # gain of every step = i + 1: groups {1, 2} and {3, 4} -> -1, +1 after normalisation
     expected = torch.tensor([-1.0, 1.0, -1.0, 1.0])[:, None].expand(4, 4) / (1 + 2e-4)
     assert torch.allclose(advantages, expected * rollout.action_mask, atol=1e-4)
-    assert build_policy(_config(model_dirs)).dense_step_advantages(rollout, reward_fn) is None
+    with pytest.raises(ValueError, match="reward_probe"):
+        policy.rollout(ROWS, group_size=2, request=RolloutRequest(structure=frozenset({"step_rewards"})))
 
 
 def test_ode_completion_from_the_noise_equals_an_ode_rollout(model_dirs):
     from genalign.pipelines.flow import denoise, ode_complete
 
     policy = build_policy(_config(model_dirs))
-    sampler = policy.sampler
-    cond, uncond = policy._embeddings(["two red circles"])
+    sampler = policy.model.sampler
+    cond, uncond = policy.model.embeddings(["two red circles"])
     noise = sampler.prepare(1, height=16, width=16, num_frames=1, num_inference_steps=4,
                             generator=torch.Generator().manual_seed(0))  # fmt: skip
-    completed = ode_complete(sampler.arch, policy.transformer, sampler.scheduler, noise, 0, cond, uncond,
+    completed = ode_complete(sampler.arch, policy.model.transformer, sampler.scheduler, noise, 0, cond, uncond,
                              guidance_scale=3.0)  # fmt: skip
-    ode = denoise(sampler.arch, policy.transformer, sampler.scheduler, noise, cond, uncond, guidance_scale=3.0,
+    ode = denoise(sampler.arch, policy.model.transformer, sampler.scheduler, noise, cond, uncond, guidance_scale=3.0,
                   sde_mask=torch.zeros(1, 4, dtype=torch.bool), noise_level=0.7, generator=None,
                   record_latents=False)  # fmt: skip
     assert torch.allclose(completed, ode.final, atol=1e-6)
@@ -289,3 +303,37 @@ def test_group_initial_noise_is_shared_within_groups_only_when_asked(model_dirs,
     same_in_group = [torch.equal(start[i], start[j]) for i, j in [(0, 1), (1, 2), (3, 4), (4, 5)]]
     assert all(same_in_group) if mode == "shared" else not any(same_in_group)
     assert not torch.equal(start[0], start[3])  # groups differ either way
+
+
+def test_step_noise_is_declared_for_every_trained_step(model_dirs):
+    steps = TrainStepsConfig(strategy="first_k", k=2, stochastic="trained")
+    policy = build_policy(_config(model_dirs, train_steps=steps))
+    rollout = policy.rollout(ROWS, group_size=1)
+    std = rollout.structure.step_std  # [2, 4]
+    assert std.shape == (2, 4) and torch.all(std[:, :2] > 0) and torch.all(std[:, 2:] == 0)
+    assert torch.equal(std[0], std[1])  # the same schedule and noise level for every sample
+    inputs = CreditInputs(torch.ones(2), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    weights = CREDIT_RULES.get("noise_aware_steps")(torch.ones(2, 4), inputs)
+    torch.testing.assert_close(weights[:, :2].mean(1), torch.ones(2))  # mean 1 over the trained steps
+    assert torch.all(weights[:, 2:] == 0)
+
+
+def test_state_dict_restores_generators_iteration_and_ema(model_dirs):
+    policy = build_policy(_config(model_dirs, ema_decay=0.5))
+    policy.on_step(3)
+    policy.rollout(ROWS, group_size=1)
+    _perturb_lora(policy)
+    policy.after_optimizer_step()
+    state = policy.state_dict()
+    torch.save(state, "/dev/null")  # plain tensors and values
+    expected = policy.rollout(ROWS, group_size=2)
+    other = build_policy(_config(model_dirs, ema_decay=0.5))
+    for mine, theirs in zip(other.trainable_parameters(), policy.trainable_parameters(), strict=True):
+        mine.data.copy_(theirs.data)
+    other.load_state_dict(state)
+    assert other.iteration == 3
+    again = other.rollout(ROWS, group_size=2)
+    assert torch.equal(again.per_sample["latents"], expected.per_sample["latents"])
+    assert all(torch.equal(a, b) for a, b in zip(other.ema.average, policy.ema.average, strict=True))
+    with pytest.raises(ValueError, match="ema"):
+        build_policy(_config(model_dirs)).load_state_dict(state)

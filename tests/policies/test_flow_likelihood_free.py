@@ -1,21 +1,20 @@
 """DiffusionNFT and V-GRPO (ELBO surrogate) on a tiny SD3: hand-computed loss pieces, exact proxy old log-probs,
-the objective hook, the decayed old model and a learning step."""
+the registered `nft` objective on the scorer's velocity predictions, the decayed old model and a learning step."""
 
 import os
 
 import pytest
 import torch
 
-from genalign.algorithms import policy_loss
-from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, build_policy
-from genalign.policies.flow_likelihood_free import (
-    CLEAN,
-    DiffusionNFTFlowPolicy,
-    LikelihoodFreeFlowPolicy,
-    nft_loss,
-    noised,
-    optimality_probability,
-)
+from genalign.algorithms import OBJECTIVES, ObjectiveContext, policy_loss
+from genalign.algorithms.objectives import nft_loss, optimality_probability
+from genalign.policies.base import ScoreRequest
+from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, TreeRolloutConfig, build_policy
+from genalign.policies.flow.scoring import FlowMatchingScorer, noised
+from genalign.policies.flow.stored import CLEAN
+
+NFT = OBJECTIVES.get("nft")
+VELOCITY = ScoreRequest(velocity=True)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
@@ -59,11 +58,12 @@ def test_nft_pieces_match_hand_values():
 
 def test_vgrpo_proxy_old_logp_is_exact_and_a_positive_advantage_raises_it(sd3_dir):
     policy = _policy(sd3_dir, "elbo")
-    assert type(policy) is LikelihoodFreeFlowPolicy and not hasattr(policy, "objective")  # shared ratio objective
+    assert isinstance(policy.scorer, FlowMatchingScorer) and policy.old is None  # the shared ratio objective
+    assert policy.capabilities.score_features == {"kl"}
     rollout = policy.rollout(ROWS, group_size=2)
     assert rollout.old_logp.shape == rollout.action_mask.shape == (4, 2)
     assert rollout.per_sample[CLEAN].shape[0] == 4 and "latents" not in rollout.per_sample
-    policy.transformer.train()
+    policy.model.transformer.train()
     scored = policy.score(rollout)
     assert torch.allclose(scored.logp.detach(), rollout.old_logp, atol=1e-6)  # first ratio 1
     assert bool((rollout.old_logp < 0).all())  # -error
@@ -79,39 +79,39 @@ def test_vgrpo_proxy_old_logp_is_exact_and_a_positive_advantage_raises_it(sd3_di
 
 def test_nft_objective_zero_advantage_gives_no_gradient_and_old_model_decays(sd3_dir):
     policy = _policy(sd3_dir, "nft", old_decay=0.5)
-    assert isinstance(policy, DiffusionNFTFlowPolicy)
+    assert "velocity" in policy.capabilities.score_features
     rollout = policy.rollout(ROWS, group_size=2)
     assert torch.equal(rollout.old_logp, torch.zeros(4, 2))
-    policy.transformer.train()
+    policy.model.transformer.train()
     params = policy.trainable_parameters()
-    out = policy.score(rollout)
-    loss, metrics = policy.objective(rollout, out, torch.zeros(4))
+    out = policy.score(rollout, VELOCITY)
+    loss, metrics = NFT(out, torch.zeros(4), ObjectiveContext())
     assert loss.shape == (4, 2) and metrics["nft/optimality_mean"] == pytest.approx(0.5)
     # old == theta and r = 1/2: the positive and negative terms cancel exactly in the gradient
     grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
     assert max(float(g.abs().max()) for g in grads if g is not None) < 1e-6
-    out = policy.score(rollout)
-    loss, _ = policy.objective(rollout, out, torch.ones(4))
+    out = policy.score(rollout, VELOCITY)
+    loss, _ = NFT(out, torch.ones(4), ObjectiveContext())
     grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
     assert max(float(g.abs().max()) for g in grads if g is not None) > 0
-    with pytest.raises(RuntimeError, match="score"):
-        policy.objective(rollout, out, torch.ones(4))  # cache consumed: must re-score
+    with pytest.raises(ValueError, match="velocity"):
+        NFT(policy.score(rollout), torch.ones(4), ObjectiveContext())  # not requested: no predictions
     before = [p.detach().clone() for p in params]
     _perturb(policy)
     policy.after_optimizer_step()
-    for old, start, param in zip(policy._old, before, params, strict=True):
+    for old, start, param in zip(policy.old.average, before, params, strict=True):
         assert torch.allclose(old, 0.5 * start + 0.5 * param.detach(), atol=1e-7)
 
 
 def test_nft_training_step_lowers_the_error_of_rewarded_samples(sd3_dir):
     policy = _policy(sd3_dir, "nft")
     rollout = policy.rollout(ROWS, group_size=2)
-    policy.transformer.train()
+    policy.model.transformer.train()
     optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.05)
     with torch.no_grad():
         before = -policy.score(rollout).logp  # errors [4, 2]
-    out = policy.score(rollout)
-    loss, _ = policy.objective(rollout, out, torch.tensor([1.0, 1.0, 1.0, 1.0]))
+    out = policy.score(rollout, VELOCITY)
+    loss, _ = NFT(out, torch.tensor([1.0, 1.0, 1.0, 1.0]), ObjectiveContext())
     loss.sum().backward()
     optimizer.step()
     with torch.no_grad():
@@ -123,8 +123,6 @@ def test_eval_rollout_is_the_parent_one_and_tree_with_likelihood_free_is_rejecte
     policy = _policy(sd3_dir, "elbo")
     rollout = policy.rollout(ROWS[:1], group_size=1, mode="eval")
     assert len(rollout.outputs) == 1 and rollout.info["num_steps"] == 2
-    from genalign.policies.flow_tree import TreeRolloutConfig
-
     config = FlowPolicyConfig(
         model=str(sd3_dir), tree=TreeRolloutConfig(enabled=True), likelihood_free=LikelihoodFreeConfig(method="nft")
     )

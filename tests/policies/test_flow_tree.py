@@ -6,10 +6,11 @@ import os
 import pytest
 import torch
 
-from genalign.pipelines.flow import denoise, denoise_tree
-from genalign.policies.flow import FlowPolicyConfig, build_policy
-from genalign.policies.flow_tree import TreeRolloutConfig
-from genalign.schedulers.branching import TreePlan, leaf_step_advantages, node_rewards, per_depth_advantages
+from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.pipelines.flow import denoise
+from genalign.pipelines.flow_tree import denoise_tree
+from genalign.policies.flow import FlowPolicyConfig, TreeRolloutConfig, build_policy
+from genalign.schedulers.branching import TreePlan
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
@@ -41,13 +42,13 @@ def _config(model_dir, **overrides) -> FlowPolicyConfig:
 
 def test_every_leaf_equals_an_independent_rollout_given_the_same_noises(sd3_dir):
     policy = build_policy(_config(sd3_dir))
-    sampler = policy.sampler
+    sampler = policy.model.sampler
     plan = TreePlan(num_steps=4, split_steps=(0, 2), branching=2, sde_steps=(3,))
-    cond, uncond = policy._embeddings([row["prompt"] for row in ROWS])
+    cond, uncond = policy.model.embeddings([row["prompt"] for row in ROWS])
     generator = torch.Generator().manual_seed(3)
     roots = sampler.prepare(2, height=16, width=16, num_frames=1, num_inference_steps=4, generator=generator)
     tree = denoise_tree(
-        sampler.arch, policy.transformer, sampler.scheduler, roots, cond, uncond,
+        sampler.arch, policy.model.transformer, sampler.scheduler, roots, cond, uncond,
         plan=plan, guidance_scale=3.0, noise_level=0.7, generator=generator, record_latents=True, record_noises=True,
     )  # fmt: skip
     leaves = plan.num_leaves
@@ -60,7 +61,7 @@ def test_every_leaf_equals_an_independent_rollout_given_the_same_noises(sd3_dir)
     repeat = {k: v.repeat_interleave(leaves, 0) for k, v in cond.items()}
     repeat_u = {k: v.repeat_interleave(leaves, 0) for k, v in uncond.items()}
     independent = denoise(
-        sampler.arch, policy.transformer, sampler.scheduler, roots.repeat_interleave(leaves, 0), repeat, repeat_u,
+        sampler.arch, policy.model.transformer, sampler.scheduler, roots.repeat_interleave(leaves, 0), repeat, repeat_u,
         guidance_scale=3.0, sde_mask=plan.stochastic_steps().expand(2 * leaves, 4), noise_level=0.7, generator=None,
         record_latents=True, noises=tree.noises,
     )  # fmt: skip
@@ -79,8 +80,8 @@ def test_tree_rollout_reports_nfe_scores_exactly_and_ode_edges_get_no_gradient(s
     assert rollout.info["nfe_per_sample_independent"] == 2 * 4
 
     calls = []
-    handle = policy.transformer.register_forward_hook(lambda *_: calls.append(1))
-    policy.transformer.train()
+    handle = policy.model.transformer.register_forward_hook(lambda *_: calls.append(1))
+    policy.model.transformer.train()
     scored = policy.score(rollout)
     handle.remove()
     assert len(calls) == 2 * 2  # only the two split steps run the transformer (cond + detached uncond)
@@ -92,26 +93,37 @@ def test_tree_rollout_reports_nfe_scores_exactly_and_ode_edges_get_no_gradient(s
         assert (total > 0) == trained, f"step {step}: gradient {total}"
 
 
-def test_per_action_advantages_hook_gives_per_depth_credit(sd3_dir):
+def test_the_declared_prefix_tree_gives_per_depth_credit(sd3_dir):
     policy = build_policy(_config(sd3_dir))
     rollout = policy.rollout(ROWS, group_size=4)
+    tree = rollout.structure.prefix_tree
+    # leaves 0-3 of tree 0: step 0 splits into {0, 1} | {2, 3}; step 1 is ODE (same nodes); step 2 splits again
+    assert tree.depth[0].tolist() == [1, 1, 2, 2]
+    assert tree.node_of_action[0, 0] == tree.node_of_action[1, 0] != tree.node_of_action[2, 0]
+    assert tree.node_of_action[0, 2] != tree.node_of_action[1, 2]
+    assert len(set(tree.node_of_action[:4].flatten().tolist()) & set(tree.node_of_action[4:].flatten().tolist())) == 0
     leaf_values = torch.tensor([1.0, 3.0, 2.0, 6.0, 0.0, 0.0, 1.0, 1.0])
-    steps = policy.per_action_advantages(rollout, leaf_values)
-    plan = TreePlan(num_steps=4, split_steps=(0, 2), branching=2)
-    expected = leaf_step_advantages(plan, per_depth_advantages(node_rewards(plan, leaf_values.view(2, 4))))
-    assert torch.allclose(steps, expected.view(8, 4))
-    assert steps.shape == rollout.action_mask.shape
-    plain = policy.per_action_advantages(rollout, leaf_values[:, None].expand(8, 4))
-    assert plain.shape == (8, 4)  # already per-action: unchanged
+    inputs = CreditInputs(leaf_values, rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    steps = CREDIT_RULES.get("tree")(torch.zeros(8, 4), inputs)
+    # tree 0, depth 1: nodes {1, 3} -> 2, {2, 6} -> 4: -1, +1 (population std 1); depth 2: pairs (1, 3) and (2, 6)
+    # are normalised together over the 4 leaves: mean 3, std sqrt(3.5)
+    depth2 = (torch.tensor([1.0, 3.0, 2.0, 6.0]) - 3.0) / (3.5**0.5 + 1e-4)
+    torch.testing.assert_close(steps[:4, 0], torch.tensor([-1.0, -1.0, 1.0, 1.0]) / (1 + 1e-4))
+    torch.testing.assert_close(steps[:4, 2], depth2)
+    assert torch.equal(steps[:4, 1], steps[:4, 0])  # the ODE step continues the depth-1 node
+    # tree 1: depth 1 nodes {0, 0} -> 0 and {1, 1} -> 1
+    torch.testing.assert_close(steps[4:, 0], torch.tensor([-0.5, -0.5, 0.5, 0.5]) / (0.5 + 1e-4))
 
 
 def test_depth_pruning_sliding_splits_and_group_size_check(sd3_dir):
     tree = TreeRolloutConfig(enabled=True, split_steps=[0, 1], branching=2, trained_depths=[2], slide_every=1)
-    policy = build_policy(_config(sd3_dir, tree=tree, step_weighting="noise_aware"))
-    policy.set_step(2)  # splits moved two steps later: (2, 3)
+    policy = build_policy(_config(sd3_dir, tree=tree))
+    policy.on_step(2)  # splits moved two steps later: (2, 3)
     rollout = policy.rollout(ROWS[:1], group_size=4)
     assert rollout.action_mask[0].tolist() == [0.0, 0.0, 0.0, 1.0]  # only depth 2 (the split at step 3) trained
-    assert torch.allclose(rollout.per_sample["action_weights"], rollout.action_mask)  # one trained step: weight 1
+    inputs = CreditInputs(torch.ones(4), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    weights = CREDIT_RULES.get("noise_aware_steps")(torch.ones(4, 4), inputs)
+    assert torch.allclose(weights, rollout.action_mask)  # one trained step: weight 1
     with pytest.raises(ValueError, match="group_size"):
         policy.rollout(ROWS[:1], group_size=3)
     with pytest.raises(ValueError, match="split_steps"):

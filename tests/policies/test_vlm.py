@@ -1,8 +1,10 @@
 """Vision-language policy: tiny Qwen2-VL and Qwen2.5-VL built from configs, images carried through rollout, scoring,
-micro-batches and group repetition; bad inputs; LoRA / frozen vision tower; checkpoints."""
+micro-batches and group repetition; bad inputs; LoRA / frozen vision tower; token features; rollout structure;
+checkpoints with the processor; resumable sampler state."""
 
 from __future__ import annotations
 
+import io
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,8 +16,8 @@ from PIL import Image
 from genalign.assets import resolve
 from genalign.data.images import ImageLoadError
 from genalign.data.vlm_tasks import shapes_vqa_rows
-from genalign.policies.base import Policy
-from genalign.policies.causal_lm import LoRAConfig
+from genalign.policies.base import Policy, PolicyCapabilities, RolloutRequest, ScoreRequest
+from genalign.policies.lm.core import LoRAConfig
 from genalign.policies.vlm import (
     VLMPolicyConfig,
     build_policy,
@@ -131,7 +133,7 @@ def test_vision_placeholder_tokens_are_never_sampled(model_dirs, rows):
     """A model that prefers <|image_pad|> everywhere still yields completions without vision tokens, and they score
     (a sampled <|image_pad|> made the forward pass fail: "Image features and image tokens do not match")."""
     policy = make_policy(model_dirs, rollout_batch_size=6)
-    config = policy.hf_model_of(policy.model).config
+    config = policy.hf_model.config
     suppressed = vision_token_ids(config)
     assert suppressed == tuple(sorted({config.image_token_id, config.video_token_id, config.vision_start_token_id,
                                        config.vision_end_token_id}))  # fmt: skip
@@ -289,7 +291,7 @@ def test_lora_scope_and_reference_with_adapters_disabled(model_dirs, rows, scope
     assert bool(in_tower) == (scope == "language_model_and_vision_tower")
     rollout = policy.rollout(rows[:1], group_size=2)
     with torch.no_grad():
-        out = policy.score(rollout, kl_estimator="k3")  # fresh LoRA (B = 0): policy == reference
+        out = policy.score(rollout, ScoreRequest(kl_estimator="k3"))  # fresh LoRA (B = 0): policy == reference
     assert torch.allclose(out.kl, torch.zeros_like(out.kl), atol=1e-6)
     with torch.no_grad():
         for p in policy.trainable_parameters():
@@ -306,7 +308,7 @@ def test_frozen_copy_reference_kl_is_zero_before_training(model_dirs, rows):
     policy = make_policy(model_dirs, reference="auto")
     rollout = policy.rollout(rows[:1], group_size=2)
     with torch.no_grad():
-        out = policy.score(rollout, entropy=True, kl_estimator="k2")
+        out = policy.score(rollout, ScoreRequest(entropy=True, kl_estimator="k2"))
     assert torch.equal(out.kl, torch.zeros_like(out.kl))
     assert out.entropy is not None and torch.all(out.entropy[rollout.action_mask > 0] > 0)
 
@@ -326,9 +328,9 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
     term = bind_vocab_term("distribution_entropy", temperature=1.5)
     with torch.no_grad():
         plain = policy.score(rollout)
-    score = policy.score(rollout, vocab_term=term)
+    score = policy.score(rollout, ScoreRequest(vocab_term=term))
     assert plain.vocab_term is None and torch.equal(score.logp.detach(), plain.logp)
-    hf_model = policy.hf_model_of(policy.model)
+    hf_model = policy.hf_model
     inputs = policy.model_inputs(rollout)
     width = rollout.per_sample["prompt_ids"].shape[1]
     with torch.no_grad():
@@ -340,3 +342,73 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
     assert torch.all(score.vocab_term[rollout.action_mask == 0] == 0)
     score.vocab_term.sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.trainable_parameters())
+
+
+def test_capabilities_are_declared_by_the_config():
+    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden"})
+    structure = frozenset({"truncated", "segment_ids"})
+    assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
+    assert VLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
+
+
+def test_topk_and_hidden_features_equal_the_naive_suppressed_logits(model_dirs, rows):
+    policy = make_policy(model_dirs, logprob_chunk_size=3, temperature=0.8)
+    rollout = policy.rollout(rows[:2], group_size=2)
+    with torch.no_grad():
+        plain = policy.score(rollout).logp
+        out = policy.score(rollout, ScoreRequest(topk=4, hidden=True))
+        width = rollout.per_sample["prompt_ids"].shape[1]
+        hidden = policy.hf_model.model(**policy.model_inputs(rollout), use_cache=False).last_hidden_state
+        hidden = hidden[:, width - 1 : -1]  # [n, T, H] the backbone states predicting the actions
+        head = suppressed_head(policy.hf_model.get_output_embeddings(), policy.suppressed_token_ids)
+        full_logits = head(hidden).float()  # [n, T, V] the law generation samples from
+    mask = rollout.action_mask[..., None]  # [n, T, 1]
+    assert torch.equal(out.logp, plain)
+    naive_topk = torch.topk((full_logits / 0.8).log_softmax(-1), 4).values * mask
+    torch.testing.assert_close(out.topk_logp, naive_topk, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.hidden, hidden * mask, atol=1e-5, rtol=0)
+    assert torch.all(out.hidden[rollout.action_mask == 0] == 0)
+
+
+def test_rollout_structure_holds_truncation_and_segment_ids_on_request(model_dirs, rows):
+    policy = make_policy(model_dirs, max_new_tokens=3)
+    plain = policy.rollout(rows[:2], group_size=2)
+    assert plain.structure.present() == {"truncated"}
+    lengths = plain.action_mask.sum(1)
+    ended = torch.tensor(
+        [ids[int(n) - 1].item() in policy.eos_token_ids for ids, n in zip(plain.per_sample["completion_ids"], lengths)]
+    )
+    assert torch.equal(plain.structure.truncated, ~ended)
+    assert plain.info["frac_truncated"] == pytest.approx(float((~ended).float().mean()))
+    rollout = policy.rollout(rows[:2], group_size=2, request=RolloutRequest(structure=frozenset({"segment_ids"})))
+    expected = policy.segments(rollout.per_sample["completion_ids"], rollout.action_mask)
+    assert torch.equal(rollout.structure.segment_ids, expected)
+    assert rollout.structure.segment_ids.shape == rollout.action_mask.shape
+
+
+def test_state_dict_roundtrip_restores_the_sampler(model_dirs, rows):
+    """The VLM sampler's generator is resumable state: a resumed run samples what the killed one would have."""
+    policy = make_policy(model_dirs)
+    policy.rollout(rows[:1], group_size=2)  # move the generator away from its seed
+    buffer = io.BytesIO()
+    torch.save(policy.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert set(state) == {"generator"}
+    after_save = policy.rollout(rows, group_size=2)
+    resumed = make_policy(model_dirs)
+    resumed.load_state_dict(state)
+    again = resumed.rollout(rows, group_size=2)
+    assert again.outputs == after_save.outputs
+    assert torch.equal(again.per_sample["completion_ids"], after_save.per_sample["completion_ids"])
+
+
+def test_checkpoint_holds_the_processor(model_dirs, tmp_path):
+    from transformers import AutoProcessor
+
+    policy = make_policy(model_dirs)
+    policy.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "model.safetensors").exists()
+    processor = AutoProcessor.from_pretrained(tmp_path / "ckpt")
+    assert processor.tokenizer.get_vocab() == policy.tokenizer.get_vocab()
+    assert processor.image_processor.patch_size == policy.patch_size

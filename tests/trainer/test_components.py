@@ -1,4 +1,4 @@
-"""Trainer components: prompt stream, LR schedule, atomic checkpoints, JSON-lines log, minibatch split."""
+"""Trainer components: prompt stream, LR schedule, JSON-lines log, minibatch split, reward counters."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import pytest
 import torch
 
 from genalign.config.schema import OptimConfig
-from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints, save_checkpoint
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.metrics import JsonlLog
 from genalign.trainer.optim import build_optimizer, lr_multiplier, named_trainable_parameters
 from genalign.trainer.update import split_minibatches
-from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
 
 
 def test_prompt_stream_visits_every_row_once_per_epoch_and_resumes_from_its_cursor():
@@ -81,32 +79,6 @@ def test_lr_scale_rejects_a_pattern_that_matches_nothing_and_bad_factors():
 def test_split_minibatches_covers_the_batch_in_order():
     blocks = split_minibatches(10, 3)
     assert [i for b in blocks for i in b] == list(range(10)) and len(blocks) == 3
-
-
-def _save(tmp_path, step, policy, keep_last=2):
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    return save_checkpoint(tmp_path, step, policy, optimizer, scheduler, {"data_cursor": step * 4}, keep_last)
-
-
-def test_checkpoints_are_complete_pruned_and_found(tmp_path):
-    policy = ToyPolicy(ToyPolicyConfig())
-    for step in (1, 2, 3):
-        _save(tmp_path, step, policy)
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-2", "step-3"]
-    assert find_checkpoint(tmp_path, "latest").name == "step-3"
-
-
-def test_a_half_written_checkpoint_is_never_picked(tmp_path):
-    policy = ToyPolicy(ToyPolicyConfig())
-    _save(tmp_path, 1, policy)
-    (tmp_path / "checkpoints" / ".tmp-step-2-999").mkdir()  # a crash while writing step 2
-    (tmp_path / "checkpoints" / "step-3").mkdir()  # a directory without the COMPLETE marker
-    assert find_checkpoint(tmp_path, "latest").name == "step-1"
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        find_checkpoint(tmp_path, str(tmp_path / "checkpoints" / "step-3"))
-    with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
-        find_checkpoint(tmp_path / "elsewhere", "latest")
 
 
 def test_jsonl_log_truncates_records_after_a_step(tmp_path):

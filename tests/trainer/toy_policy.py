@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from genalign import algorithms as alg
-from genalign.policies.base import Rollout, ScoreOutput
+from genalign.policies.base import Policy, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.rewards import register_reward
 
 LETTERS = "abcd"
@@ -28,6 +28,9 @@ class ToyPolicyConfig:
     num_prompts: int = field(default=8, metadata={"help": "rows carry 'pid' in [0, num_prompts)"})
     length: int = field(default=3, metadata={"help": "tokens per output"})
     init_scale: float = field(default=0.0, metadata={"help": "std of the initial logits"})
+    nan_scores_from_step: int = field(
+        default=0, metadata={"help": "from this training step on, score() returns NaN log-probs (0 = never)"}
+    )
     layout_free_sampling: bool = field(
         default=False,
         metadata={
@@ -36,26 +39,35 @@ class ToyPolicyConfig:
         },
     )
 
+    def capabilities(self) -> PolicyCapabilities:
+        return PolicyCapabilities(rollout_logp_is_exact=True, score_features=frozenset({"entropy", "kl"}))
 
-class ToyPolicy(nn.Module):
-    family = "toy"
-    rollout_logp_is_exact = True
 
+class ToyTable(nn.Module):
     def __init__(self, cfg: ToyPolicyConfig) -> None:
         super().__init__()
-        self.cfg = cfg
         self.logits = nn.Parameter(cfg.init_scale * torch.randn(cfg.num_prompts, cfg.length, len(LETTERS)))
         self.register_buffer("ref_logits", self.logits.detach().clone())
+
+
+class ToyPolicy(Policy):
+    family = "toy"
+
+    def __init__(self, cfg: ToyPolicyConfig) -> None:
+        self.cfg = cfg
+        self.capabilities = cfg.capabilities()
+        self.table = ToyTable(cfg)
+        self.logits = self.table.logits
         self.step = 0
 
-    def set_step(self, step: int) -> None:
+    def on_step(self, step: int) -> None:
         self.step = step
 
     def _logp_table(self, pids: torch.Tensor, reference: bool = False) -> torch.Tensor:
-        table = self.ref_logits if reference else self.logits
+        table = self.table.ref_logits if reference else self.logits
         return torch.log_softmax(table[pids].double(), dim=-1).float()  # [n, T, V]
 
-    def rollout(self, rows, group_size, *, mode="train"):
+    def rollout(self, rows, group_size, *, mode="train", request=RolloutRequest()):
         pids = torch.tensor([r["pid"] for r in rows]).repeat_interleave(group_size)  # [N]
         with torch.no_grad():
             logp_table = self._logp_table(pids)
@@ -83,22 +95,24 @@ class ToyPolicy(nn.Module):
             per_sample={"pids": pids, "tokens": tokens},
         )
 
-    def score(self, rollout, *, entropy=False, kl_estimator=None):
+    def score(self, rollout, request=ScoreRequest()):
         pids, tokens = rollout.per_sample["pids"], rollout.per_sample["tokens"]
         table = self._logp_table(pids)  # [n, T, V]
         logp = table.gather(-1, tokens[..., None])[..., 0]  # [n, T]
-        ent = -(table.exp() * table).sum(-1) if entropy else None
+        if self.cfg.nan_scores_from_step and self.step >= self.cfg.nan_scores_from_step:
+            logp = logp * float("nan")  # a broken forward pass: NaN loss and gradients
+        ent = -(table.exp() * table).sum(-1) if request.entropy else None
         kl = None
-        if kl_estimator is not None:
+        if request.kl_estimator is not None:
             ref = self._logp_table(pids, reference=True).gather(-1, tokens[..., None])[..., 0]
-            kl = alg.kl_penalty(logp, ref, kl_estimator)
+            kl = alg.kl_penalty(logp, ref, request.kl_estimator)
         return ScoreOutput(logp=logp, entropy=ent, kl=kl)
 
     def trainable_parameters(self):
         return [self.logits]
 
     def modules_to_train(self):
-        return [self]
+        return [self.table]
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -113,7 +127,9 @@ CONFIG_CLASS = ToyPolicyConfig
 
 
 def build_policy(config: ToyPolicyConfig, device: torch.device) -> ToyPolicy:
-    return ToyPolicy(config).to(device)
+    policy = ToyPolicy(config)
+    policy.table.to(device)
+    return policy
 
 
 def toy_rows(num_prompts: int) -> list[dict]:

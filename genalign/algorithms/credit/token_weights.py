@@ -1,55 +1,27 @@
-"""Per-action credit weights: a multiplier on the advantage of each action.
+"""Token-level credit rules: multipliers on each action's advantage from its entropy or behaviour probability, and
+the future-KL return-to-go (rules of :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
 
-Every weight function has the signature
-``fn(advantages [N], mask [N, T], entropy [N, T], logp=None, progress=None, **hp) -> weights [N, T]``;
-the trainer uses ``advantages[:, None] * weights`` (``[N, T]``) in :func:`genalign.algorithms.policy_loss`.
-
-``entropy`` is the per-action entropy of the policy that sampled (or re-scored) the batch; ``logp`` ``[N, T]`` the
-behaviour log-probs of the sampled actions (``Rollout.old_logp``); both are treated as constants (detached).
-``progress`` is ``step / max_steps`` in ``[0, 1]``, for annealed weights. An option that needs ``logp`` or
-``progress`` raises a ``ValueError`` when the caller leaves it ``None``. Weights that depend on batch statistics must
-be computed once on the whole optimisation batch, before it is split into micro-batches.
+Each rule returns ``advantages * w`` with weights ``w`` ``[N, T]`` computed from the sign of the *sample* advantage
+(``inputs.sample_advantages``), the mask and a per-action feature. Weights that depend on batch statistics are computed
+once on the whole optimisation batch, before it is split into micro-batches (the trainer's credit stage).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from genalign.algorithms._validation import check_float_tensor, check_mask, check_shape
-from genalign.registry import Registry
-
-CreditWeight = Callable[..., Tensor]
-
-#: name -> ``fn(advantages [N], mask [N, T], entropy [N, T], logp [N, T] | None, progress | None, **hp) -> [N, T]``
-CREDIT_WEIGHTS: Registry[CreditWeight] = Registry("credit weight")
+from genalign.algorithms._validation import check_float_tensor, check_mask, expand_advantages
+from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
 
 
-def _check_inputs(advantages: Tensor, mask: Tensor, entropy: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    entropy = check_float_tensor(entropy, "entropy", "[N, T]")
-    if entropy.ndim != 2:
-        raise ValueError(f"entropy must have shape [N, T], got {list(entropy.shape)}")
-    advantages = check_shape(advantages, "advantages", (entropy.shape[0],), "[N]")
-    mask = check_mask(mask, tuple(entropy.shape), entropy.dtype)
-    return advantages.detach(), mask > 0, entropy.detach()
-
-
-@CREDIT_WEIGHTS.register(
-    "none",
-    formula="w_it = 1",
-    source="formulas.md §1",
-    summary="Every action gets its sequence's advantage.",
-)
-def uniform_weights(
-    advantages: Tensor, mask: Tensor, entropy: Tensor, logp: Tensor | None = None, progress: float | None = None
-) -> Tensor:
-    """All-ones weights ``[N, T]``: the sequence advantage is broadcast to every action."""
-    _check_inputs(advantages, mask, entropy)
-    return torch.ones_like(entropy)
+def _entropy_inputs(inputs: CreditInputs, rule: str) -> tuple[Tensor, Tensor, Tensor]:
+    """``(sample advantages [N], valid [N, T] bool, entropy [N, T])``, detached, in the entropy's dtype."""
+    entropy = inputs.require("entropy", rule).detach()
+    return inputs.sample_advantages.detach().to(entropy.dtype), inputs.mask > 0, entropy
 
 
 def _normalised_share(score: Tensor, subset: Tensor) -> Tensor:
@@ -59,8 +31,10 @@ def _normalised_share(score: Tensor, subset: Tensor) -> Tensor:
     return torch.where(subset & (count > 0), score / mean.clamp_min(torch.finfo(score.dtype).tiny), 1.0)
 
 
-@CREDIT_WEIGHTS.register(
+@CREDIT_RULES.register(
     "entropy_weighted",
+    needs=("entropy",),
+    experimental=True,
     formula="A>0: w = 1−α + α·H_it / mean_{A>0}(H); A<0: w = 1−α + α·H_it⁻¹ / mean_{A<0}(H⁻¹); "
     "level=sequence uses each sequence's mean entropy (GRPO-S)",
     source="[232] GTPO / GRPO-S (form inferred from the abstract)",
@@ -69,10 +43,7 @@ def _normalised_share(score: Tensor, subset: Tensor) -> Tensor:
 )
 def entropy_weighted(
     advantages: Tensor,
-    mask: Tensor,
-    entropy: Tensor,
-    logp: Tensor | None = None,
-    progress: float | None = None,
+    inputs: CreditInputs,
     *,
     alpha: float = 0.5,
     level: Literal["token", "sequence"] = "token",
@@ -86,82 +57,72 @@ def entropy_weighted(
     exactly 1, so the total credit per subset is unchanged; ``alpha`` mixes with uniform weights.
 
     Args:
-        advantages: ``[N]`` sequence advantages (only their sign is used).
-        mask: ``[N, T]`` 1 where an action is trained.
-        entropy: ``[N, T]`` per-action entropy (detached).
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``sample_advantages`` (only their sign), ``mask`` and ``entropy``.
         alpha: mixing weight in ``[0, 1]``; 0 gives all-ones weights.
         level: ``"token"`` (GTPO) or ``"sequence"`` (GRPO-S: every action gets its sequence's weight).
         eps: floor on the entropy before inverting.
     Returns:
-        ``[N, T]`` non-negative weights (1 where ``A = 0`` and on padding).
+        ``[N, T]`` ``advantages * w`` with non-negative weights ``w`` (1 where ``A = 0`` and on padding).
     """
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1] (weights stay non-negative), got {alpha!r}")
     if level not in ("token", "sequence"):
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
-    advantages, valid, entropy = _check_inputs(advantages, mask, entropy)
+    sample, valid, entropy = _entropy_inputs(inputs, "entropy_weighted")
     if level == "sequence":
         per_sequence = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
         entropy = per_sequence[:, None].expand_as(entropy)  # [N, T]
         valid = valid.any(1, keepdim=True).expand_as(valid)  # [N, T]; every row counts T times: a mean over sequences
-    positive = valid & (advantages > 0)[:, None]  # [N, T]
-    negative = valid & (advantages < 0)[:, None]  # [N, T]
+    positive = valid & (sample > 0)[:, None]  # [N, T]
+    negative = valid & (sample < 0)[:, None]  # [N, T]
     floored = entropy.clamp_min(eps)  # [N, T]
     share = torch.where(positive, _normalised_share(floored, positive), _normalised_share(1.0 / floored, negative))
-    return torch.where(positive | negative, (1.0 - alpha) + alpha * share, 1.0)  # [N, T]
+    return advantages * torch.where(positive | negative, (1.0 - alpha) + alpha * share, 1.0)  # [N, T]
 
 
-@CREDIT_WEIGHTS.register(
+@CREDIT_RULES.register(
     "high_entropy_tokens",
+    needs=("entropy",),
     formula="w_it = 1 if H_it is among the top ⌈ρ·#valid⌉ entropies of the batch, else 0",
     source="[200] (forking tokens)",
     summary="Train only on the top-ρ fraction of highest-entropy actions of the batch (default 20 %).",
 )
-def high_entropy_tokens(
-    advantages: Tensor,
-    mask: Tensor,
-    entropy: Tensor,
-    logp: Tensor | None = None,
-    progress: float | None = None,
-    *,
-    rho: float = 0.2,
-) -> Tensor:
+def high_entropy_tokens(advantages: Tensor, inputs: CreditInputs, *, rho: float = 0.2) -> Tensor:
     """Keep the gradient of "forking tokens" only: the top ``rho`` fraction of valid actions by entropy [200].
 
     The other actions get weight 0 (advantage 0) but stay in the aggregation denominators; ties at the threshold are
     all kept.
 
     Args:
-        advantages: ``[N]`` sequence advantages (checked for shape only).
-        mask: ``[N, T]`` 1 where an action is trained.
-        entropy: ``[N, T]`` per-action entropy (detached).
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``mask`` and ``entropy``.
         rho: fraction of valid actions kept, in ``(0, 1]``.
     Returns:
-        ``[N, T]`` weights in {0, 1}.
+        ``[N, T]`` ``advantages * w`` with ``w`` in {0, 1}.
     """
     if not 0 < rho <= 1:
         raise ValueError(f"rho must be in (0, 1], got {rho!r}")
-    _, valid, entropy = _check_inputs(advantages, mask, entropy)
+    _, valid, entropy = _entropy_inputs(inputs, "high_entropy_tokens")
     scores = entropy[valid]  # [n_valid]
     if scores.numel() == 0:
-        return torch.zeros_like(entropy)
+        return advantages * 0.0
     k = math.ceil(rho * scores.numel())
     threshold = torch.topk(scores, k).values[-1]
-    return (valid & (entropy >= threshold)).to(entropy.dtype)  # [N, T]
+    return advantages * (valid & (entropy >= threshold)).to(entropy.dtype)  # [N, T]
 
 
-@CREDIT_WEIGHTS.register(
+@CREDIT_RULES.register(
     "entropy_driven",
+    needs=("entropy",),
+    experimental=True,
     formula="w_i = clamp(mean_batch(H̄) / H̄_i, w_min, w_max), H̄_i = mean entropy of sequence i",
     source="[99] EDGE-GRPO (entropy-driven advantage)",
     summary="Scale each response's advantage by its inverse normalised entropy: confident responses move more.",
 )
 def entropy_driven(
     advantages: Tensor,
-    mask: Tensor,
-    entropy: Tensor,
-    logp: Tensor | None = None,
-    progress: float | None = None,
+    inputs: CreditInputs,
     *,
     min_weight: float = 0.5,
     max_weight: float = 2.0,
@@ -176,26 +137,27 @@ def entropy_driven(
     guidance into wrong responses of collapsed groups), acts on the rollout and is not part of this option.
 
     Args:
-        advantages: ``[N]`` sequence advantages (checked for shape).
-        mask: ``[N, T]`` 1 where an action is trained.
-        entropy: ``[N, T]`` per-action entropy (detached).
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``mask`` and ``entropy``.
         min_weight, max_weight: clamp, ``0 <= min_weight <= 1 <= max_weight``.
         eps: floor on the mean entropy of a response.
     Returns:
-        ``[N, T]`` weights, constant along each sequence (1 for a sequence without valid actions).
+        ``[N, T]`` ``advantages * w``, ``w`` constant along each sequence (1 for a sequence without valid actions).
     """
     if not 0 <= min_weight <= 1 <= max_weight:
         raise ValueError(f"need 0 <= min_weight <= 1 <= max_weight, got {min_weight!r}, {max_weight!r}")
-    _, valid, entropy = _check_inputs(advantages, mask, entropy)
+    _, valid, entropy = _entropy_inputs(inputs, "entropy_driven")
     present = valid.any(1)  # [N]
     per_sequence = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
     batch_mean = per_sequence[present].mean() if present.any() else entropy.new_ones(())
     weight = (batch_mean.clamp_min(eps) / per_sequence.clamp_min(eps)).clamp(min_weight, max_weight)  # [N]
-    return torch.where(present, weight, 1.0)[:, None].expand_as(entropy).clone()  # [N, T]
+    return advantages * torch.where(present, weight, 1.0)[:, None]  # [N, T]
 
 
-@CREDIT_WEIGHTS.register(
+@CREDIT_RULES.register(
     "polarity_token_weights",
+    needs=("behaviour_logp",),
+    experimental=True,
     formula="p_it = exp(logπ_behaviour); A>0: w = 1 + α₊·s·(1 − p_it); A<0: w = 1 + α₋·s·p_it; A=0: w = 1; "
     "s = 1 − progress if anneal else 1",
     source="[111] A3PO (token-level part)",
@@ -204,10 +166,7 @@ def entropy_driven(
 )
 def polarity_token_weights(
     advantages: Tensor,
-    mask: Tensor,
-    entropy: Tensor,
-    logp: Tensor | None = None,
-    progress: float | None = None,
+    inputs: CreditInputs,
     *,
     alpha_pos: float = 0.5,
     alpha_neg: float = 0.5,
@@ -224,32 +183,57 @@ def polarity_token_weights(
     sample-level half) for A3PO.
 
     Args:
-        advantages: ``[N]`` sequence advantages (only their sign is used).
-        mask: ``[N, T]`` 1 where an action is trained.
-        entropy: ``[N, T]`` (checked for shape only).
-        logp: ``[N, T]`` behaviour log-probs of the sampled tokens (``Rollout.old_logp``; required).
-        progress: ``step / max_steps`` in ``[0, 1]`` (required with ``anneal``).
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``sample_advantages`` (only their sign), ``mask``, ``behaviour_logp`` (the sampled tokens'
+            log-probs) and ``progress`` (with ``anneal``).
         alpha_pos, alpha_neg: ``α₊, α₋ >= 0``.
         anneal: decay both ``α`` linearly to 0 with ``progress``.
     Returns:
-        ``[N, T]`` weights in ``[1, 1 + α]`` (1 where ``A = 0`` and on padding).
+        ``[N, T]`` ``advantages * w`` with ``w`` in ``[1, 1 + α]`` (1 where ``A = 0`` and on padding).
     """
     if not (alpha_pos >= 0 and alpha_neg >= 0):
         raise ValueError(f"alpha_pos and alpha_neg must be >= 0, got {alpha_pos!r}, {alpha_neg!r}")
-    advantages, valid, entropy = _check_inputs(advantages, mask, entropy)
-    if logp is None:
-        raise ValueError(
-            "credit 'polarity_token_weights' needs logp [N, T], the behaviour log-probs of the sampled tokens: call "
-            "CREDIT_WEIGHTS.get(name)(advantages, mask, entropy, logp=rollout.old_logp, progress=step / max_steps)"
-        )
-    logp = check_shape(logp, "logp", tuple(entropy.shape), "[N, T]").detach()
+    logp = inputs.require("behaviour_logp", "polarity_token_weights").detach()
+    valid, sample = inputs.mask > 0, inputs.sample_advantages.detach()
     scale = 1.0
     if anneal:
+        progress = inputs.progress
         if progress is None or not 0 <= progress <= 1:
             raise ValueError(f"polarity_token_weights with anneal=True needs progress in [0, 1], got {progress!r}")
         scale = 1.0 - progress
-    probs = torch.where(valid, logp, 0.0).to(entropy.dtype).exp().clamp_max(1.0)  # [N, T] p_t
-    positive = valid & (advantages > 0)[:, None]  # [N, T]
-    negative = valid & (advantages < 0)[:, None]  # [N, T]
+    probs = torch.where(valid, logp, 0.0).to(advantages.dtype).exp().clamp_max(1.0)  # [N, T] p_t
+    positive = valid & (sample > 0)[:, None]  # [N, T]
+    negative = valid & (sample < 0)[:, None]  # [N, T]
     weights = torch.where(positive, 1.0 + scale * alpha_pos * (1.0 - probs), 1.0)  # [N, T]
-    return torch.where(negative, 1.0 + scale * alpha_neg * probs, weights)  # [N, T]
+    return advantages * torch.where(negative, 1.0 + scale * alpha_neg * probs, weights)  # [N, T]
+
+
+@CREDIT_RULES.register(
+    "future_kl",
+    needs=("kl",),
+    formula="A_it = A_it − β·Σ_{j≥t} m_j·k1_j, added after the advantages are normalised",
+    source="[75] FRPO",
+    summary="Future-KL return-to-go: reverse cumulative KL to the reference subtracted from each action's advantage.",
+)
+def future_kl(advantages: Tensor, inputs: CreditInputs, *, coef: float = 0.01) -> Tensor:
+    """Future-KL return-to-go of FRPO [75]: after the advantages are built (and normalised), each action's advantage
+    gets ``−β · Σ_{j ≥ t} m_j·k1_j``, the reverse cumulative sum of per-action log-ratios to the reference (a
+    reverse-KL return-to-go). Reward and KL are never fused before normalisation.
+
+    Args:
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``mask`` and ``kl`` (``k1 = logπθ − logπ_ref`` of each action, from the scoring pass before the
+            update).
+        coef: ``β >= 0``.
+    Returns:
+        ``[N, T]`` shaped advantages (0 on padding).
+    """
+    if not coef >= 0:
+        raise ValueError(f"coef must be >= 0, got {coef!r}")
+    kl_per_action = check_float_tensor(inputs.require("kl", "future_kl"), "kl", "[N, T]")
+    shape = tuple(kl_per_action.shape)
+    mask = check_mask(inputs.mask, shape, kl_per_action.dtype)
+    advantages = expand_advantages(advantages, shape).to(kl_per_action.dtype)  # [N, T]
+    masked = torch.where(mask > 0, kl_per_action.detach(), 0.0)  # [N, T]
+    to_go = masked.flip(1).cumsum(1).flip(1)  # [N, T] Σ_{j ≥ t}
+    return torch.where(mask > 0, advantages - coef * to_go, 0.0)

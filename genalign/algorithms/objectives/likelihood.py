@@ -1,29 +1,24 @@
-"""Objectives on (estimated) sequence log-likelihoods that are not a plain ratio × clip: wd1 and SPG.
+"""Likelihood-weighted objectives that are not a plain ratio × clip: wd1 and SPG (registered in :data:`OBJECTIVES`).
 
 Both are written for masked diffusion LMs, whose log-likelihood is a proxy (:mod:`genalign.likelihood`), but they are
-pure tensor functions and apply to any family. Registry :data:`LIKELIHOOD_OBJECTIVES`, one signature::
-
-    fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)
-
-``loss`` is per action and 0 on padding; aggregate it with :func:`genalign.algorithms.aggregate` like the output of
-:func:`genalign.algorithms.policy_loss`. ``seq_mean_token_sum`` is the natural mode for both (one term per sequence).
+pure tensor functions and apply to any family. The math lives in :func:`wd1_loss` and :func:`spg_loss`
+(``fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)``);
+the registered objectives read those inputs from the score output and the objective context (``wd1`` weighs samples
+within their group: registry meta ``whole_groups``, every micro-batch must hold whole groups). ``loss`` is per action
+and 0 on padding; ``seq_mean_token_sum`` is the natural aggregation for both (one term per sequence).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import make_groups
 from genalign.algorithms._validation import check_float_tensor, check_mask, check_shape
-from genalign.algorithms.objectives import ClipFormName, policy_loss
-from genalign.registry import Registry
-
-#: ``fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)``
-LikelihoodObjective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
-LIKELIHOOD_OBJECTIVES: Registry[LikelihoodObjective] = Registry("likelihood objective")
+from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.objectives.base import OBJECTIVES
+from genalign.algorithms.policy_loss import policy_loss
+from genalign.algorithms.scores import ScoreOutput
 
 
 def _check(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -46,12 +41,6 @@ def group_softmax(values: Tensor, group_ids: Tensor) -> Tensor:
     return exp / total[groups.index]  # [N]
 
 
-@LIKELIHOOD_OBJECTIVES.register(
-    "wd1",
-    formula="L_i = −(softmax_G(A/τ)_i − λ·softmax_G(−A/τ)_i) · logπθ(o_i)",
-    source="wd1 (weighted policy optimisation for diffusion LMs); formulas.md §6",
-    summary="Ratio-free: push up likelihood of good samples, down of bad ones, with group-softmax weights.",
-)
 def wd1_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -92,12 +81,6 @@ def wd1_loss(
     return loss, {"weight_mean_abs": weight.abs().mean().detach()}
 
 
-@LIKELIHOOD_OBJECTIVES.register(
-    "spg",
-    formula="A ≥ 0: −A·ρ(ELBO); A < 0: −A·ρ(ω·EUBO + (1−ω)·ELBO); ρ clipped as chosen",
-    source="SPG (Sandwiched Policy Gradient); formulas.md §6",
-    summary="Lower bound for positive advantages, upper bound (or its mixture) for negative ones.",
-)
 def spg_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -105,7 +88,7 @@ def spg_loss(
     mask: Tensor,
     *,
     group_ids: Tensor,
-    clip: ClipFormName = "none",
+    clip: str = "none",
     **clip_hp: float | None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SPG: maximise the ELBO of positive-advantage samples, minimise an upper bound for negative ones.
@@ -137,3 +120,54 @@ def spg_loss(
     loss, metrics = policy_loss(logp, old_logp, advantages, chosen, ratio_level="token", clip=clip, **clip_hp)
     metrics["frac_upper_bound"] = use_upper.mean().detach()
     return loss, metrics
+
+
+def _inputs(score: ScoreOutput, context: ObjectiveContext, option: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(logp, old_logp, mask, group_ids)`` of a micro-batch."""
+    old_logp = require(context, "old_logp", f"objective {option!r}")
+    mask = require(context, "mask", f"objective {option!r}")
+    return score.logp.float(), old_logp, mask, require(context, "group_ids", f"objective {option!r}")
+
+
+@OBJECTIVES.register(
+    "wd1",
+    whole_groups=True,
+    uses_old_logp=False,
+    formula="L_i = −(softmax_G(A/τ)_i − λ·softmax_G(−A/τ)_i) · logπθ(o_i)",
+    source="wd1 (weighted policy optimisation for diffusion LMs); formulas.md §6",
+    summary="Ratio-free: push up likelihood of good samples, down of bad ones, with group-softmax weights.",
+)
+def wd1(
+    score: ScoreOutput,
+    advantages: Tensor,
+    context: ObjectiveContext,
+    *,
+    temperature: float = 1.0,
+    negative_weight: float = 1.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """wd1 (:func:`wd1_loss`) on the micro-batch's log-likelihoods; every micro-batch must hold whole groups."""
+    logp, old_logp, mask, group_ids = _inputs(score, context, "wd1")
+    return wd1_loss(
+        logp, old_logp, advantages, mask, group_ids=group_ids, temperature=temperature, negative_weight=negative_weight
+    )
+
+
+@OBJECTIVES.register(
+    "spg",
+    formula="A ≥ 0: −A·ρ(ELBO); A < 0: −A·ρ(ω·EUBO + (1−ω)·ELBO); ρ clipped as chosen",
+    source="SPG (Sandwiched Policy Gradient); formulas.md §6",
+    summary="Lower bound for positive advantages, upper bound (or its mixture) for negative ones.",
+)
+def spg(
+    score: ScoreOutput,
+    advantages: Tensor,
+    context: ObjectiveContext,
+    *,
+    clip: str = "none",
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SPG (:func:`spg_loss`) on the ``[n, 2]`` bounds of the ``spg`` likelihood proxy."""
+    logp, old_logp, mask, group_ids = _inputs(score, context, "spg")
+    bounds = {key: value for key, value in {"eps_low": eps_low, "eps_high": eps_high}.items() if value is not None}
+    return spg_loss(logp, old_logp, advantages, mask, group_ids=group_ids, clip=clip, **bounds)

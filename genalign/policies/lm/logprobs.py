@@ -12,11 +12,14 @@ A *vocabulary term* ``fn(logits [n, V]) -> [n]`` (e.g. a regulariser over the wh
 :func:`genalign.algorithms.bind_vocab_term`) is evaluated in the same pass, with gradient: :func:`completion_scores`
 then runs every head (linear or not) through the checkpointed per-chunk path, so the term's autograd graph also
 exists for one chunk at a time (recomputed in backward). Without a term, the fused linear-head path is unchanged.
+
+Two detached token features come on request without changing how ``logp`` is computed: ``topk`` (the ``k`` largest
+next-token log-probs at the sampling temperature, from a separate no-grad pass over the head, one chunk of logits at a
+time) and ``hidden`` (the last hidden state predicting each target, which the head reads anyway).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -24,28 +27,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from genalign.algorithms.scores import VocabTerm
+
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     """Positions ``[B, L]`` that skip left padding: ``cumsum(mask) - 1`` clamped at 0 (what ``generate`` uses)."""
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-#: ``fn(logits [n, V]) -> [n]``: a per-token function of the next-token logits at the sampling temperature.
-VocabTerm = Callable[[Tensor], Tensor]
-
-
 class TokenScores(NamedTuple):
-    """Per-token results of one scoring pass, ``[B, C]`` float32 each, 0 on padding.
+    """Per-token results of one scoring pass, 0 on padding; a feature not asked for is ``None``.
 
     Attributes:
-        logp: log-probs of the target tokens at the sampling temperature.
-        entropy: entropy of ``softmax(logits / T)``, or ``None`` when not asked.
-        vocab_term: value of the vocabulary term, or ``None`` when none was given.
+        logp: ``[B, C]`` float32 log-probs of the target tokens at the sampling temperature.
+        entropy: ``[B, C]`` float32 entropy of ``softmax(logits / T)``.
+        vocab_term: ``[B, C]`` float32 value of the vocabulary term.
+        topk_logp: ``[B, C, k]`` float32, the ``k`` largest log-probs of ``softmax(logits / T)``, descending (detached).
+        hidden: ``[B, C, H]`` the hidden state predicting each target, in the model's dtype (detached).
     """
 
     logp: Tensor
-    entropy: Tensor | None
-    vocab_term: Tensor | None
+    entropy: Tensor | None = None
+    vocab_term: Tensor | None = None
+    topk_logp: Tensor | None = None
+    hidden: Tensor | None = None
 
 
 def _chunk_logprobs(
@@ -170,10 +175,21 @@ def _head_logprobs(
     return logp, entropy, term if vocab_term is not None else None
 
 
+@torch.no_grad()
+def _head_topk(hidden: Tensor, head: nn.Module, *, temperature: float, chunk_size: int, k: int) -> Tensor:
+    """``[n, k]`` the ``k`` largest log-probs of ``softmax(head(hidden) / T)`` for ``hidden`` ``[n, H]``, descending;
+    one chunk of ``[chunk_size, V]`` logits at a time, without gradient."""
+    values = [hidden.new_zeros(0, k, dtype=torch.float32)]
+    for start in range(0, hidden.shape[0], chunk_size):
+        scaled = head(hidden[start : start + chunk_size]).float() / temperature  # [c, V]
+        values.append(scaled.topk(k, dim=-1).values - torch.logsumexp(scaled, dim=-1, keepdim=True))  # [c, k]
+    return torch.cat(values)
+
+
 def _scatter(values: Tensor, flat_index: Tensor, mask: Tensor) -> Tensor:
-    """Values ``[n]`` of the real tokens back to ``mask``'s shape ``[B, C]`` float32, 0 elsewhere."""
-    full = torch.zeros(mask.numel(), dtype=torch.float32, device=values.device)
-    return full.index_put((flat_index,), values).view(mask.shape)
+    """Values ``[n, ...]`` of the real tokens back to ``mask``'s shape ``[B, C, ...]`` float32, 0 elsewhere."""
+    full = torch.zeros(mask.numel(), *values.shape[1:], dtype=torch.float32, device=values.device)
+    return full.index_put((flat_index,), values).view(*mask.shape, *values.shape[1:])
 
 
 def token_scores_from_hidden(
@@ -186,8 +202,10 @@ def token_scores_from_hidden(
     chunk_size: int,
     with_entropy: bool = False,
     vocab_term: VocabTerm | None = None,
+    topk: int = 0,
+    with_hidden: bool = False,
 ) -> TokenScores:
-    """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term).
+    """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term, top-k, hidden).
 
     Args:
         hidden: ``[B, C, H]`` hidden state at the position before each target token.
@@ -199,10 +217,15 @@ def token_scores_from_hidden(
         with_entropy: also return the per-token entropy of ``softmax(logits / T)``.
         vocab_term: ``fn(logits / T [n, V]) -> [n]``, evaluated chunk by chunk with gradient; ``None`` keeps the
             fused linear-head path.
+        topk: ``k > 0`` also returns the ``k`` largest log-probs of each token (a separate no-grad chunked pass).
+        with_hidden: also return ``hidden`` (detached, 0 on padding).
 
     Returns:
-        :class:`TokenScores` of ``[B, C]`` float32 tensors.
+        :class:`TokenScores`.
     """
+    vocab = head.out_features if isinstance(head, nn.Linear) else None
+    if topk < 0 or (vocab is not None and topk > vocab):
+        raise ValueError(f"topk={topk} must be in [0, {vocab or 'vocabulary size'}].")
     flat_index = torch.nonzero(mask.reshape(-1) > 0).flatten()  # [n] real tokens
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])[flat_index]  # [n, H]
     flat_targets = targets.reshape(-1)[flat_index]  # [n]
@@ -215,10 +238,15 @@ def token_scores_from_hidden(
         with_entropy=with_entropy,
         vocab_term=vocab_term,
     )
+    top = None
+    if topk > 0:
+        top = _head_topk(flat_hidden, head, temperature=temperature, chunk_size=chunk_size, k=topk)  # [n, k]
     return TokenScores(
         logp=_scatter(logp, flat_index, mask),
         entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
         vocab_term=_scatter(term, flat_index, mask) if term is not None else None,
+        topk_logp=_scatter(top, flat_index, mask) if top is not None else None,
+        hidden=torch.where(mask[..., None] > 0, hidden.detach(), 0) if with_hidden else None,  # [B, C, H]
     )
 
 
@@ -233,16 +261,18 @@ def completion_scores(
     chunk_size: int,
     with_entropy: bool = False,
     vocab_term: VocabTerm | None = None,
+    topk: int = 0,
+    with_hidden: bool = False,
 ) -> TokenScores:
     """Score completions under ``causal_lm`` (a ``*ForCausalLM``; LoRA layers injected by peft apply).
 
     Args:
         prompt_ids: ``[B, P]`` left-padded prompt ids, ``prompt_mask`` ``[B, P]``.
         completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]``.
-        vocab_term: optional ``fn(logits / T [n, V]) -> [n]``, see :func:`token_scores_from_hidden`.
+        vocab_term, topk, with_hidden: optional features, see :func:`token_scores_from_hidden`.
 
     Returns:
-        :class:`TokenScores` ``[B, C]``: ``logp``, ``entropy`` (or ``None``), ``vocab_term`` (or ``None``).
+        :class:`TokenScores` with ``[B, C]`` (``[B, C, k]``, ``[B, C, H]``) tensors.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
     attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [B, P + C]
@@ -263,6 +293,8 @@ def completion_scores(
         chunk_size=chunk_size,
         with_entropy=with_entropy,
         vocab_term=vocab_term,
+        topk=topk,
+        with_hidden=with_hidden,
     )
 
 

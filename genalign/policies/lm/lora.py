@@ -1,4 +1,4 @@
-"""LoRA for causal LMs through peft, and saving/loading the trainable weights as safetensors."""
+"""LoRA through peft, and saving/loading the trainable weights as safetensors (LoRA adapters alone, or all weights)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from pathlib import Path
 
 from safetensors.torch import load_file, load_model, save_model
 from torch import nn
+
+from genalign.policies.lm.reference import is_peft_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
 FULL_WEIGHTS_FILE = "model.safetensors"
@@ -24,7 +26,7 @@ def add_lora(model: nn.Module, *, rank: int, alpha: float, dropout: float, targe
 def save_weights(model: nn.Module, directory: Path) -> None:
     """LoRA adapters alone (peft's format: ``adapter_config.json`` + ``adapter_model.safetensors``) or all weights."""
     directory.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "peft_config"):
+    if is_peft_model(model):
         model.save_pretrained(str(directory))
     else:
         save_model(model, str(directory / FULL_WEIGHTS_FILE))
@@ -33,7 +35,7 @@ def save_weights(model: nn.Module, directory: Path) -> None:
 
 def load_weights(model: nn.Module, directory: Path) -> None:
     """Load what :func:`save_weights` wrote into ``model`` (same LoRA setup required)."""
-    if hasattr(model, "peft_config"):
+    if is_peft_model(model):
         from peft import set_peft_model_state_dict
 
         path = directory / ADAPTER_FILE

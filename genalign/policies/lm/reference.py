@@ -1,20 +1,26 @@
-"""The reference policy of the KL regulariser for causal LMs.
+"""The reference policy of the KL regulariser, one component for every token-LM family.
 
-Two ways to get reference log-probs: with LoRA, run the same model with the adapters disabled (no extra memory); without
-LoRA, a frozen copy loaded again from the original weights (never a copy of the current, possibly trained, weights).
+Two ways to get reference log-probs: with LoRA, run the policy's own model with the adapters disabled (no extra memory);
+without LoRA, a frozen copy loaded again from the original weights on first use (never a copy of the current, possibly
+trained, weights). ``none`` has no reference: a KL request is then an error that names the option.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Literal
+from typing import Literal, TypeVar
 
+import torch
 from torch import nn
 
 ReferenceMode = Literal["auto", "lora_disabled", "frozen_copy", "none"]
+ResolvedReferenceMode = Literal["lora_disabled", "frozen_copy", "none"]
+T = TypeVar("T")
 
 
-def resolve_reference_mode(mode: ReferenceMode, lora_enabled: bool) -> Literal["lora_disabled", "frozen_copy", "none"]:
+def resolve_reference_mode(mode: ReferenceMode, lora_enabled: bool) -> ResolvedReferenceMode:
     """``auto`` -> ``lora_disabled`` with LoRA, ``frozen_copy`` without."""
     if mode == "auto":
         return "lora_disabled" if lora_enabled else "frozen_copy"
@@ -25,6 +31,63 @@ def resolve_reference_mode(mode: ReferenceMode, lora_enabled: bool) -> Literal["
     return mode
 
 
+def is_peft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is a peft wrapper (peft is only imported when LoRA is used, so an unimported peft means no)."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def get_base_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (its injected LoRA layers still apply), or ``model`` itself."""
+    return model.get_base_model() if is_peft_model(model) else model
+
+
 def adapters_disabled(model: nn.Module) -> AbstractContextManager:
     """Context in which a peft model runs its base weights (a no-op for plain models)."""
-    return model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+    return model.disable_adapter() if is_peft_model(model) else nullcontext()
+
+
+class ReferencePolicy:
+    """Runs a scoring function under the reference weights.
+
+    Args:
+        mode: ``lora_disabled`` (``model`` with its adapters disabled), ``frozen_copy`` (``load_frozen()``, called once,
+            on the first request) or ``none``.
+        model: the policy's model (a peft model in ``lora_disabled`` mode).
+        load_frozen: loads the original weights again (``frozen_copy`` mode only).
+
+    Call it with ``score_fn(module) -> result``; the function runs under ``torch.no_grad`` with the reference module
+    (the peft model with adapters off, or the frozen copy), so a family scores the reference exactly like the policy.
+    """
+
+    def __init__(self, mode: ResolvedReferenceMode, model: nn.Module, load_frozen: Callable[[], nn.Module]) -> None:
+        self.mode = mode
+        self.model = model
+        self.load_frozen = load_frozen
+        self._frozen: nn.Module | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the frozen copy has been loaded (always False in the other modes)."""
+        return self._frozen is not None
+
+    def __call__(self, score_fn: Callable[[nn.Module], T]) -> T:
+        if self.mode == "none":
+            raise ValueError("a KL term was requested but policy.reference='none'; set it to 'auto' or drop the KL.")
+        with torch.no_grad():
+            if self.mode == "lora_disabled":
+                with adapters_disabled(self.model):
+                    return score_fn(self.model)
+            if self._frozen is None:  # the original weights, never a copy of the trained ones
+                self._frozen = self.load_frozen().eval().requires_grad_(False)
+            return score_fn(self._frozen)
+
+
+__all__ = [
+    "ReferenceMode",
+    "ReferencePolicy",
+    "adapters_disabled",
+    "get_base_model",
+    "is_peft_model",
+    "resolve_reference_mode",
+]

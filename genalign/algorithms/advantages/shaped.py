@@ -1,0 +1,222 @@
+"""Estimators that reshape the group's reward distribution: the group-std dial, positive-only, sign-asymmetric,
+Gaussianised, quantile and majority-boosted advantages (method catalogue).
+
+Signature and shared rules: :mod:`genalign.algorithms.advantages.base`."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from genalign.algorithms._groups import (
+    group_stats,
+    group_sum,
+    padded_by_group,
+)
+from genalign.algorithms.advantages.base import ADVANTAGE_ESTIMATORS, check_eps, finish, prepare, valid_mask
+from genalign.algorithms.advantages.group_baselines import grpo
+
+
+# ------------------------------------------------------------------------------------------------- one dial, signs
+@ADVANTAGE_ESTIMATORS.register(
+    "std_dial",
+    formula="A_i = (r_i − mean_G) / (std_G + eps)^α; α = 1 GRPO, α = 0 Dr. GRPO (DAPO: drop std = 0 groups)",
+    source="[297] group-std one dial",
+    summary="One continuous dial between dividing by the group std (GRPO) and not dividing (Dr. GRPO).",
+)
+def std_dial(
+    rewards: Tensor, group_ids: Tensor, *, std_exponent: float = 1.0, eps: float = 1e-6, unbiased_std: bool = True
+) -> Tensor:
+    """The group-std "one dial" [297]: ``A = (r − mean_G) / (std_G + eps)^α``. ``α = 1`` is GRPO, ``α = 0`` Dr. GRPO;
+    DAPO's third setting (discard groups with ``std = 0``) is ``algorithm.drop_zero_std_groups`` / dynamic sampling,
+    since a constant group already has advantage 0 here. For 0/1 rewards ``std = √(p(1−p))`` (population) is the
+    size of GRPO's update, so ``α`` sets how strongly prompts of middling difficulty are weighted.
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        std_exponent: ``α`` in ``[0, 1]`` (values outside are allowed but over-/anti-weight; must be >= 0).
+        eps: added to the group std before the power.
+        unbiased_std: ``n − 1`` (True) or ``n`` (False).
+    """
+    if not std_exponent >= 0:
+        raise ValueError(f"std_exponent must be >= 0 (1 = GRPO, 0 = Dr. GRPO), got {std_exponent!r}")
+    columns, groups = prepare(rewards, group_ids)
+    stats = group_stats(columns, groups, unbiased=unbiased_std)
+    scale = (stats.std + eps).pow(std_exponent)  # [G, K]
+    advantages = torch.where(
+        stats.constant[groups.index], 0.0, (columns - stats.mean[groups.index]) / scale[groups.index]
+    )
+    return finish(advantages, columns, groups, stats, rewards)
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "positive_only",
+    formula="A_i = max(0, (r_i − mean_G) / (std_G + eps))",
+    source="[267] WAPO",
+    summary="Update only on completions with positive (GRPO) advantage.",
+)
+def positive_only(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6, unbiased_std: bool = True) -> Tensor:
+    """Winner-advantage updates [267]: the GRPO advantage with its negative part removed, so only completions better
+    than their group's mean are reinforced (pair with any clip form; WAPO uses PPO's).
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        eps: added to the group std.
+        unbiased_std: ``n − 1`` (True) or ``n`` (False).
+    """
+    return grpo(rewards, group_ids, eps=eps, unbiased_std=unbiased_std).clamp_min(0.0)
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "asymmetric",
+    experimental=True,
+    formula="A_i = c₊·Â_i if Â_i > 0 else c₋·Â_i, Â = (r − mean_G)/(std_G + eps)",
+    source="[111] A3PO (sample-level part)",
+    summary="Rescale positive and negative advantages differently (positives sharpen, negatives explore).",
+)
+def asymmetric(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    positive_scale: float = 1.0,
+    negative_scale: float = 1.2,
+    eps: float = 1e-6,
+    unbiased_std: bool = True,
+) -> Tensor:
+    """Asymmetric advantage shaping [111]: GRPO advantages scaled by ``c₊`` when positive and ``c₋`` when negative.
+
+    Reading chosen: the sample-level half of A3PO; its token-level half ("key tokens per polarity", criterion not
+    given) is the credit weight ``polarity_token_weights`` (``genalign.algorithms.credit``), so A3PO = ``advantage:
+    asymmetric`` + ``credit: polarity_token_weights``. The defaults (``c₋ = 1.2``, favouring the exploration that
+    negative samples drive) are a free choice.
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        positive_scale: ``c₊ >= 0``.
+        negative_scale: ``c₋ >= 0``.
+        eps: added to the group std.
+        unbiased_std: ``n − 1`` (True) or ``n`` (False).
+    """
+    if not (positive_scale >= 0 and negative_scale >= 0):
+        raise ValueError(f"positive_scale and negative_scale must be >= 0, got {positive_scale!r}, {negative_scale!r}")
+    base = grpo(rewards, group_ids, eps=eps, unbiased_std=unbiased_std)
+    return torch.where(base > 0, positive_scale * base, negative_scale * base)
+
+
+# ---------------------------------------------------------------------------------------------- other baselines
+@ADVANTAGE_ESTIMATORS.register(
+    "gaussianized",
+    experimental=True,
+    formula="A_i = Φ⁻¹((q_i + 0.5)/n), q_i = rank of r_i in its group (ties averaged); optional unit-std rescale",
+    source="[65] G²RPO",
+    summary="Non-linear normalisation: within-group ranks mapped to standard-normal quantiles.",
+)
+def gaussianized(rewards: Tensor, group_ids: Tensor, *, standardize: bool = False) -> Tensor:
+    """Gaussianised advantages [65]: each group's advantages are forced onto the quantiles of ``N(0, 1)``, so every
+    task contributes the same advantage distribution whatever its reward scale or tails.
+
+    Reading chosen (the index marks it inferred): the rank→Gaussian-quantile map ``Φ⁻¹((q_i + 0.5)/n)`` with
+    mid-ranks for ties (a constant group gets 0); ``standardize`` rescales each group to unit std (its quantiles have
+    std < 1 for small ``n``).
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        standardize: rescale to unit (population) std per group.
+    """
+    columns, groups = prepare(rewards, group_ids)
+    stats = group_stats(columns, groups, unbiased=False)
+    padded, _ = padded_by_group(columns, groups)  # [G, S, K]
+    peers = padded[groups.index]  # [N, S, K]
+    below = (peers < columns[:, None, :]).sum(1).to(columns.dtype)  # [N, K]
+    ties = (peers == columns[:, None, :]).sum(1).to(columns.dtype) - 1.0  # [N, K]
+    n = stats.count[groups.index].clamp_min(1.0)  # [N, K]
+    quantile = (below + 0.5 * ties + 0.5) / n  # [N, K] in (0, 1)
+    normal = torch.distributions.Normal(torch.zeros((), dtype=columns.dtype), torch.ones((), dtype=columns.dtype))
+    advantages = normal.icdf(quantile.clamp(1e-12, 1 - 1e-12))  # [N, K]
+    advantages = torch.where(valid_mask(columns, groups, stats), advantages, 0.0)
+    if standardize:
+        square_sum = group_sum(advantages.square(), groups)  # [G, K]
+        std = (square_sum / stats.count.clamp_min(1.0)).sqrt()  # [G, K]
+        advantages = torch.where(std[groups.index] > 0, advantages / std[groups.index].clamp_min(1e-12), 0.0)
+    return finish(advantages, columns, groups, stats, rewards)
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "quantile",
+    formula="A_i = r_i − Q_K(group), Q_K = smallest r with F_G(r) ≥ K (empirical inverse CDF); optional / std_G",
+    source="[216] QAE",
+    summary="Group K-quantile baseline: reinforces rare successes on hard prompts, targets rare failures on easy ones.",
+)
+def quantile(
+    rewards: Tensor, group_ids: Tensor, *, quantile_level: float = 0.5, scale_by_std: bool = False, eps: float = 1e-6
+) -> Tensor:
+    """Quantile Advantage Estimation [216]: the baseline is the group's empirical ``K``-quantile. For 0/1 rewards with
+    success rate ``p``: if ``p <= 1 − K`` the baseline is 0 and only successes get (positive) signal; otherwise it is
+    1 and only failures get (negative) signal.
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        quantile_level: ``K`` in ``(0, 1)``.
+        scale_by_std: divide by the group std (+ ``eps``) as GRPO does (0 stays 0).
+        eps: added to the std when ``scale_by_std``.
+    """
+    if not 0 < quantile_level < 1:
+        raise ValueError(f"quantile_level must be in (0, 1), got {quantile_level!r}")
+    check_eps(eps)
+    columns, groups = prepare(rewards, group_ids)
+    stats = group_stats(columns, groups, unbiased=True)
+    padded, _ = padded_by_group(columns, groups)  # [G, S, K]
+    ordered = torch.sort(torch.where(torch.isnan(padded), torch.inf, padded), dim=1).values  # [G, S, K]
+    rank = (torch.ceil(quantile_level * stats.count - 1e-9) - 1.0).clamp_min(0.0).long()  # [G, K]
+    baseline = ordered.gather(1, rank[:, None, :]).squeeze(1)  # [G, K]
+    advantages = columns - baseline[groups.index]  # [N, K]
+    if scale_by_std:
+        advantages = advantages / (stats.std[groups.index] + eps)
+    return finish(advantages, columns, groups, stats, rewards)
+
+
+@ADVANTAGE_ESTIMATORS.register(
+    "majority_boosted",
+    experimental=True,
+    formula="A_i = (1 + γ·1[½ < p_G < 1])·(r_i − mean_G)/(std_G + eps), p_G = share of r ≥ threshold",
+    source="[201] MCPO (query weighting part)",
+    summary="Up-weight majority-correct prompts, whose implicit GRPO weight shrinks as p → 1.",
+)
+def majority_boosted(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    boost: float = 0.5,
+    success_threshold: float = 0.5,
+    eps: float = 1e-6,
+    unbiased_std: bool = True,
+) -> Tensor:
+    """MCPO's prompt weighting [201]: for 0/1 rewards GRPO's total update on a prompt scales like ``√(p(1−p))``, so
+    majority-correct prompts (``½ < p < 1``) get less and less weight as they approach mastery; they are up-weighted
+    by ``1 + γ``. (The mastery half of MCPO, a hinge KL on ``p = 1`` prompts, is the ``mastery_hinge_kl``
+    regulariser.)
+
+    Reading chosen: a constant factor on the majority-correct band (the abstract gives no weight formula).
+
+    Args:
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        group_ids: ``[N]`` integer group of each sample.
+        boost: ``γ >= 0``.
+        success_threshold: rewards at or above count as correct.
+        eps: added to the group std.
+        unbiased_std: ``n − 1`` (True) or ``n`` (False).
+    """
+    if not boost >= 0:
+        raise ValueError(f"boost must be >= 0, got {boost!r}")
+    columns, groups = prepare(rewards, group_ids)
+    stats = group_stats(columns, groups, unbiased=unbiased_std)
+    correct = torch.where(torch.isnan(columns), 0.0, (columns >= success_threshold).to(columns.dtype))  # [N, K]
+    share = group_sum(correct, groups) / stats.count.clamp_min(1.0)  # [G, K]
+    weight = 1.0 + boost * ((share > 0.5) & (share < 1.0)).to(columns.dtype)  # [G, K]
+    base = grpo(columns, group_ids, eps=eps, unbiased_std=unbiased_std)  # [N, K]
+    return finish(weight[groups.index] * base, columns, groups, stats, rewards)

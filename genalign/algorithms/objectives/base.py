@@ -1,0 +1,44 @@
+"""The objective registry: one signature for every training objective (ratio, likelihood-weighted, likelihood-free).
+
+::
+
+    objective(score: ScoreOutput, advantages [n] | [n, T], context: ObjectiveContext, **hp) -> (loss [n, T], metrics)
+
+``score`` is what the policy's scoring pass returned for the micro-batch (log-probs and any requested feature, e.g.
+the velocities of DiffusionNFT); ``context`` carries everything else about the batch: ``old_logp`` and ``mask``
+``[n, T]``, ``group_ids`` ``[n]``, the behaviour log-probs of the rollout engine, entropy, group reward spread and
+training progress (:class:`~genalign.algorithms.context.ObjectiveContext`). The per-action loss is aggregated by the
+shared :func:`~genalign.algorithms.aggregate` with the global normaliser, whatever the objective.
+
+Registry meta: ``needs`` (score features the objective reads, checked against the policy family at config load);
+``ratio=True`` for objectives composed of a ratio level and a clip form (their hyper-parameters include
+``ratio_level`` and ``clip``, see :func:`objective_hyperparameters`); ``uses_old_logp=False`` for objectives that never
+read ``context.old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
+objectives that weigh samples within their group (every micro-batch must hold whole groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import Tensor
+
+from genalign.algorithms._validation import check_hyperparameters
+from genalign.algorithms.policy_loss import check_objective_hyperparameters
+from genalign.registry import Registry
+
+Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+
+#: name -> ``fn(score: ScoreOutput, advantages, context: ObjectiveContext, **hp) -> (loss [n, T], metrics)``
+OBJECTIVES: Registry[Objective] = Registry("objective")
+
+
+def objective_hyperparameters(name: str, *, ratio_level: str, clip: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of objective ``name``: ``args`` plus, for ratio objectives, the chosen ratio level and
+    clip form. Validates them (unknown names and keywords raise with a did-you-mean hint)."""
+    if OBJECTIVES.meta(name).get("ratio", False):
+        check_objective_hyperparameters(ratio_level, clip, args)
+        return {"ratio_level": ratio_level, "clip": clip, **args}
+    check_hyperparameters(OBJECTIVES, name, args)
+    return dict(args)

@@ -1,0 +1,13 @@
+"""Per-action regularisers, one registry (:data:`REGULARIZERS`): trust-region and vocabulary terms; see
+:mod:`genalign.algorithms.regularizers.base`."""
+
+from genalign.algorithms.regularizers import trust, vocabulary  # noqa: F401  (register)
+from genalign.algorithms.regularizers.base import (
+    REGULARIZERS,
+    RegularizerInputs,
+    bind_vocab_term,
+    entropy_bonus,
+    entropy_from_logits,
+)
+
+__all__ = ["REGULARIZERS", "RegularizerInputs", "bind_vocab_term", "entropy_bonus", "entropy_from_logits"]

@@ -1,0 +1,231 @@
+"""Configuration of the flow-matching policy: the model, sampling, tree rollouts and likelihood-free training.
+
+Which credit a step gets (per-depth tree advantages, noise-aware weights, dense step gains) and which objective trains
+the policy are algorithm choices (``algorithm.credit``, ``algorithm.objective``); this section says how the policy
+samples and scores. :meth:`FlowPolicyConfig.capabilities` declares what its rollouts and scoring can supply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from genalign.policies.base import PolicyCapabilities
+from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
+from genalign.schedulers.train_steps import TrainStepsConfig
+
+#: Names accepted by ``ScoreRequest.kl_estimator``. A flow step is Gaussian with a shared std, so every name gives the
+#: closed-form KL in mean space, ``|mean - mean_ref|^2 / (2 std^2)`` (the exact KL the k1/k2/k3 estimators estimate).
+KL_ESTIMATORS = ("mean_space", "k1", "k2", "k3")
+
+
+@dataclass
+class TreeRolloutConfig:
+    """Branch/tree rollouts (BranchGRPO [170]); ``group_size`` must equal ``branching ** len(split_steps)``. The
+    per-depth credit of the leaves is the algorithm's credit rule ``tree``."""
+
+    enabled: bool = field(default=False, metadata={"help": "Sample each group as the leaves of one trajectory tree."})
+    split_steps: list[int] = field(
+        default_factory=lambda: [0, 3, 6, 9], metadata={"help": "Steps where every node splits (SDE); ODE elsewhere."}
+    )
+    branching: int = field(default=2, metadata={"help": "Children per split (k); leaves = k ** len(split_steps)."})
+    sde_steps: list[int] = field(
+        default_factory=list, metadata={"help": "Extra stochastic steps that do not split (one child each)."}
+    )
+    slide_every: int = field(
+        default=0, metadata={"help": "Move the splits slide_stride steps later every this many iterations (0 = fixed)."}
+    )
+    slide_stride: int = field(default=1, metadata={"help": "Steps the splits move each time (BranchGRPO-Mix)."})
+    slide_mode: Literal["clamp", "cycle"] = field(
+        default="clamp", metadata={"help": "At the last step: stay there ('clamp') or start again at 0 ('cycle')."}
+    )
+    trained_depths: list[int] | None = field(
+        default=None, metadata={"help": "Depth pruning: depths (1 = children of the first split) that get gradient."}
+    )
+    train_sde_steps: bool = field(default=True, metadata={"help": "Also train the extra non-splitting SDE steps."})
+
+    def validate(self, num_steps: int | None = None) -> None:
+        if not self.enabled:
+            return
+        if self.branching < 2:
+            raise ValueError(f"policy.tree.branching={self.branching} must be >= 2.")
+        if not self.split_steps or self.split_steps != sorted(set(self.split_steps)) or min(self.split_steps) < 0:
+            raise ValueError(f"policy.tree.split_steps={self.split_steps} must be non-empty, sorted, distinct, >= 0.")
+        if num_steps is not None and max(self.split_steps + self.sde_steps) >= num_steps:
+            raise ValueError(
+                f"policy.tree.split_steps={self.split_steps} / sde_steps={self.sde_steps} must be < "
+                f"policy.num_steps={num_steps}."
+            )
+        if self.slide_every < 0 or self.slide_stride < 1:
+            raise ValueError(
+                f"policy.tree.slide_every={self.slide_every} must be >= 0 and slide_stride={self.slide_stride} >= 1."
+            )
+        depth = len(self.split_steps)
+        if self.trained_depths is not None and (
+            not self.trained_depths or any(not 1 <= d <= depth for d in self.trained_depths)
+        ):
+            raise ValueError(
+                f"policy.tree.trained_depths={self.trained_depths} must be a non-empty subset of 1..{depth}."
+            )
+
+    @property
+    def num_leaves(self) -> int:
+        return self.branching ** len(self.split_steps)
+
+
+@dataclass
+class LikelihoodFreeConfig:
+    """Training without the SDE likelihood: the rollout keeps each sample's clean latent and ``K`` flow-matching
+    points; the scorer returns the ELBO proxy as log-probs (V-GRPO [10], for the ratio objective) and, for
+    DiffusionNFT (``algorithm.objective: nft``), the current / old / target velocities."""
+
+    method: Literal["none", "nft", "elbo"] = field(
+        default="none",
+        metadata={
+            "help": "none: SDE log-probs (Flow-GRPO); elbo: V-GRPO's ELBO proxy (ratio objective); nft: DiffusionNFT "
+            "(keeps the old model; pair with algorithm.objective: nft)."
+        },
+    )
+    num_timesteps: int = field(
+        default=2, metadata={"help": "Flow-matching points (sigma, noise) per sample; each is one action."}
+    )
+    timestep_sampling: Literal["uniform", "logit_normal"] = field(
+        default="uniform", metadata={"help": "Distribution of the training sigmas in (0, 1)."}
+    )
+    deterministic_rollout: bool = field(
+        default=True, metadata={"help": "Sample training rollouts with the ODE (any solver works for these methods)."}
+    )
+    old_decay: float = field(
+        default=0.9, metadata={"help": "DiffusionNFT old model: old <- decay old + (1 - decay) theta per update."}
+    )
+    elbo_scale: float = field(
+        default=1.0, metadata={"help": "Log-likelihood proxy = -elbo_scale * flow-matching error."}
+    )
+
+    def validate(self) -> None:
+        if self.num_timesteps < 1:
+            raise ValueError(f"policy.likelihood_free.num_timesteps={self.num_timesteps} must be >= 1.")
+        if not 0 <= self.old_decay < 1:
+            raise ValueError(f"policy.likelihood_free.old_decay={self.old_decay} must be in [0, 1).")
+        if self.elbo_scale <= 0:
+            raise ValueError(f"policy.likelihood_free.elbo_scale={self.elbo_scale} must be > 0.")
+
+
+@dataclass
+class FlowPolicyConfig:
+    """Flow-matching text-to-image / text-to-video policy."""
+
+    family: Literal["flow"] = field(default="flow", metadata={"help": "Policy family (selects this schema)."})
+    model: str = field(
+        default="", metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline."}
+    )
+    architecture: Literal["auto", "sd3", "flux", "wan"] = field(
+        default="auto", metadata={"help": "Model family; 'auto' reads it from the pipeline class."}
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = field(
+        default="float32", metadata={"help": "Weights dtype; latents and log-probs stay float32."}
+    )
+    height: int = field(default=512, metadata={"help": "Output height in pixels."})
+    width: int = field(default=512, metadata={"help": "Output width in pixels."})
+    num_frames: int = field(default=1, metadata={"help": "Video frames (Wan: 1 + multiple of 4); 1 for images."})
+    num_steps: int = field(default=10, metadata={"help": "Sampling steps of training rollouts (denoising reduction)."})
+    eval_num_steps: int = field(default=40, metadata={"help": "Sampling steps of evaluation rollouts."})
+    guidance_scale: float = field(
+        default=4.5, metadata={"help": "CFG scale in rollouts and training (FLUX: embedded guidance); 1 = CFG-free."}
+    )
+    eval_guidance_scale: float | None = field(
+        default=None, metadata={"help": "CFG scale for evaluation (None = same)."}
+    )
+    negative_prompt: str = field(default="", metadata={"help": "Negative prompt of the unconditional branch."})
+    max_sequence_length: int = field(default=128, metadata={"help": "Text tokens for T5-style encoders."})
+    dynamics: str = field(default="flow_sde", metadata={"help": "SDE dynamics: ode, flow_sde, dance_sde, cps."})
+    noise_level: float = field(
+        default=0.7, metadata={"help": "Dynamics strength (flow_sde a ~0.7, dance_sde eta ~0.3)."}
+    )
+    group_initial_noise: Literal["independent", "shared"] = field(
+        default="independent",
+        metadata={
+            "help": "Training rollouts: 'shared' starts every sample of a group from the same x_T (DanceGRPO), so "
+            "reward differences within a group come only from the SDE noise the trained steps are credited for."
+        },
+    )
+    log_prob_reduction: Literal["mean", "sum"] = field(
+        default="mean", metadata={"help": "Step log-prob over latent elements: mean (reference code) or sum."}
+    )
+    ode_solver: Literal["euler", "ab2"] = field(
+        default="euler",
+        metadata={"help": "Solver of ODE steps after the last SDE step (ab2 = 2nd order, MixGRPO-Flash)."},
+    )
+    train_steps: TrainStepsConfig = field(
+        default_factory=TrainStepsConfig, metadata={"help": "Stochastic/trained steps."}
+    )
+    tree: TreeRolloutConfig = field(
+        default_factory=TreeRolloutConfig, metadata={"help": "Branch/tree rollouts (BranchGRPO, TempFlow, G2RPO)."}
+    )
+    likelihood_free: LikelihoodFreeConfig = field(
+        default_factory=LikelihoodFreeConfig,
+        metadata={"help": "Likelihood-free training (DiffusionNFT, V-GRPO) instead of SDE log-probs."},
+    )
+    lora_rank: int = field(default=32, metadata={"help": "LoRA rank on attention projections; 0 trains all weights."})
+    lora_alpha: float = field(default=64.0, metadata={"help": "LoRA alpha."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Module names for LoRA (None = the architecture's attention projections)."}
+    )
+    sample_batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "Samples per denoising forward in rollouts (0 = all at once); set it to the trainer's "
+            "micro_batch_size so that rollout and score see the same batches (bit-exact ratio). Tree rollouts "
+            "sample max(1, sample_batch_size // leaves) trees at a time."
+        },
+    )
+    prompt_cache_size: int = field(default=1024, metadata={"help": "Prompts whose embeddings are kept (LRU)."})
+    ema_decay: float = field(default=0.0, metadata={"help": "EMA of trainable weights for evaluation (0 = off)."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
+    seed: int = field(default=0, metadata={"help": "Seed of initial noise, SDE noise and random step choices."})
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
+        SDE_DYNAMICS.get(self.dynamics)
+        positive = ("height", "width", "num_frames", "num_steps", "eval_num_steps", "max_sequence_length")
+        for name in (*positive, "prompt_cache_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 1.")
+        if self.sample_batch_size < 0:
+            raise ValueError(f"policy.sample_batch_size={self.sample_batch_size} must be >= 0 (0 = whole batch).")
+        if self.noise_level < 0:
+            raise ValueError(f"policy.noise_level={self.noise_level} must be >= 0.")
+        if self.lora_rank < 0:
+            raise ValueError(f"policy.lora_rank={self.lora_rank} must be >= 0 (0 = full fine-tuning).")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"policy.ema_decay={self.ema_decay} must be in [0, 1) (0 disables EMA).")
+        if self.dtype == "float16" and self.lora_rank == 0:
+            raise ValueError("policy.dtype='float16' with lora_rank=0 trains float16 weights; use bfloat16 or LoRA.")
+        self.train_steps.validate()
+        self.tree.validate(self.num_steps)
+        self.likelihood_free.validate()
+        if self.tree.enabled and self.likelihood_free.method != "none":
+            raise ValueError(
+                f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
+                "rollouts need SDE log-probs; disable one of them."
+            )
+
+    def capabilities(self) -> PolicyCapabilities:
+        """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the
+        model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
+        Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
+        kl = {"kl"} if self.lora_rank > 0 else set()
+        method = self.likelihood_free.method
+        if method == "elbo":  # the rollout records the proxy through the scorer's code path
+            return PolicyCapabilities(rollout_logp_is_exact=True, score_features=frozenset(kl))
+        if method == "nft":  # no log-probs are recorded: the objective reads velocities, never old log-probs
+            return PolicyCapabilities(score_features=frozenset(kl | {"velocity"}))
+        structure = {"step_std", "step_rewards"} | ({"prefix_tree"} if self.tree.enabled else set())
+        # A tree runs the transformer on its nodes, not on the leaves the scorer re-runs: the batch composition differs,
+        # so its recorded log-probs agree with the scores only to float rounding (~1e-6) and the trainer re-scores.
+        return PolicyCapabilities(
+            rollout_logp_is_exact=not self.tree.enabled,
+            score_features=frozenset({"entropy"} | kl),
+            structure=frozenset(structure),
+        )

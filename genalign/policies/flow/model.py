@@ -1,0 +1,203 @@
+"""The flow model the policy trains: a diffusers pipeline with per-step log-probabilities, its trainable weights
+(LoRA on the attention projections, or every transformer weight), cached prompt embeddings, the random generators of
+sampling, chunked denoising and decoding, and saving/loading in diffusers' formats."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from genalign.assets import model_location
+from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise
+from genalign.pipelines.flow_models import PromptEmbeddings, select_embeddings
+from genalign.policies.base import DTYPES
+from genalign.policies.flow.components import PromptEmbeddingCache
+from genalign.policies.flow.config import FlowPolicyConfig
+
+
+class FlowModel:
+    """Pipeline, transformer, trainable weights, prompt cache and generators of one flow policy.
+
+    Generators: ``generator`` (initial noise and SDE noise, on the model's device), ``mask_generator`` (which steps
+    are stochastic / trained) and ``point_generator`` (flow-matching points of likelihood-free training).
+    """
+
+    def __init__(self, config: FlowPolicyConfig, device: torch.device) -> None:
+        self.config = config
+        self.device = device
+        dtype = DTYPES[config.dtype]
+        self.sampler = FlowLogProbPipeline.from_pretrained(
+            model_location(config.model),
+            torch_dtype=dtype,
+            device=device,
+            architecture=config.architecture,
+            dynamics=config.dynamics,
+            noise_level=config.noise_level,
+            log_prob_reduction=config.log_prob_reduction,
+        )
+        self.arch = self.sampler.arch
+        self.scheduler = self.sampler.scheduler
+        self.transformer: nn.Module = self.sampler.pipe.transformer
+        if dtype == torch.float16:  # fp16 VAEs overflow; decoding in float32 costs little
+            self.sampler.pipe.vae.to(torch.float32)
+        for module in self.sampler.pipe.components.values():
+            if isinstance(module, nn.Module):
+                module.requires_grad_(False)
+                module.eval()
+        self._add_trainable_weights()
+        if config.gradient_checkpointing:
+            self.transformer.enable_gradient_checkpointing()
+        self.embeddings = PromptEmbeddingCache(self._encode, config.prompt_cache_size)
+        self.generator = torch.Generator(device).manual_seed(config.seed)
+        self.mask_generator = torch.Generator().manual_seed(config.seed + 1)
+        self.point_generator = torch.Generator().manual_seed(config.seed + 2)
+
+    # ------------------------------------------------------------------------------------------------- weights
+    def _add_trainable_weights(self) -> None:
+        if self.config.lora_rank == 0:
+            self.transformer.requires_grad_(True)
+            return
+        from diffusers.training_utils import cast_training_params
+        from peft import LoraConfig
+
+        targets = self.config.lora_target_modules or list(self.arch.lora_target_modules)
+        lora = LoraConfig(
+            r=self.config.lora_rank, lora_alpha=self.config.lora_alpha, target_modules=targets, init_lora_weights=True
+        )
+        self.transformer.add_adapter(lora)
+        cast_training_params(self.transformer, dtype=torch.float32)  # LoRA weights train in float32
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.transformer.parameters() if p.requires_grad]
+
+    @contextmanager
+    def reference(self) -> Iterator[None]:
+        """Inside the block the transformer is the reference policy: its LoRA adapters are disabled."""
+        self.transformer.disable_adapters()
+        try:
+            yield
+        finally:
+            self.transformer.enable_adapters()
+
+    # ------------------------------------------------------------------------------------------------ sampling
+    def _encode(self, prompts: list[str]) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        return self.sampler.encode(
+            prompts, negative_prompt=self.config.negative_prompt, max_sequence_length=self.config.max_sequence_length
+        )
+
+    def prompt_embeddings(
+        self, prompts: list[str], guidance: float
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        """Conditional and unconditional embeddings ``[N, ...]``; the unconditional ones are None when there is no
+        unconditional branch to run (CFG-free, or FLUX's embedded guidance)."""
+        cond, uncond = self.embeddings(prompts)
+        if not self.arch.uses_true_cfg or guidance == 1.0:
+            uncond = None
+        return cond, uncond
+
+    def initial_latents(self, count: int, num_steps: int) -> Tensor:
+        """``count`` initial noises ``[count, ...]`` from ``generator``; sets the schedule of ``num_steps`` steps."""
+        cfg = self.config
+        return self.sampler.prepare(
+            count,
+            height=cfg.height,
+            width=cfg.width,
+            num_frames=cfg.num_frames,
+            num_inference_steps=num_steps,
+            generator=self.generator,
+        )
+
+    def denoise_in_chunks(
+        self,
+        latents: Tensor,
+        cond: PromptEmbeddings,
+        uncond: PromptEmbeddings | None,
+        sde_mask: Tensor,
+        *,
+        prompts: list[str],
+        guidance: float,
+        record_latents: bool,
+    ) -> tuple[FlowTrajectory, list[Any]]:
+        """Denoise ``latents`` ``[N, ...]`` ``sample_batch_size`` samples at a time (the chunks the trainer's
+        micro-batches should match) and decode; returns the joined trajectory and the ``[N]`` outputs."""
+        n = latents.shape[0]
+        chunk = self.config.sample_batch_size or n
+        pieces, outputs = [], []
+        for start in range(0, n, chunk):
+            part = slice(start, min(start + chunk, n))
+            piece = denoise(
+                self.arch,
+                self.transformer,
+                self.scheduler,
+                latents[part],
+                select_embeddings(cond, part),
+                select_embeddings(uncond, part),
+                guidance_scale=guidance,
+                sde_mask=sde_mask[part],
+                noise_level=self.config.noise_level,
+                generator=self.generator,
+                record_latents=record_latents,
+                ode_solver=self.config.ode_solver,
+                prompts=prompts[part],
+            )
+            pieces.append(piece)
+            outputs += self.decode(piece.final)
+        return concat_trajectories(pieces), outputs
+
+    def decode(self, latents: Tensor) -> list[Any]:
+        return self.sampler.decode(latents, height=self.config.height, width=self.config.width)
+
+    # --------------------------------------------------------------------------------------------- save / load
+    def save(self, directory: Path) -> None:
+        """LoRA: ``pytorch_lora_weights.safetensors`` readable by ``pipe.load_lora_weights(directory)``;
+        full fine-tuning: the transformer as a diffusers folder ``directory/transformer``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.config.lora_rank == 0:
+            self.transformer.save_pretrained(directory / "transformer")
+            return
+        from peft.utils import get_peft_model_state_dict
+
+        layers = get_peft_model_state_dict(self.transformer)
+        type(self.sampler.pipe).save_lora_weights(directory, transformer_lora_layers=layers)
+
+    def load(self, directory: Path) -> None:
+        """Load weights written by :meth:`save` into the current adapter (or the full transformer)."""
+        directory = Path(directory)
+        if self.config.lora_rank == 0:
+            loaded = type(self.transformer).from_pretrained(directory / "transformer")
+            self.transformer.load_state_dict(loaded.state_dict())
+            return
+        from peft.utils import set_peft_model_state_dict
+
+        state = self.sampler.pipe.lora_state_dict(directory)
+        state = state[0] if isinstance(state, tuple) else state
+        prefix = "transformer."
+        adapter_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        if not adapter_state:
+            raise ValueError(f"no transformer LoRA weights found in {str(directory)!r}; was it written by save()?")
+        result = set_peft_model_state_dict(self.transformer, adapter_state)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(
+                f"LoRA weights in {str(directory)!r} do not fit this model: unexpected keys {unexpected[:5]}."
+            )
+
+    # ----------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The random generators (everything else of the model is its weights)."""
+        return {
+            "generator": self.generator.get_state(),
+            "mask_generator": self.mask_generator.get_state(),
+            "point_generator": self.point_generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        self.mask_generator.set_state(state["mask_generator"])
+        self.point_generator.set_state(state["point_generator"])

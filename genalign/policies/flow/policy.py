@@ -1,0 +1,149 @@
+"""The flow-matching policy (SD3 / SD3.5, FLUX.1, Wan2.1), composed of a model, a sampling strategy, a scorer and
+parameter averages.
+
+* model (:class:`~genalign.policies.flow.model.FlowModel`): pipeline, trainable weights (LoRA by default), prompt cache,
+  generators, save/load in diffusers' formats;
+* sampling strategy (:mod:`genalign.policies.flow.sampling`): SDE trajectories, trajectory trees, or likelihood-free
+  samples with flow-matching points; evaluation always samples deterministic ODE trajectories (with the EMA weights when
+  ``ema_decay > 0``);
+* scorer (:mod:`genalign.policies.flow.scoring`): SDE step log-probs, or the flow-matching ELBO proxy and velocities;
+* parameter averages (:class:`~genalign.policies.flow.components.ParameterAverage`): the EMA of the weights for
+  evaluation and DiffusionNFT's "old" model, both updated after every optimizer step.
+
+The action axis ``T`` is the denoising steps of a training rollout (SDE, trees), or the ``K`` flow-matching points
+(likelihood-free). Classifier-free guidance is recomputed in training with the unconditional branch detached (or
+guidance 1 / FLUX's embedded guidance); latents and log-probabilities stay float32 for any weight dtype.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.flow.components import ParameterAverage
+from genalign.policies.flow.config import FlowPolicyConfig
+from genalign.policies.flow.dense import step_rewards
+from genalign.policies.flow.model import FlowModel
+from genalign.policies.flow.sampling import (
+    FlowMatchingSampling,
+    SDESampling,
+    TreeSampling,
+    assemble_rollout,
+)
+from genalign.policies.flow.scoring import FlowMatchingScorer, SDEStepScorer
+
+
+class FlowPolicy(Policy):
+    """The :class:`~genalign.policies.base.Policy` of flow-matching models. Build it with :func:`build_policy`."""
+
+    family = "flow"
+
+    def __init__(self, config: FlowPolicyConfig, device: str | torch.device = "cpu") -> None:
+        config.validate()
+        self.config = config
+        self.capabilities = config.capabilities()
+        self.model = FlowModel(config, torch.device(device))
+        self.iteration = 0
+        parameters = self.model.trainable_parameters()
+        self.ema = ParameterAverage(parameters, config.ema_decay) if config.ema_decay > 0 else None
+        method = config.likelihood_free.method
+        self.old = ParameterAverage(parameters, config.likelihood_free.old_decay) if method == "nft" else None
+        self.evaluation = SDESampling(self.model, training=False)
+        self.scorer: SDEStepScorer | FlowMatchingScorer
+        self.sampling: SDESampling | TreeSampling | FlowMatchingSampling
+        if method != "none":
+            self.scorer = FlowMatchingScorer(self.model, self.old)
+            self.sampling = FlowMatchingSampling(self.model, self.scorer)
+        else:
+            self.scorer = SDEStepScorer(self.model)
+            self.sampling = TreeSampling(self.model) if config.tree.enabled else SDESampling(self.model, training=True)
+
+    # ------------------------------------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def rollout(
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """Sample ``group_size`` outputs per row. ``eval``: ODE sampling with ``eval_num_steps`` (and EMA weights)."""
+        _check_rows(rows, group_size)
+        if mode == "eval":
+            with self.ema.applied() if self.ema is not None else nullcontext():
+                return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
+        rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration))
+        if "step_rewards" in request.structure:
+            if request.reward_probe is None:
+                raise ValueError("RolloutRequest asks for step_rewards without a reward_probe to measure them.")
+            rewards = step_rewards(self.model, rollout, request.reward_probe)  # [N, T + 1]
+            rollout.structure = replace(rollout.structure, step_rewards=rewards)
+        return rollout
+
+    def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
+        """Re-score a training rollout with the configured scorer (:mod:`genalign.policies.flow.scoring`)."""
+        return self.scorer.score(rollout, request)
+
+    # ------------------------------------------------------------------------------------------------ weights
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return self.model.trainable_parameters()
+
+    def modules_to_train(self) -> list[nn.Module]:
+        return [self.model.transformer]
+
+    def save(self, directory: Path) -> None:
+        self.model.save(directory)
+
+    def load(self, directory: Path) -> None:
+        self.model.load(directory)
+
+    # ---------------------------------------------------------------------------------------------- lifecycle
+    def on_step(self, step: int) -> None:
+        """The training iteration drives sliding windows (MixGRPO) and sliding tree splits (BranchGRPO-Mix)."""
+        self.iteration = step
+
+    def after_optimizer_step(self) -> None:
+        """Update the EMA of the weights and DiffusionNFT's old model."""
+        for average in (self.ema, self.old):
+            if average is not None:
+                average.update()
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"iteration": self.iteration, "model": self.model.state_dict()}
+        state |= {"ema": self.ema.state_dict()} if self.ema is not None else {}
+        state |= {"old": self.old.state_dict()} if self.old is not None else {}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+        self.model.load_state_dict(state["model"])
+        for name, average in (("ema", self.ema), ("old", self.old)):
+            if (average is None) != (name not in state):
+                raise ValueError(
+                    f"the checkpoint {'has' if name in state else 'has no'} {name!r} state but this policy "
+                    f"{'keeps none' if average is None else 'keeps one'}: policy.ema_decay or "
+                    "policy.likelihood_free.method differs from the run that wrote it."
+                )
+            if average is not None:
+                average.load_state_dict(state[name])
+
+
+def _check_rows(rows: list[dict[str, Any]], group_size: int) -> None:
+    """Every row needs a string ``prompt``; ``group_size >= 1``."""
+    if group_size < 1:
+        raise ValueError(f"group_size={group_size} must be >= 1.")
+    for index, row in enumerate(rows):
+        if not isinstance(row.get("prompt"), str):
+            raise ValueError(f"row {index} has no string 'prompt' field (keys: {sorted(row)}); flow policies need one.")
+
+
+def build_policy(config: FlowPolicyConfig, device: str | torch.device = "cpu") -> FlowPolicy:
+    """Build the flow-matching policy of ``config`` on ``device``."""
+    return FlowPolicy(config, device)

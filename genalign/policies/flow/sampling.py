@@ -1,0 +1,212 @@
+"""Sampling strategies of the flow policy, each filling one skeleton (:class:`Sampled` -> :func:`assemble_rollout`).
+
+* :class:`SDESampling`: independent trajectories; training rollouts sample the steps chosen by ``train_steps`` with
+  the SDE dynamics and store every latent; evaluation rollouts are deterministic ODE samples with the evaluation steps
+  and guidance (Flow-GRPO [319], DanceGRPO, MixGRPO windows, Chunk-GRPO).
+* :class:`TreeSampling`: each group is the leaves of one trajectory tree (BranchGRPO [170], TempFlow-GRPO [168],
+  G2RPO-style single split); leaves are stored like independent trajectories and their shared prefixes declared as
+  the rollout's prefix tree; ``info["nfe_per_sample"]`` reports the network evaluations per leaf.
+* :class:`FlowMatchingSampling`: likelihood-free training (DiffusionNFT, V-GRPO [10]): ODE (or SDE) samples, of which
+  only the clean latent is kept, plus ``K`` flow-matching points per sample drawn at rollout time; each point is one
+  action.
+
+Every strategy declares the step noise of its actions (``structure.step_std``) where it has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from genalign.algorithms.structure import RolloutStructure
+from genalign.pipelines.flow import concat_trajectories
+from genalign.pipelines.flow_models import repeat_embeddings, select_embeddings
+from genalign.pipelines.flow_tree import denoise_tree
+from genalign.policies.base import Rollout
+from genalign.policies.flow import stored
+from genalign.policies.flow.model import FlowModel
+from genalign.policies.flow.scoring import FlowMatchingScorer, flow_matching_points
+from genalign.policies.flow.tree import plan_for_iteration, prefix_tree, trained_steps
+from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
+from genalign.schedulers.train_steps import select_train_steps
+
+
+@dataclass
+class Sampled:
+    """What a strategy produced for ``N = rows × group_size`` samples (group members consecutive)."""
+
+    outputs: list[Any]
+    old_logp: Tensor  # [N, T]
+    action_mask: Tensor  # [N, T]
+    per_sample: dict[str, Any] = field(default_factory=dict)
+    structure: RolloutStructure = field(default_factory=RolloutStructure)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def assemble_rollout(rows: list[dict[str, Any]], group_size: int, sampled: Sampled) -> Rollout:
+    """The rollout skeleton shared by every strategy: rows repeated per group member, group ids, the sample."""
+    return Rollout(
+        rows=[row for row in rows for _ in range(group_size)],
+        outputs=sampled.outputs,
+        group_ids=torch.arange(len(rows)).repeat_interleave(group_size),
+        old_logp=sampled.old_logp,
+        action_mask=sampled.action_mask,
+        structure=sampled.structure,
+        per_sample=sampled.per_sample,
+        info=sampled.info,
+    )
+
+
+def step_std(model: FlowModel, stochastic: Tensor) -> Tensor:
+    """``[N, S]`` std of each step's transition at the configured noise level on the current schedule (0 on
+    deterministic steps)."""
+    sigmas = model.scheduler.sigmas.float()  # [S + 1]
+    steps = stochastic.shape[1]
+    unit = torch.zeros(steps, 1)
+    _, std = SDE_DYNAMICS.get(model.config.dynamics)(
+        unit,
+        unit,
+        sigmas[:steps].cpu(),
+        sigmas[1 : steps + 1].cpu(),
+        noise_level=model.config.noise_level,
+        sigma_max=float(sigmas[1]) if len(sigmas) > 1 else 1.0,
+    )  # [S, 1]
+    return (std[:, 0] * stochastic.cpu().float()).to(stochastic.device)  # [N, S]
+
+
+class SDESampling:
+    """Independent trajectories (module docstring); ``training=False`` for evaluation rollouts."""
+
+    def __init__(self, model: FlowModel, *, training: bool) -> None:
+        self.model = model
+        self.training = training
+
+    def sample(self, rows: list[dict[str, Any]], group_size: int, iteration: int) -> Sampled:
+        model, cfg, training = self.model, self.model.config, self.training
+        prompts = [row["prompt"] for row in rows for _ in range(group_size)]
+        n = len(prompts)
+        num_steps = cfg.num_steps if training else cfg.eval_num_steps
+        guidance = cfg.guidance_scale if training or cfg.eval_guidance_scale is None else cfg.eval_guidance_scale
+        if training:
+            generator = model.mask_generator
+            masks = select_train_steps(cfg.train_steps, num_steps=num_steps, num_samples=n, iteration=iteration,
+                                       generator=generator)  # fmt: skip
+            sde, trained = masks.sde, masks.trained
+        else:  # evaluation: deterministic ODE sampling
+            sde = torch.zeros(n, num_steps, dtype=torch.bool)
+            trained = sde.clone()
+        cond, uncond = model.prompt_embeddings(prompts, guidance)
+        share = training and group_size > 1 and cfg.group_initial_noise == "shared"
+        latents = model.initial_latents(n // group_size if share else n, num_steps)  # [n, ...] or one per group
+        if share:
+            latents = latents.repeat_interleave(group_size, dim=0)  # [n, ...]: one x_T per group
+        trajectory, outputs = model.denoise_in_chunks(
+            latents, cond, uncond, sde, prompts=prompts, guidance=guidance, record_latents=training
+        )
+        action_mask = (trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
+        sampled = Sampled(outputs, trajectory.log_probs * action_mask, action_mask)  # old_logp on the model's device
+        sampled.info = {"nfe_per_sample": num_steps * (1 if uncond is None else 2), "num_steps": num_steps,
+                        "guidance_scale": guidance}  # fmt: skip
+        if training:
+            sde = sde.to(model.device)
+            sampled.per_sample = {stored.LATENTS: trajectory.latents, stored.NOISE_LEVEL: sde.float() * cfg.noise_level}
+            sampled.per_sample |= stored.store_embeddings(cond, uncond)  # [N, T + 1, ...], [N, T], [N, ...]
+            sampled.structure = RolloutStructure(step_std=step_std(model, sde))
+        return sampled
+
+
+class TreeSampling:
+    """Each group is the leaves of one trajectory tree (module docstring)."""
+
+    def __init__(self, model: FlowModel) -> None:
+        self.model = model
+
+    def sample(self, rows: list[dict[str, Any]], group_size: int, iteration: int) -> Sampled:
+        model, cfg = self.model, self.model.config
+        plan = plan_for_iteration(cfg.tree, num_steps=cfg.num_steps, iteration=iteration)
+        if group_size != plan.num_leaves:
+            raise ValueError(
+                f"group_size={group_size} but the tree has {plan.num_leaves} leaves (branching={plan.branching} ** "
+                f"{plan.depth} splits); set algorithm.group_size={plan.num_leaves} or change policy.tree."
+            )
+        n, num_steps = len(rows) * group_size, cfg.num_steps
+        tree_prompts = [row["prompt"] for row in rows]
+        cond, uncond = model.prompt_embeddings(tree_prompts, cfg.guidance_scale)
+        roots = model.initial_latents(len(rows), num_steps)  # [B, ...]
+        trees_per_chunk = max(1, (cfg.sample_batch_size or n) // plan.num_leaves)
+        pieces, outputs = [], []
+        for start in range(0, len(rows), trees_per_chunk):
+            part = slice(start, min(start + trees_per_chunk, len(rows)))
+            piece = denoise_tree(
+                model.arch, model.transformer, model.scheduler, roots[part], select_embeddings(cond, part),
+                select_embeddings(uncond, part), plan=plan, guidance_scale=cfg.guidance_scale,
+                noise_level=cfg.noise_level, generator=model.generator, record_latents=True,
+                prompts=tree_prompts[part],
+            )  # fmt: skip
+            pieces.append(piece)
+            outputs += model.decode(piece.final)
+        trajectory = concat_trajectories(pieces)
+        stochastic = plan.stochastic_steps().to(model.device).expand(n, num_steps)  # [N, T]
+        trained = trained_steps(cfg.tree, plan).to(model.device).expand(n, num_steps)  # [N, T]
+        action_mask = (trained & trajectory.stochastic).float()  # [N, T]
+        per_sample: dict[str, Any] = {stored.LATENTS: trajectory.latents}  # [N, T + 1, ...]
+        per_sample[stored.NOISE_LEVEL] = stochastic.float() * cfg.noise_level  # [N, T]
+        per_sample |= stored.store_embeddings(
+            repeat_embeddings(cond, group_size), repeat_embeddings(uncond, group_size)
+        )  # every leaf of a tree has its tree's prompt
+        cfg_passes = 1 if uncond is None else 2
+        info = {
+            "nfe_per_sample": sum(piece.network_evaluations for piece in pieces) * cfg_passes / n,
+            "nfe_per_sample_independent": num_steps * cfg_passes,
+            "num_steps": num_steps,
+            "guidance_scale": cfg.guidance_scale,
+            "tree_leaves": plan.num_leaves,
+        }
+        structure = RolloutStructure(prefix_tree=prefix_tree(plan, len(rows)), step_std=step_std(model, stochastic))
+        return Sampled(outputs, trajectory.log_probs * action_mask, action_mask, per_sample, structure, info)
+
+
+class FlowMatchingSampling:
+    """Likelihood-free training rollouts (module docstring); ``scorer`` gives V-GRPO's old log-probs."""
+
+    def __init__(self, model: FlowModel, scorer: FlowMatchingScorer) -> None:
+        self.model = model
+        self.scorer = scorer
+
+    def sample(self, rows: list[dict[str, Any]], group_size: int, iteration: int) -> Sampled:
+        model, cfg = self.model, self.model.config
+        lf = cfg.likelihood_free
+        prompts = [row["prompt"] for row in rows for _ in range(group_size)]
+        n = len(prompts)
+        if lf.deterministic_rollout:
+            sde = torch.zeros(n, cfg.num_steps, dtype=torch.bool)
+        else:
+            sde = select_train_steps(cfg.train_steps, num_steps=cfg.num_steps, num_samples=n, iteration=iteration,
+                                     generator=model.mask_generator).sde  # fmt: skip
+        cond, uncond = model.prompt_embeddings(prompts, cfg.guidance_scale)
+        share = group_size > 1 and cfg.group_initial_noise == "shared"
+        latents = model.initial_latents(n // group_size if share else n, cfg.num_steps)
+        if share:
+            latents = latents.repeat_interleave(group_size, dim=0)
+        trajectory, outputs = model.denoise_in_chunks(
+            latents, cond, uncond, sde, prompts=prompts, guidance=cfg.guidance_scale, record_latents=False
+        )
+        clean = trajectory.final.float()  # [N, ...]
+        sigmas, noise = flow_matching_points(
+            clean.cpu(), lf.num_timesteps, sampling=lf.timestep_sampling, generator=model.point_generator
+        )
+        per_sample = {stored.CLEAN: clean, stored.SIGMAS: sigmas.to(model.device), stored.NOISE: noise.to(model.device)}
+        per_sample |= stored.store_embeddings(cond, None)
+        action_mask = torch.ones(n, lf.num_timesteps, device=model.device)  # [N, K]
+        old_logp = torch.zeros_like(action_mask)
+        if lf.method == "elbo":  # V-GRPO: the proxy at sampling time, in the chunks the update scores
+            draft = Rollout(rows=[{}] * n, outputs=outputs, group_ids=torch.zeros(n, dtype=torch.long),
+                            old_logp=old_logp, action_mask=action_mask, per_sample=per_sample)  # fmt: skip
+            chunk = cfg.sample_batch_size or n
+            errors = [self.scorer.points(draft.select(range(s, min(s + chunk, n))))[0] for s in range(0, n, chunk)]
+            old_logp = torch.cat(errors).mul(-lf.elbo_scale)  # [N, K]
+        info = {"nfe_per_sample": cfg.num_steps * (1 if uncond is None else 2), "num_steps": cfg.num_steps}
+        return Sampled(outputs, old_logp, action_mask, per_sample, RolloutStructure(), info)

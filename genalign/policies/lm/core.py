@@ -1,0 +1,262 @@
+"""The token-LM core shared by the causal-LM, VLM and masked-diffusion-LM families.
+
+What every token-LM family has in common lives here once:
+
+* configuration pieces: the weight :data:`DTYPES` (defined in :mod:`genalign.policies.base`), :class:`LoRAConfig`, the declared capabilities
+  (:func:`token_capabilities`) and the sampler settings of autoregressive families (:func:`sampling_params`);
+* model plumbing: the end and pad tokens (:func:`end_and_pad_token_ids`), the eval-mode context (:func:`eval_mode`);
+* :class:`TokenLMPolicy`, the base class of the three families: the KL to the reference policy
+  (:class:`~genalign.policies.lm.reference.ReferencePolicy`) around the family's own scoring pass, the trainable
+  parameters, saving the weights (LoRA adapters alone in peft format, or all weights as safetensors plus the model
+  config) together with the tokenizer or processor, and the resumable state: every random generator of the family
+  (contract 4 of ``shared/ARCHITECTURE.md``).
+
+A family implements ``rollout`` and :meth:`TokenLMPolicy.score_actions` (its scoring pass under a given module, without
+the KL); it never writes the reference, checkpoint or parameter plumbing again.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from genalign.algorithms import kl_penalty
+from genalign.algorithms.scores import ScoreOutput, ScoreRequest
+from genalign.algorithms.structure import RolloutStructure
+from genalign.engines.base import SamplingParams
+from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
+from genalign.policies.lm.lora import load_weights, save_weights
+from genalign.policies.lm.reference import ReferenceMode, ReferencePolicy, get_base_model
+from genalign.policies.lm.segments import SegmentBoundaries
+
+#: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
+AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk", "hidden"})
+#: Rollout structure every autoregressive token family can fill.
+AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids"})
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters through peft; ``rank=0`` trains all weights."""
+
+    rank: int = field(default=0, metadata={"help": "LoRA rank; 0 disables LoRA and trains every weight."})
+    alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)."})
+    dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input during training."})
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        metadata={"help": "Names of the linear layers that get adapters (peft target_modules)."},
+    )
+
+
+def token_capabilities(
+    reference: ReferenceMode,
+    *,
+    features: frozenset[str] = AUTOREGRESSIVE_FEATURES,
+    structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
+) -> PolicyCapabilities:
+    """Capabilities of a token family: ``features`` plus ``kl`` unless ``policy.reference`` is ``none`` (every other
+    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`).
+    Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
+    kl = frozenset({"kl"}) if reference != "none" else frozenset()
+    return PolicyCapabilities(rollout_logp_is_exact=False, score_features=features | kl, structure=structure)
+
+
+class AutoregressiveSampling(Protocol):
+    """The sampler fields of an autoregressive family's config."""
+
+    max_new_tokens: int
+    temperature: float
+    eval_temperature: float
+    top_p: float
+    top_k: int
+    stop: list[str]
+
+
+def sampling_params(
+    config: AutoregressiveSampling,
+    mode: Literal["train", "eval"],
+    *,
+    eos_token_ids: tuple[int, ...],
+    pad_token_id: int,
+) -> SamplingParams:
+    """The rollout engine's settings for ``mode`` (``eval_temperature`` in evaluation, the rest shared)."""
+    return SamplingParams(
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature if mode == "train" else config.eval_temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        eos_token_ids=eos_token_ids,
+        pad_token_id=pad_token_id,
+        stop=tuple(config.stop),
+    )
+
+
+def end_and_pad_token_ids(tokenizer, generation_config: Any, *, model_name: str) -> tuple[tuple[int, ...], int]:
+    """``(eos_token_ids, pad_token_id)``: the sorted union of the tokenizer's end token and the generation config's
+    end tokens, and the tokenizer's pad token (the first end token when it has none)."""
+    declared = generation_config.eos_token_id if generation_config is not None else None
+    declared = list(declared) if isinstance(declared, list | tuple) else [declared]
+    eos = sorted({int(i) for i in (tokenizer.eos_token_id, *declared) if i is not None})
+    if not eos:
+        raise ValueError(
+            f"{model_name!r} defines no end-of-sequence token; set tokenizer.eos_token or generation_config.eos_token_id."
+        )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    return tuple(eos), int(pad)
+
+
+def completion_structure(
+    request: RolloutRequest, segments: SegmentBoundaries, truncated: Tensor, completion_ids: Tensor, mask: Tensor
+) -> RolloutStructure:
+    """The structure of autoregressive completions: ``truncated`` ``[N]`` bool always (the engines report it), and
+    ``segment_ids`` ``[N, T]`` long (:mod:`genalign.policies.lm.segments`) when ``request`` names it."""
+    wants_segments = "segment_ids" in request.structure
+    return RolloutStructure(truncated=truncated, segment_ids=segments(completion_ids, mask) if wants_segments else None)
+
+
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (no dropout while sampling), its previous mode restored afterwards."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def empty_rollout(info: dict[str, Any]) -> Rollout:
+    """A rollout of zero samples (every prompt of the call was skipped), with the call's counters."""
+    empty = torch.zeros(0, 0)
+    return Rollout(
+        rows=[], outputs=[], group_ids=torch.zeros(0, dtype=torch.long), old_logp=empty, action_mask=empty, info=info
+    )
+
+
+class TokenLMPolicy(Policy):
+    """Base class of the token-LM families: KL, parameters, checkpoints and resumable state (module docstring).
+
+    Args:
+        config: the family's config (it declares ``capabilities()`` and holds ``seed``).
+        model: the model the optimizer trains (a peft model when LoRA is on).
+        preprocessor: the tokenizer, or a VLM's processor; saved with the weights.
+        device: where the model lives.
+        reference: the KL's reference policy.
+        generator: the sampler's random generator (seeded by the family).
+
+    Subclasses add generators to :meth:`random_generators` and other mutable state to :meth:`state_dict`.
+    """
+
+    #: Why a score feature outside the capabilities is missing, by feature name (completes the error message).
+    missing_feature_reasons: ClassVar[dict[str, str]] = {
+        "kl": "has no reference policy with policy.reference='none'; set it to 'auto' or drop the KL term",
+    }
+
+    def __init__(
+        self,
+        config: Any,
+        model: nn.Module,
+        *,
+        preprocessor: Any,
+        device: torch.device,
+        reference: ReferencePolicy,
+        generator: torch.Generator,
+    ) -> None:
+        self.config = config
+        self.capabilities = config.capabilities()
+        self.model = model
+        #: The transformers model itself (with LoRA, peft's adapter layers are injected inside it, so they apply).
+        self.hf_model = get_base_model(model)
+        self.preprocessor = preprocessor
+        self.device = device
+        self.reference = reference
+        self.generator = generator
+
+    # ---- scoring -------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """The family's scoring pass of ``rollout`` under ``module`` (the policy's model, or the reference's): ``logp``
+        ``[n, T]`` and the requested features other than ``kl``."""
+
+    def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
+        """``score_actions`` under the current weights, plus the per-action KL ``[n, T]`` to the reference when
+        ``request.kl_estimator`` is set (the reference scores the same actions through the same code path)."""
+        self.check_request(request)
+        out = self.score_actions(self.model, rollout, request)
+        if request.kl_estimator is None:
+            return out
+        ref_logp = self.reference_logprobs(rollout)  # [n, T]
+        kl = kl_penalty(out.logp, ref_logp, request.kl_estimator) * rollout.action_mask.to(out.logp.device)
+        return replace(out, kl=kl)
+
+    def reference_logprobs(self, rollout: Rollout) -> Tensor:
+        """``[n, T]`` log-probs of the stored actions under the reference policy (loaded on first use)."""
+        return self.reference(lambda module: self.score_actions(module, rollout, ScoreRequest()).logp)
+
+    def check_request(self, request: ScoreRequest) -> None:
+        """Raise a ``ValueError`` naming the first requested feature these options cannot compute."""
+        missing = sorted(request.features() - self.capabilities.score_features)
+        if missing:
+            reason = self.missing_feature_reasons.get(missing[0], "does not compute it")
+            raise ValueError(
+                f"score feature {missing[0]!r} was requested from the {self.family} policy, which {reason}."
+            )
+
+    # ---- parameters and weights ----------------------------------------------------------------------------------
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def modules_to_train(self) -> list[nn.Module]:
+        return [self.model]
+
+    def save(self, directory: Path) -> None:
+        """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), plus the tokenizer or
+        processor, so the folder loads without genalign."""
+        directory = Path(directory)
+        save_weights(self.model, directory)
+        self.preprocessor.save_pretrained(str(directory))
+
+    def load(self, directory: Path) -> None:
+        load_weights(self.model, Path(directory))
+
+    # ---- resumable state -----------------------------------------------------------------------------------------
+    def random_generators(self) -> dict[str, torch.Generator]:
+        """Every random generator the family draws from, by state-dict key."""
+        return {"generator": self.generator}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of every random generator (``uint8`` tensors), so a resumed run samples what the killed one
+        would have sampled."""
+        return {name: generator.get_state() for name, generator in self.random_generators().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        generators = self.random_generators()
+        if set(state) != set(generators):
+            raise ValueError(
+                f"the {self.family} policy state holds {sorted(state)} but this policy needs {sorted(generators)}; "
+                "was the checkpoint written by another policy family or version?"
+            )
+        for name, generator in generators.items():
+            generator.set_state(state[name])
+
+
+__all__ = [
+    "AUTOREGRESSIVE_FEATURES",
+    "AUTOREGRESSIVE_STRUCTURE",
+    "DTYPES",
+    "LoRAConfig",
+    "TokenLMPolicy",
+    "completion_structure",
+    "empty_rollout",
+    "end_and_pad_token_ids",
+    "eval_mode",
+    "sampling_params",
+    "token_capabilities",
+]

@@ -1,0 +1,86 @@
+"""Vision-language policy: Hugging Face image-text-to-text models (Qwen2-VL, Qwen2.5-VL) with image prompts.
+
+The VLM path is the causal-LM path plus images carried correctly through generation, scoring and micro-batching:
+plain group-relative training with verifiable rewards in the style of R1-V, VLM-R1 and EasyR1 (none of them has an
+abstract in shared/seeds/abstracts.md):
+
+1. **Prompts.** Each row's ``prompt`` (a string or a list of chat messages) becomes a chat with image blocks. The images
+   come from the row's image column (one image or a list; paths, PIL images or ``{"bytes", "path"}`` dicts, see
+   :mod:`genalign.data.images`) and are resized to ``[min_pixels, max_pixels]``. A string prompt may mark where images go
+   with ``<image>``; without markers all images come first. Chat prompts mark them with ``{"type": "image"}`` blocks.
+   The number of markers must equal the number of images, else a ``ValueError`` names the row.
+2. **Processor outputs per sample.** The processor runs once on the batch of distinct prompts; its outputs are then
+   cut per row: the prompt tokens, ``mm_token_type_ids`` (needed by recent transformers for Qwen2-VL's 3-D rotary
+   positions), ``image_grid_thw`` (``[k, 3]``) and the flat ``pixel_values``, split with the grid sizes
+   (:func:`split_images`: image ``j`` owns ``t_j * h_j * w_j`` rows). Each group member gets its row's tensors, and the
+   ragged image tensors are stored per sample as lists in ``Rollout.per_sample``, so ``Rollout.select`` (micro-batches,
+   filtering, group repetition) always keeps each sample's own patches; a batch concatenates them back in sample
+   order (:func:`concat_images`).
+3. **Fixed prompt width.** Prompts are left-padded to the longest prompt of the whole rollout and completions
+   right-padded to ``T``; a micro-batch therefore feeds each sample the very same token grid as the whole batch, so
+   its log-probs do not depend on how the batch is split (contract 2 of ``shared/ARCHITECTURE.md``).
+4. **Scoring** runs the backbone once on ``prompt + completion`` with every processor output, then the output head on
+   the hidden states of the real completion tokens only, in chunks, at the sampling temperature
+   (:func:`genalign.policies.lm.logprobs.token_scores_from_hidden`, shared with the causal-LM adapter), with the
+   same token features (entropy, vocabulary terms, top-k log-probs, hidden states) on request.
+5. **Generation** goes through the causal-LM rollout engine (:class:`genalign.engines.hf.HFGenerateEngine`); the
+   batch's image inputs are bound to ``generate`` by a thin wrapper, so behaviour log-probs, end tokens and stop
+   strings are handled exactly as for text models. The wrapper also forbids the vision placeholder tokens
+   (``<|image_pad|>``, ``<|vision_start|>`` ...): a sampled one would be taken for an image slot when the completion is
+   re-scored. Scoring masks the same tokens (:func:`suppressed_head`), so re-scored log-probs are those of the law
+   that was sampled.
+
+The rollout adds two columns to each row, for grounding rewards: ``image_sizes`` (``(width, height)`` of each image as
+stored) and ``image_input_sizes`` (``(width, height)`` the model saw, from ``image_grid_thw`` and the patch size). Its
+structure carries the truncation flags and, when asked, segment ids, as for causal LMs.
+
+Modules: :mod:`~genalign.policies.vlm.config` (the config and its capabilities), :mod:`~genalign.policies.vlm.inputs`
+(chat messages, processor outputs, padding, image splitting), :mod:`~genalign.policies.vlm.model` (loading, vision
+tower, LoRA scope, suppressed tokens, the image-bound generation wrapper), :mod:`~genalign.policies.vlm.policy` (the
+policy). Reference, checkpoints and resumable state come from the token-LM core (:mod:`genalign.policies.lm.core`).
+"""
+
+from genalign.policies.vlm.config import CONFIG_CLASS, LoraScope, VLMPolicyConfig
+from genalign.policies.vlm.inputs import (
+    IMAGE_MARKER,
+    EncodedPrompt,
+    chat_messages,
+    concat_images,
+    encode_prompts,
+    left_pad,
+    right_pad,
+    split_images,
+)
+from genalign.policies.vlm.model import (
+    SUPPRESSED_LOGIT,
+    VISION_TOKEN_ATTRIBUTES,
+    ImageBoundModel,
+    lora_module_names,
+    suppressed_head,
+    vision_token_ids,
+    vision_tower,
+)
+from genalign.policies.vlm.policy import VLMPolicy, build_policy
+
+__all__ = [
+    "CONFIG_CLASS",
+    "IMAGE_MARKER",
+    "SUPPRESSED_LOGIT",
+    "VISION_TOKEN_ATTRIBUTES",
+    "EncodedPrompt",
+    "ImageBoundModel",
+    "LoraScope",
+    "VLMPolicy",
+    "VLMPolicyConfig",
+    "build_policy",
+    "chat_messages",
+    "concat_images",
+    "encode_prompts",
+    "left_pad",
+    "lora_module_names",
+    "right_pad",
+    "split_images",
+    "suppressed_head",
+    "vision_token_ids",
+    "vision_tower",
+]

@@ -1,0 +1,109 @@
+"""Configuration of the vision-language policy (``policy.family: vlm``) and its declared capabilities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from genalign.policies.base import PolicyCapabilities
+from genalign.policies.lm.core import LoRAConfig, token_capabilities
+
+LoraScope = Literal["language_model", "language_model_and_vision_tower"]
+
+
+@dataclass
+class VLMPolicyConfig:
+    """Configuration of the vision-language policy (``policy.family: vlm``)."""
+
+    family: Literal["vlm"] = field(default="vlm", metadata={"help": "Model family; selects this adapter."})
+    model: str = field(
+        default="builtin:shapes-vlm",
+        metadata={"help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL / Qwen2.5-VL)."},
+    )
+    processor: str | None = field(
+        default=None, metadata={"help": "Processor folder (or 'builtin:<name>'); None uses the model folder."}
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = field(
+        default="float32", metadata={"help": "Parameter dtype of the model."}
+    )
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = field(
+        default="sdpa", metadata={"help": "Attention kernel passed to transformers."}
+    )
+    image_column: str = field(default="image", metadata={"help": "Row column holding the image(s) of the prompt."})
+    image_root: str | None = field(
+        default=None, metadata={"help": "Directory that relative image paths are resolved against."}
+    )
+    min_pixels: int = field(default=56 * 56, metadata={"help": "Images smaller than this area are upscaled."})
+    max_pixels: int = field(default=1280 * 28 * 28, metadata={"help": "Images larger than this area are downscaled."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every chat."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Maximum completion length in tokens."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (> 0)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus mass of training rollouts, in (0, 1]."})
+    top_k: int = field(default=0, metadata={"help": "Top-k of training rollouts; 0 disables it."})
+    eval_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of evaluation rollouts."})
+    stop: list[str] = field(default_factory=list, metadata={"help": "Strings that end a completion."})
+    rollout_batch_size: int = field(
+        default=16, metadata={"help": "Samples per `generate` call (memory knob; does not change the samples' law)."}
+    )
+    freeze_vision_tower: bool = field(
+        default=False, metadata={"help": "Keep the vision encoder (and its merger) frozen."}
+    )
+    lora: LoRAConfig = field(
+        default_factory=LoRAConfig, metadata={"help": "LoRA adapters (rank 0 trains every trainable weight)."}
+    )
+    lora_scope: LoraScope = field(
+        default="language_model",
+        metadata={"help": "Where LoRA goes: the language model only, or the vision tower too."},
+    )
+    reference: Literal["auto", "lora_disabled", "frozen_copy", "none"] = field(
+        default="auto",
+        metadata={
+            "help": "Reference policy of the KL term: 'lora_disabled' (same model, adapters off), 'frozen_copy' (the "
+            "original weights loaded again, lazily), 'auto' (the first with LoRA, else the second), 'none'."
+        },
+    )
+    logprob_chunk_size: int = field(
+        default=1024, metadata={"help": "Completion tokens sent through the output head at once when scoring."}
+    )
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
+    seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler."})
+
+    def validate(self) -> None:
+        if not 1 <= self.min_pixels <= self.max_pixels:
+            raise ValueError(
+                f"policy.min_pixels={self.min_pixels} and policy.max_pixels={self.max_pixels} must satisfy "
+                "1 <= min_pixels <= max_pixels"
+            )
+        for name in ("temperature", "eval_temperature"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"policy.{name}={getattr(self, name)} must be > 0 (sampling only)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"policy.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"policy.top_k={self.top_k} must be >= 0 (0 disables top-k)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"policy.max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.logprob_chunk_size < 1:
+            raise ValueError(f"policy.logprob_chunk_size={self.logprob_chunk_size} must be >= 1")
+        if self.rollout_batch_size < 1:
+            raise ValueError(f"policy.rollout_batch_size={self.rollout_batch_size} must be >= 1")
+        if self.lora.rank < 0:
+            raise ValueError(f"policy.lora.rank={self.lora.rank} must be >= 0 (0 disables LoRA)")
+        if not 0 <= self.lora.dropout < 1:
+            raise ValueError(f"policy.lora.dropout={self.lora.dropout} must be in [0, 1)")
+        if self.lora.rank > 0 and not self.lora.target_modules:
+            raise ValueError("policy.lora.target_modules is empty while lora.rank > 0; name the linear layers")
+        if self.reference == "lora_disabled" and self.lora.rank == 0:
+            raise ValueError("policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'")
+        if not all(self.stop):
+            raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
+
+    def capabilities(self) -> PolicyCapabilities:
+        """Entropy, vocabulary terms, top-k log-probs and hidden states from the chunked head pass; KL unless
+        ``reference='none'``; truncation flags and segment ids of completions (as for causal LMs)."""
+        return token_capabilities(self.reference)
+
+
+CONFIG_CLASS = VLMPolicyConfig
+
+__all__ = ["CONFIG_CLASS", "LoraScope", "VLMPolicyConfig"]

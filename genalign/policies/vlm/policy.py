@@ -1,0 +1,243 @@
+"""The vision-language policy: rollout and scoring of image-text-to-text models (data path in :mod:`genalign.policies.vlm`).
+
+The reference policy, the trainable parameters, checkpoints (LoRA adapters or all weights, with the processor) and the
+sampler's random generator are the token-LM core's (:class:`~genalign.policies.lm.core.TokenLMPolicy`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from genalign.assets import model_location
+from genalign.engines.base import Generation, SamplingParams
+from genalign.engines.hf import HFGenerateEngine
+from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.core import (
+    TokenLMPolicy,
+    completion_structure,
+    end_and_pad_token_ids,
+    eval_mode,
+    sampling_params,
+)
+from genalign.policies.lm.logprobs import token_scores_from_hidden
+from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.reference import ReferencePolicy, get_base_model, resolve_reference_mode
+from genalign.policies.lm.segments import SegmentBoundaries
+from genalign.policies.lm.tokenizer import load_processor
+from genalign.policies.vlm.config import VLMPolicyConfig
+from genalign.policies.vlm.inputs import EncodedPrompt, concat_images, encode_prompts, left_pad, right_pad
+from genalign.policies.vlm.model import (
+    ImageBoundModel,
+    load_model,
+    lora_module_names,
+    suppressed_head,
+    vision_token_ids,
+    vision_tower,
+)
+
+
+class VLMPolicy(TokenLMPolicy):
+    """Group-relative training adapter for image-text-to-text models; see :mod:`genalign.policies.vlm`.
+
+    Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` / ``prompt_mask`` /
+    ``mm_token_type_ids`` ``[N, P]`` (left-padded to the rollout's longest prompt), ``completion_ids`` ``[N, T]`` and,
+    as per-sample lists, ``pixel_values`` ``[p_i, D]`` and ``image_grid_thw`` ``[k_i, 3]``; the truncation flags (and
+    segment ids) are in ``Rollout.structure``.
+    """
+
+    family = "vlm"
+
+    def __init__(
+        self, config: VLMPolicyConfig, model: nn.Module, processor, device: torch.device, model_path: str
+    ) -> None:
+        mode = resolve_reference_mode(config.reference, config.lora.rank > 0)
+        super().__init__(
+            config,
+            model,
+            preprocessor=processor,
+            device=device,
+            reference=ReferencePolicy(mode, model, lambda: load_model(config, model_path, device)),
+            generator=torch.Generator().manual_seed(config.seed),
+        )
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.model_path = model_path
+        self.patch_size = int(processor.image_processor.patch_size)
+        self.image_factor = self.patch_size * int(processor.image_processor.merge_size)
+        self.eos_token_ids, self.pad_token_id = end_and_pad_token_ids(
+            self.tokenizer, self.hf_model.generation_config, model_name=config.model
+        )
+        self.suppressed_token_ids = vision_token_ids(self.hf_model.config)
+        # transformers >= 5 computes Qwen2-VL's 3-D rotary positions from mm_token_type_ids; older versions reject it
+        self.needs_mm_token_type_ids = "mm_token_type_ids" in inspect.signature(self.hf_model.forward).parameters
+        self.segments = SegmentBoundaries(self.tokenizer)
+
+    # --- rollout --------------------------------------------------------------------------------------------------
+
+    def encode_prompts(self, rows: list[dict[str, Any]]) -> list[EncodedPrompt]:
+        """Load each row's images, build its chat, run the processor on the whole batch and split it per row."""
+        return encode_prompts(
+            rows, self.processor, self.config, patch_size=self.patch_size, image_factor=self.image_factor
+        )
+
+    def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
+        return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
+
+    def _generate(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        mm_types: Tensor,
+        pixel_values: list[Tensor],
+        grids: list[Tensor],
+        params: SamplingParams,
+    ) -> list[Generation]:
+        """One ``generate`` call per ``rollout_batch_size`` samples, each with its own samples' images bound."""
+        generations = []
+        with eval_mode(self.model):
+            for start in range(0, prompt_ids.shape[0], self.config.rollout_batch_size):
+                part = slice(start, start + self.config.rollout_batch_size)
+                image_inputs = concat_images(pixel_values[part], grids[part])
+                if image_inputs and self.needs_mm_token_type_ids:
+                    image_inputs["mm_token_type_ids"] = mm_types[part]
+                image_inputs = {k: v.to(self.device) for k, v in image_inputs.items()}
+                engine = HFGenerateEngine(
+                    ImageBoundModel(self.model, image_inputs, self.suppressed_token_ids), self.tokenizer
+                )
+                ids, mask = prompt_ids[part].to(self.device), prompt_mask[part].to(self.device)
+                generations.append(engine.generate(ids, mask, params, self.generator))
+        return generations
+
+    @torch.no_grad()
+    def rollout(
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """Sample ``group_size`` completions per row; every sample carries its own image patches (package docstring)."""
+        if group_size < 1:
+            raise ValueError(f"group_size={group_size} must be >= 1")
+        if not rows:
+            raise ValueError("rollout() needs at least one row")
+        encoded = self.encode_prompts(rows)
+        picks = [i for i in range(len(rows)) for _ in range(group_size)]  # [N] row of each sample
+        width = max(e.input_ids.numel() for e in encoded)
+        prompt_ids = left_pad([encoded[i].input_ids for i in picks], width, self.pad_token_id)  # [N, P]
+        prompt_mask = left_pad([torch.ones_like(encoded[i].input_ids) for i in picks], width, 0)  # [N, P]
+        mm_types = left_pad([encoded[i].mm_token_type_ids for i in picks], width, 0)  # [N, P]
+        pixel_values = [encoded[i].pixel_values for i in picks]
+        grids = [encoded[i].image_grid_thw for i in picks]
+        generations = self._generate(prompt_ids, prompt_mask, mm_types, pixel_values, grids, self.sampling_params(mode))
+
+        num_actions = max(g.completion_ids.shape[1] for g in generations)
+        completion_ids = torch.cat([right_pad(g.completion_ids, num_actions, self.pad_token_id) for g in generations])
+        action_mask = torch.cat([right_pad(g.completion_mask, num_actions, 0) for g in generations])  # [N, T]
+        old_logp = torch.cat([right_pad(g.logp, num_actions, 0) for g in generations])  # [N, T]
+        truncated = torch.cat([g.truncated for g in generations])  # [N]
+        outputs = self.tokenizer.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
+        out_rows = [
+            dict(rows[i], image_sizes=encoded[i].image_sizes, image_input_sizes=encoded[i].image_input_sizes)
+            for i in picks
+        ]
+        return Rollout(
+            rows=out_rows,
+            outputs=outputs,
+            group_ids=torch.tensor(picks, dtype=torch.long),
+            old_logp=old_logp.cpu(),
+            action_mask=action_mask.cpu(),
+            structure=completion_structure(
+                request, self.segments, truncated.cpu(), completion_ids.cpu(), action_mask.cpu()
+            ),
+            per_sample={
+                "prompt_ids": prompt_ids,
+                "prompt_mask": prompt_mask,
+                "mm_token_type_ids": mm_types,
+                "completion_ids": completion_ids.cpu(),
+                "pixel_values": pixel_values,
+                "image_grid_thw": grids,
+            },
+            info={
+                "completion_length": float(action_mask.sum(1).mean()),
+                "frac_truncated": float(truncated.float().mean()),
+                "images_per_prompt": sum(e.image_grid_thw.shape[0] for e in encoded) / len(encoded),
+            },
+        )
+
+    # --- scoring --------------------------------------------------------------------------------------------------
+
+    def model_inputs(self, rollout: Rollout) -> dict[str, Tensor]:
+        """Forward inputs of ``prompt + completion`` for every sample of ``rollout``, on the policy's device.
+
+        Returns ``input_ids`` / ``attention_mask`` ``[n, P + T]`` and, when a sample has images, ``mm_token_type_ids``
+        ``[n, P + T]``, ``pixel_values`` ``[sum of patches, D]`` and ``image_grid_thw`` ``[K, 3]`` in sample order.
+        """
+        ps = rollout.per_sample
+        completion_ids = ps["completion_ids"]  # [n, T]
+        inputs = {
+            "input_ids": torch.cat([ps["prompt_ids"], completion_ids], dim=1),
+            "attention_mask": torch.cat([ps["prompt_mask"], rollout.action_mask.long()], dim=1),
+        }
+        images = concat_images(ps["pixel_values"], ps["image_grid_thw"])
+        if images:
+            inputs |= images
+            if self.needs_mm_token_type_ids:
+                inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
+        return {k: v.to(self.device) for k, v in inputs.items()}
+
+    def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """``logp`` ``[n, T]`` of the stored completions under ``module`` (with grad in training mode) and the requested
+        token features: one backbone pass with every processor output, then the output head, with the vision tokens
+        suppressed, on the hidden states of the completion tokens only, in chunks, at the sampling temperature.
+        ``request.vocab_term`` is evaluated per token inside the chunked head pass."""
+        inputs = self.model_inputs(rollout)
+        hf_model = get_base_model(module)
+        hidden = hf_model.model(**inputs, use_cache=False).last_hidden_state  # [n, P + T, H]
+        width = rollout.per_sample["prompt_ids"].shape[1]
+        hidden = hidden[:, width - 1 : width - 1 + rollout.num_actions]  # [n, T, H] states predicting the actions
+        scores = token_scores_from_hidden(
+            hidden,
+            inputs["input_ids"][:, width:],
+            rollout.action_mask.to(hidden.device),
+            suppressed_head(hf_model.get_output_embeddings(), self.suppressed_token_ids),
+            temperature=self.config.temperature,
+            chunk_size=self.config.logprob_chunk_size,
+            with_entropy=request.entropy,
+            vocab_term=request.vocab_term,
+            topk=request.topk,
+            with_hidden=request.hidden,
+        )
+        return ScoreOutput(
+            logp=scores.logp,
+            entropy=scores.entropy,
+            vocab_term=scores.vocab_term,
+            topk_logp=scores.topk_logp,
+            hidden=scores.hidden,
+        )
+
+
+def build_policy(config: VLMPolicyConfig, device: str | torch.device) -> VLMPolicy:
+    """Load the processor and model named by ``config``, add LoRA / freeze the vision tower, and wrap them."""
+    config.validate()
+    device = torch.device(device)
+    model_path = model_location(config.model)
+    processor = load_processor(model_location(config.processor) if config.processor else model_path)
+    model = load_model(config, model_path, device)
+    lora = config.lora
+    if lora.rank > 0:
+        targets = lora_module_names(model, lora.target_modules, config.lora_scope)
+        model = add_lora(model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+    if config.freeze_vision_tower:
+        vision_tower(get_base_model(model)).requires_grad_(False)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return VLMPolicy(config, model, processor, device, model_path)
+
+
+__all__ = ["VLMPolicy", "build_policy"]

@@ -1,0 +1,174 @@
+"""The adapter contract, checked the same way for every policy family and training mode (shared/ARCHITECTURE.md,
+contracts 2-4): the first ratio is exactly 1, scores do not depend on the micro-batch split, save -> load and
+state_dict -> load_state_dict restore the policy exactly, and a run killed with SIGKILL after a checkpoint resumes with
+``run.resume=latest`` to the uninterrupted run's metrics and final weights, bit for bit.
+
+The cases (tests/policies/contract_cases.py) cover every built-in family (``genalign.policies.FAMILY_MODULES``); a new family
+fails :func:`test_every_registered_family_has_a_contract_case` until it gets one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+import tests.policies.contract_reward  # noqa: F401  (registers the reward)
+from genalign.algorithms import STRUCTURE_FIELDS
+from genalign.config import from_dict
+from genalign.config.schema import TrainConfig
+from genalign.data import load_rows
+from genalign.policies import FAMILY_MODULES
+from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreRequest
+from genalign.trainer.recipe import build_policy
+from tests.policies.contract_cases import CASES, case_config
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "tests" / "policies" / "run_contract.py"
+
+
+def build(case: str, tmp_path: Path) -> tuple[Policy, TrainConfig]:
+    torch.manual_seed(0)
+    config = from_dict(TrainConfig, case_config(case, str(tmp_path / "run")))
+    return build_policy(config, torch.device("cpu")), config
+
+
+def sample(policy: Policy, config: TrainConfig) -> Rollout:
+    """A training rollout with the structure the case's algorithm reads (as the trainer requests it)."""
+    rows = load_rows(config.data.train)[: config.algorithm.prompts_per_step]
+    structure = frozenset(config.algorithm.needs()) & frozenset(STRUCTURE_FIELDS)
+    return policy.rollout(rows, config.algorithm.group_size, request=RolloutRequest(structure=structure))
+
+
+def same_outputs(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b))
+
+
+def request_of(policy: Policy, config: TrainConfig) -> ScoreRequest:
+    """Every feature the family supplies that the case's algorithm can ask for."""
+    features = policy.capabilities.score_features
+    return ScoreRequest(
+        entropy="entropy" in features,
+        kl_estimator="k3" if "kl" in features and config.algorithm.kl_coef > 0 else None,
+        velocity="velocity" in features,
+    )
+
+
+def scores(policy: Policy, rollout: Rollout, request: ScoreRequest, parts: int = 1) -> torch.Tensor:
+    """``logp`` of ``rollout`` scored in ``parts`` contiguous micro-batches, without gradient."""
+    policy.on_inner_epoch(0)
+    bounds = torch.linspace(0, len(rollout), parts + 1).long().tolist()
+    with torch.no_grad():
+        pieces = [policy.score(rollout.select(range(a, b)), request).logp for a, b in itertools.pairwise(bounds)]
+    return torch.cat(pieces)
+
+
+def perturb(policy: Policy) -> None:
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.01 * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+
+
+def test_every_registered_family_has_a_contract_case():
+    covered = {family for family, _ in CASES.values()}
+    missing = sorted(set(FAMILY_MODULES) - covered)
+    assert not missing, f"add a case to tests/policies/contract_cases.py for policy families {missing}"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_first_ratio_is_one_and_scores_do_not_depend_on_the_micro_batch_split(case, tmp_path):
+    policy, config = build(case, tmp_path)
+    rollout = sample(policy, config)
+    request = request_of(policy, config)
+    whole = scores(policy, rollout, request)
+    assert torch.equal(whole, scores(policy, rollout, request)), "scoring is deterministic"
+    if policy.capabilities.rollout_logp_is_exact:  # the trainer uses the sampler's log-probs as old log-probs
+        assert torch.equal(whole, rollout.old_logp.to(whole.device)), "first ratio must be exactly 1"
+    halves = scores(policy, rollout, request, parts=2)
+    assert torch.equal(halves, whole), "scores must not depend on the micro-batch split"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_save_then_load_gives_identical_scores(case, tmp_path):
+    policy, config = build(case, tmp_path)
+    perturb(policy)
+    rollout = sample(policy, config)
+    request = request_of(policy, config)
+    expected = scores(policy, rollout, request)
+    policy.save(tmp_path / "weights")
+    restored, _ = build(case, tmp_path)
+    restored.load(tmp_path / "weights")
+    assert torch.equal(scores(restored, rollout, request), expected)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_state_dict_round_trip_restores_every_generator_and_average(case, tmp_path):
+    policy, config = build(case, tmp_path)
+    policy.on_step(3)
+    sample(policy, config)  # the generators have moved
+    perturb(policy)
+    policy.after_optimizer_step()  # averages (EMA, NFT's old model) have moved
+    policy.save(tmp_path / "weights")
+    torch.save(policy.state_dict(), tmp_path / "state.pt")
+    expected = sample(policy, config)
+
+    restored, _ = build(case, tmp_path)
+    restored.load(tmp_path / "weights")
+    restored.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))  # tensors and plain values only
+    again = sample(restored, config)
+    assert same_outputs(again.outputs, expected.outputs)
+    assert torch.equal(again.old_logp, expected.old_logp) and torch.equal(again.action_mask, expected.action_mask)
+    request = request_of(policy, config)
+    assert torch.equal(scores(restored, again, request), scores(policy, expected, request))
+    assert restored.state_dict().keys() == policy.state_dict().keys()
+
+
+def run(config_path: Path, *overrides: str, kill_at_call: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    if kill_at_call is not None:
+        env["GENALIGN_TEST_KILL_AT_CALL"] = str(kill_at_call)
+    return subprocess.run(
+        [sys.executable, str(RUNNER), "train", str(config_path), *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    folder = run_dir / "checkpoints" / "step-4" / "policy"
+    return {f"{path.name}/{k}": v for path in sorted(folder.rglob("*.safetensors")) for k, v in load_file(path).items()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_run_killed_after_a_checkpoint_resumes_exactly(case, tmp_path):
+    """4 steps with a checkpoint every 2; the killed run dies by SIGKILL inside step 3 (its reward call), after the
+    step-2 checkpoint, and ``run.resume=latest`` finishes it."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(case_config(case, str(tmp_path / "reference"))))
+    reference = run(config)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    killed_dir = str(tmp_path / "killed")
+    killed = run(config, f"run.output_dir={killed_dir}", kill_at_call=3)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
+    assert [r["step"] for r in records(Path(killed_dir))] == [1, 2]
+    resumed = run(config, f"run.output_dir={killed_dir}", "run.resume=latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert records(Path(killed_dir)) == records(tmp_path / "reference"), "metrics after the resume differ"
+    expected, got = final_weights(tmp_path / "reference"), final_weights(Path(killed_dir))
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)

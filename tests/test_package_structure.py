@@ -1,0 +1,82 @@
+"""The package's shape: no import cycle between genalign modules (module-level or lazy imports alike), no module over
+500 lines and no function over 80 lines (the few that read better whole are listed with the reason)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "genalign"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+#: functions allowed to be longer, with the reason
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """genalign modules imported anywhere in ``path`` (``from a import b`` counts as ``a.b`` when that is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        found.update(target for target in targets if target in known and target != name)
+    return found
+
+
+def test_no_import_cycle_inside_genalign():
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    # a package's __init__ re-exporting its submodules is not a dependency of those submodules on the package
+    graph = {name: {t for t in targets if not (known[t].name == "__init__.py" and name.startswith(t + "."))}
+             for name, targets in graph.items()}  # fmt: skip
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for name, path in sorted(modules().items()):
+        lines = path.read_text().splitlines()
+        if len(lines) > MAX_MODULE_LINES:
+            too_long.append(f"module {name}: {len(lines)} lines")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES and f"{name}.{node.name}" not in LONG_FUNCTIONS:
+                    too_long.append(f"function {name}.{node.name}: {length} lines")
+    assert not too_long, "split these (or list a function in LONG_FUNCTIONS with the reason):\n" + "\n".join(too_long)
