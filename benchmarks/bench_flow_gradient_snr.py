@@ -18,6 +18,7 @@ Usage (a variant = a name and ``key=value`` overrides of the config, as on the c
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_flow_gradient_snr.py [--config configs/demo_shapes_flow_grpo.yaml]
         [--batches 8] [--variant NAME 'key=value ...'] ... [--json PATH]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_flow_gradient_snr.py --smoke   # seconds: one tiny variant, 2 batches
 
 Without ``--variant`` it measures the default list below: the demo preset (shapes-t2i-faded, whose planted colour
 flaw is prompt-independent), the unbiased shapes-t2i with the same and with the first preset's reward, JPEG
@@ -58,6 +59,8 @@ from genalign.trainer.update import UpdateBatch, run_update
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo_shapes_flow_grpo.yaml"
 UNBIASED = ["policy.model=builtin:shapes-t2i"]  # the shapes-world model without the demo's planted colour flaw
 JPEG = ["rewards=[{fn: jpeg_compressibility}]", "eval.accuracy_reward=null"]
+#: ``--smoke``: the demo preset at 2 prompts x 2 images, 2 steps, a continuous reward (no tied groups)
+SMOKE = ["algorithm.prompts_per_step=2", "algorithm.group_size=2", "policy.num_steps=2", "run.num_threads=1", *JPEG]
 #: (name, overrides): each override is one ``key=value`` string as ``genalign train`` takes them.
 DEFAULT_VARIANTS: list[tuple[str, list[str]]] = [
     ("demo preset: Flow-GRPO on shapes-t2i-faded, colour-and-count partial credit", []),
@@ -156,9 +159,14 @@ def main() -> None:
         "--variant", nargs=2, action="append", metavar=("NAME", "OVERRIDES"), default=None,
         help="A name and its overrides as one shell-quoted string, e.g. 'policy.noise_level=0.3 run.seed=1'.",
     )  # fmt: skip
-    parser.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "flow_gradient_snr.json")
+    parser.add_argument("--json", type=Path, default=None, help="default: flow_gradient_snr.json in the temp dir")
+    parser.add_argument("--smoke", action="store_true", help="One tiny variant, 2 batches; JSON only if --json.")
     args = parser.parse_args()
     variants = [(name, shlex.split(text)) for name, text in args.variant] if args.variant else DEFAULT_VARIANTS
+    if args.smoke:
+        variants, args.batches = [("smoke: demo preset, 2 x 2 images, 2 steps, JPEG", SMOKE)], 2
+    elif args.json is None:
+        args.json = Path(tempfile.gettempdir()) / "flow_gradient_snr.json"
     results = {}
     print("| variant | mean reward | cos(g_i, g_j) | SNR^2 / batch | samples for SNR 1 | s / batch |")
     print("|---|---|---|---|---|---|")
@@ -170,10 +178,11 @@ def main() -> None:
             f"{result['snr2_per_batch']:.3f} | {result['samples_for_snr_1']:.3g} | {result['seconds_per_batch']:.1f} |",
             flush=True,
         )
-    args.json.write_text(
-        json.dumps({"config": str(args.config), "batches": args.batches, "results": results}, indent=1)
-    )
-    print(f"wrote {args.json}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps({"config": str(args.config), "batches": args.batches, "results": results}, indent=1)
+        )
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

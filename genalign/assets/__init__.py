@@ -49,7 +49,40 @@ def resolve(name_or_path: str) -> Path:
     return path
 
 
-def model_location(name_or_path: str) -> str:
-    """What to hand to ``from_pretrained``: the bundled folder for ``"builtin:<name>"``, anything else unchanged
-    (a local folder, or a hub id that the user's own cache or network can serve)."""
-    return str(resolve(name_or_path)) if name_or_path.startswith(BUILTIN_PREFIX) else name_or_path
+def _looks_local(value: str) -> bool:
+    """A filesystem path rather than a hub id (``org/name``): absolute, relative with ``./``, ``~``, or deeper."""
+    return value.startswith(("/", "./", "../", "~", ".\\")) or value.count("/") > 1 or "\\" in value
+
+
+def model_location(name_or_path: str, *, field: str = "policy.model", marker: str | None = "config.json") -> str:
+    """What to hand to ``from_pretrained``: the bundled folder for ``"builtin:<name>"``; a local folder, checked; a hub
+    id (``org/name``) unchanged, for the user's own cache or network.
+
+    Args:
+        field: the config field that named it (in error messages).
+        marker: a file a saved model of the family has in its folder (``config.json``; ``model_index.json`` for a
+            diffusers pipeline); None skips that check.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist, is empty, or holds no ``marker``, with the fix.
+    """
+    if name_or_path.startswith(BUILTIN_PREFIX):
+        return str(resolve(name_or_path))
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and not _looks_local(name_or_path):
+        return name_or_path  # a hub id
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise FileNotFoundError(
+            f"{field}={name_or_path!r} {what} (resolved to {path.resolve()}). Give the local folder of a saved model "
+            f"(save_pretrained) or one of {', '.join(BUILTIN_PREFIX + n for n in available_builtins())}; genalign never "
+            "downloads a model by itself."
+        )
+    if not any(path.iterdir()):
+        raise FileNotFoundError(f"{field}={name_or_path!r} is an empty folder; save the model there first.")
+    if marker is not None and not (path / marker).exists():
+        raise FileNotFoundError(
+            f"{field}={name_or_path!r} holds no {marker}: it is not a saved model of this family (write it with "
+            "save_pretrained, or point at the folder that holds the weights)."
+        )
+    return str(path)

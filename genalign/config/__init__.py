@@ -19,6 +19,10 @@ from genalign.config.schema import (
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Read ``path``, apply ``key=value`` overrides, and return the validated :class:`TrainConfig`."""
     data = apply_overrides(load_yaml(path), list(overrides))
+    for reward in data.get("rewards") or []:  # reward files are relative to the config file
+        fn = reward.get("fn") if isinstance(reward, dict) else None
+        if isinstance(fn, str) and ".py:" in fn and not Path(fn.rsplit(":", 1)[0]).expanduser().is_absolute():
+            reward["fn"] = str(Path(path).resolve().parent / fn)
     return from_dict(TrainConfig, data)
 
 

@@ -146,7 +146,12 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
 
 
 def to_dict(obj: Any) -> Any:
-    """Plain-python view of a config (for saving the resolved config)."""
+    """Plain-python view of a config (for saving the resolved config); a callable (a reward passed from Python) is
+    written as its import path when it has one."""
+    if callable(obj) and not isinstance(obj, type | str) and not dataclasses.is_dataclass(obj):
+        from genalign.rewards.base import callable_reference
+
+        return callable_reference(obj)
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):

@@ -7,13 +7,18 @@ shared by all model families. Option names inside ``algorithm`` are checked agai
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from genalign.config.core import ConfigError
 from genalign.data.sources import DataSourceConfig
+
+#: experiment tracker -> the package it needs (the extra of the same name installs it)
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
 def _help(text: str, default: Any = None, factory: Any = None):
@@ -65,9 +70,14 @@ class RunConfig:
         for name in ("save_every", "sample_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 0 (0 disables).")
-        bad = [t for t in self.trackers if t not in ("tensorboard", "wandb")]
-        if bad:
-            raise ConfigError(f"run.trackers: {bad[0]!r} is not supported; use 'tensorboard' or 'wandb'.")
+        for name in self.trackers:
+            if name not in TRACKER_PACKAGES:
+                raise ConfigError(f"run.trackers: {name!r} is not supported; use one of {sorted(TRACKER_PACKAGES)}.")
+            if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
+                raise ConfigError(
+                    f"run.trackers asks for {name!r} but the {TRACKER_PACKAGES[name]!r} package is not installed; "
+                    f"install it with pip install 'genalign[{name}]', or remove {name!r} from run.trackers."
+                )
 
 
 @dataclass
@@ -82,7 +92,11 @@ class DataConfig:
 
 @dataclass
 class RewardSpec:
-    fn: str = _help("Registered reward function (see genalign.rewards.REWARDS).", "")
+    fn: Any = _help(
+        "The reward: a registered name (genalign list rewards), an import path 'package.module:function' or "
+        "'path/to/file.py:function' (relative to the config file), or, from Python, a callable.",
+        "",
+    )
     weight: float = _help("Weight in the combined reward.", 1.0)
     args: dict[str, Any] = _help("Keyword arguments for the reward factory.", factory=dict)
     name: str | None = _help("Name used in logs (default: fn).")
@@ -92,7 +106,16 @@ class RewardSpec:
 
     @property
     def label(self) -> str:
-        return self.name or self.fn
+        if self.name:
+            return self.name
+        return self.fn if isinstance(self.fn, str) else getattr(self.fn, "__name__", "reward")
+
+    def validate(self) -> None:
+        if not (isinstance(self.fn, str) and self.fn) and not callable(self.fn):
+            raise ConfigError(f"fn = {self.fn!r}: give a registered reward name, an import path or a callable.")
+        if isinstance(self.fn, str) and ".py:" in self.fn:  # record the file absolutely, so saved configs still work
+            where, name = self.fn.rsplit(":", 1)
+            self.fn = f"{Path(where).expanduser().resolve()}:{name}"
 
 
 @dataclass
@@ -297,10 +320,16 @@ def _families_supplying(need: str) -> list[str]:
 
 @dataclass
 class OptimConfig:
-    lr: float = _help("AdamW learning rate.", 1e-5)
-    weight_decay: float = _help("AdamW weight decay.", 0.0)
+    optimizer: Literal["adamw", "adamw_fused", "adafactor", "sgd", "adamw_8bit"] = _help(
+        "torch AdamW; AdamW with the fused kernel; torch Adafactor (factored second moments, little memory); SGD "
+        "(with momentum); 8-bit AdamW from bitsandbytes (GPU, pip install bitsandbytes).",
+        "adamw",
+    )
+    lr: float = _help("Learning rate.", 1e-5)
+    weight_decay: float = _help("Weight decay (decoupled for AdamW and Adafactor).", 0.0)
     betas: list[float] = _help("AdamW betas.", factory=lambda: [0.9, 0.999])
     eps: float = _help("AdamW epsilon.", 1e-8)
+    momentum: float = _help("SGD momentum.", 0.0)
     schedule: Literal["constant", "linear", "cosine"] = _help("LR schedule after warm-up.", "constant")
     warmup_steps: int = _help("Linear warm-up optimizer steps.", 0)
     max_grad_norm: float | None = _help("Clip the global gradient norm; null = no clipping.", 1.0)
@@ -321,6 +350,13 @@ class OptimConfig:
                 )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"optim.betas = {self.betas} must be two numbers in [0, 1).")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"optim.momentum = {self.momentum} must be in [0, 1).")
+        if self.optimizer == "adamw_8bit" and importlib.util.find_spec("bitsandbytes") is None:
+            raise ConfigError(
+                "optim.optimizer = 'adamw_8bit' needs the bitsandbytes package (GPU): pip install bitsandbytes, or "
+                "use 'adamw'."
+            )
 
 
 @dataclass
@@ -362,15 +398,14 @@ class TrainConfig:
         if not self.rewards:
             raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
         _check_capabilities(self.algorithm, self.policy)
-        from genalign.rewards import REWARDS
+        from genalign.rewards import reward_factory
 
         labels = [r.label for r in self.rewards]
         for i, spec in enumerate(self.rewards):
-            if spec.fn not in REWARDS:
-                try:
-                    REWARDS.get(spec.fn)
-                except KeyError as err:
-                    raise ConfigError(f"rewards[{i}].fn: {err}") from None
+            try:
+                reward_factory(spec.fn)
+            except (KeyError, ValueError, TypeError, ImportError, OSError, AttributeError) as err:
+                raise ConfigError(f"rewards[{i}].fn: {err}") from None
             _check_reward_args(i, spec)
             if labels.count(spec.label) > 1:
                 raise ConfigError(f"rewards[{i}]: label {spec.label!r} is used twice; set a distinct 'name'.")
@@ -386,10 +421,10 @@ def _check_reward_args(index: int, spec: RewardSpec) -> None:
 
     from genalign.config.core import _convert
     from genalign.registry import did_you_mean
-    from genalign.rewards import REWARDS
+    from genalign.rewards import reward_factory
 
-    factory = REWARDS.get(spec.fn)
-    target = factory.__init__ if isinstance(factory, type) else factory
+    factory = reward_factory(spec.fn)
+    target = factory.__init__ if isinstance(factory, type) else inspect.unwrap(factory)
     params = inspect.signature(target).parameters
     accepted = [
         n for n, p in params.items()

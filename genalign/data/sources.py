@@ -10,10 +10,14 @@ Supported sources:
   ``None``), ``*.parquet`` (needs ``pyarrow``), a folder written by ``datasets.Dataset.save_to_disk`` (needs
   ``datasets``);
 * ``"procedural:<task>"``: a generator from :data:`genalign.data.procedural.PROCEDURAL_TASKS`, called with
-  ``size`` and ``seed`` taken from ``args`` and the remaining ``args`` as keyword arguments.
+  ``size`` and ``seed`` taken from ``args`` and the remaining ``args`` as keyword arguments;
+* ``"hf:ORG/NAME"`` (or ``"hf:NAME"``): a Hugging Face Hub dataset read with ``datasets.load_dataset(name, subset,
+  split=split)``. Offline (``HF_HUB_OFFLINE=1``, or the Hub does not answer within 2 s) only the local datasets cache
+  is read, and a dataset that is not there fails at once with the command that pre-downloads it (see
+  :mod:`genalign.data.hub`).
 
 A bad row raises :class:`DataError` naming the file, the row (``line N`` for text files, 1-based; ``row N`` for
-Parquet and ``datasets`` folders, 0-based) and the column.
+Parquet, ``datasets`` folders and Hub datasets, 0-based) and the column.
 """
 
 from __future__ import annotations
@@ -23,19 +27,18 @@ import inspect
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genalign.data.errors import DataError
+from genalign.data.hub import HUB_NAME, HUB_PREFIX, describe, load_hub_splits, rows_of_split, save_to_disk_command
 from genalign.data.procedural import PROCEDURAL_TASKS
 from genalign.registry import did_you_mean
 
 PROCEDURAL_PREFIX = "procedural:"
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-
-
-class DataError(ValueError):
-    """A dataset file or row that cannot be used; the message names the file, the row and the column."""
 
 
 @dataclass
@@ -45,8 +48,9 @@ class DataSourceConfig:
     source: str = field(
         default="",
         metadata={
-            "help": "A .jsonl/.json/.csv/.parquet file, a folder saved with datasets' save_to_disk, or "
-            "'procedural:<task>' (tasks: arithmetic, reasoning_gym)."
+            "help": "A .jsonl/.json/.csv/.parquet file, a folder saved with datasets' save_to_disk, "
+            "'procedural:<task>' (tasks: arithmetic, reasoning_gym, ...) or 'hf:ORG/NAME' (a Hugging Face Hub "
+            "dataset; offline, only the local cache is read)."
         },
     )
     columns: dict[str, Any] = field(
@@ -60,9 +64,16 @@ class DataSourceConfig:
         default_factory=dict,
         metadata={"help": "Arguments of a procedural task: size, seed, split and the task's own (digits, task ...)."},
     )
+    subset: str | None = field(
+        default=None,
+        metadata={"help": "Configuration of an hf: dataset (load_dataset's second argument), e.g. 'main' for gsm8k."},
+    )
     split: str | None = field(
         default=None,
-        metadata={"help": "Split to read from a datasets folder holding a DatasetDict (e.g. 'train')."},
+        metadata={
+            "help": "Split to read from an hf: dataset (e.g. 'train', or 'train[:1000]') or from a datasets folder "
+            "holding a DatasetDict; may be left out when there is only one."
+        },
     )
     limit: int | None = field(default=None, metadata={"help": "Keep only the first N rows (after shuffling)."})
     shuffle: bool = field(default=False, metadata={"help": "Shuffle rows once, with `seed`, before `limit`."})
@@ -71,46 +82,20 @@ class DataSourceConfig:
     def validate(self) -> None:
         if not self.source:
             raise ValueError(
-                "data.source is empty; set it to a .jsonl/.json/.csv/.parquet file, a datasets folder or "
-                "'procedural:<task>'."
+                "data.source is empty; set it to a .jsonl/.json/.csv/.parquet file, a datasets folder, "
+                "'procedural:<task>' or 'hf:ORG/NAME'."
             )
-        if self.source.startswith(PROCEDURAL_PREFIX):
-            task = self.source[len(PROCEDURAL_PREFIX) :]
-            if task not in PROCEDURAL_TASKS:
-                names = PROCEDURAL_TASKS.names()
-                raise ValueError(
-                    f"data.source={self.source!r}: unknown procedural task {task!r}.{did_you_mean(task, names)} "
-                    f"Valid: {', '.join(PROCEDURAL_PREFIX + n for n in names)}."
-                )
-            accepted = [
-                name
-                for name, parameter in inspect.signature(PROCEDURAL_TASKS.get(task)).parameters.items()
-                if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-            ] + ["size", "seed"]
-            for key in self.args:
-                if key not in accepted:
-                    raise ValueError(
-                        f"data.args.{key}: unknown argument of procedural task {task!r}."
-                        f"{did_you_mean(key, accepted)} Valid: {', '.join(sorted(accepted))}."
-                    )
-            size = self.args.get("size")
-            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-                raise ValueError(
-                    f"data.args.size={size!r}: a procedural source needs a positive integer size; set e.g. "
-                    "data.args.size=1000."
-                )
+        if self.subset is not None and not self.source.startswith(HUB_PREFIX):
+            raise ValueError(
+                f"data.subset={self.subset!r} only applies to hf: sources, but data.source={self.source!r}; remove "
+                f"data.subset (or write data.source: hf:<name> for a Hub dataset)."
+            )
+        if self.source.startswith(HUB_PREFIX):
+            self._validate_hub()
+        elif self.source.startswith(PROCEDURAL_PREFIX):
+            self._validate_procedural()
         else:
-            if self.args:
-                raise ValueError(
-                    f"data.args={self.args!r} only applies to procedural sources, but data.source={self.source!r} "
-                    "is a file; remove data.args."
-                )
-            suffix = Path(self.source).suffix.lower()
-            if suffix and suffix not in FILE_SUFFIXES and not Path(self.source).is_dir():
-                raise ValueError(
-                    f"data.source={self.source!r}: unsupported file type {suffix!r}; use one of "
-                    f"{', '.join(FILE_SUFFIXES)}, a datasets save_to_disk folder or 'procedural:<task>'."
-                )
+            self._validate_file()
         for ours, theirs in self.columns.items():
             if not isinstance(theirs, str) or not theirs:
                 raise ValueError(
@@ -118,6 +103,62 @@ class DataSourceConfig:
                 )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"data.limit={self.limit!r} must be a positive integer or null (all rows).")
+
+    def _validate_procedural(self) -> None:
+        task = self.source[len(PROCEDURAL_PREFIX) :]
+        if task not in PROCEDURAL_TASKS:
+            names = PROCEDURAL_TASKS.names()
+            raise ValueError(
+                f"data.source={self.source!r}: unknown procedural task {task!r}.{did_you_mean(task, names)} "
+                f"Valid: {', '.join(PROCEDURAL_PREFIX + n for n in names)}."
+            )
+        accepted = [
+            name
+            for name, parameter in inspect.signature(PROCEDURAL_TASKS.get(task)).parameters.items()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+        ] + ["size", "seed"]
+        for key in self.args:
+            if key not in accepted:
+                raise ValueError(
+                    f"data.args.{key}: unknown argument of procedural task {task!r}."
+                    f"{did_you_mean(key, accepted)} Valid: {', '.join(sorted(accepted))}."
+                )
+        size = self.args.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(
+                f"data.args.size={size!r}: a procedural source needs a positive integer size; set e.g. "
+                "data.args.size=1000."
+            )
+
+    def _validate_file(self) -> None:
+        if self.args:
+            raise ValueError(
+                f"data.args={self.args!r} only applies to procedural sources, but data.source={self.source!r} "
+                "is a file; remove data.args."
+            )
+        suffix = Path(self.source).suffix.lower()
+        if suffix and suffix not in FILE_SUFFIXES and not Path(self.source).is_dir():
+            raise ValueError(
+                f"data.source={self.source!r}: unsupported file type {suffix!r}; use one of "
+                f"{', '.join(FILE_SUFFIXES)}, a datasets save_to_disk folder, 'procedural:<task>' or 'hf:ORG/NAME'."
+            )
+
+    def _validate_hub(self) -> None:
+        name = self.source[len(HUB_PREFIX) :].strip()
+        if not HUB_NAME.fullmatch(name):
+            raise ValueError(
+                f"data.source={self.source!r}: {name!r} is not a Hub dataset id; write 'hf:ORG/NAME' or 'hf:NAME' "
+                "(letters, digits, '-', '_', '.'), e.g. 'hf:openai/gsm8k'. A local folder or file needs no prefix."
+            )
+        if self.args:
+            raise ValueError(
+                f"data.args={self.args!r} only applies to procedural sources, but data.source={self.source!r} is a "
+                "Hub dataset; remove data.args (choose the configuration with data.subset, the split with data.split)."
+            )
+        for key in ("subset", "split"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"data.{key}={value!r} must be a non-empty name or null.")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -213,6 +254,50 @@ def _read_datasets_folder(path: Path, split: str | None) -> list[tuple[str, dict
     return [(f"row {index} (0-based)", dict(row)) for index, row in enumerate(loaded)]
 
 
+def _hub_advice(name: str, subset: str | None, split: str | None) -> str:
+    """What to do when ``hf:name`` is out of reach: the save_to_disk command and the prepare script."""
+    folder = "data/" + re.sub(r"\W+", "_", name.split("/")[-1] + (f"_{split}" if split else "")).strip("_").lower()
+    then = f"data.source: {folder}" + ("" if split else " with data.split: <split>") + " and remove data.subset"
+    return (
+        f"Pre-download it on a machine with internet and copy the folder to this one:\n"
+        f"    {save_to_disk_command(name, subset, split, folder)}\n"
+        f"then set {then}. For the presets' datasets, `python scripts/prepare_data.py --list` names the script that "
+        "writes their JSONL files (see docs/data.md)."
+    )
+
+
+def _read_hub(config: DataSourceConfig) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    name = config.source[len(HUB_PREFIX) :].strip()
+    where = describe(name, config.subset, config.split)
+    splits = load_hub_splits(name, config.subset, config.split, advice=_hub_advice(name, config.subset, config.split))
+    rows = rows_of_split(splits, config.split, where)
+    return where, [(f"row {index} (0-based)", row) for index, row in enumerate(rows)]
+
+
+def _looks_like_hub_name(source: str) -> bool:
+    return source.count("/") == 1 and bool(HUB_NAME.fullmatch(source)) and Path(source).suffix not in FILE_SUFFIXES
+
+
+def read_records(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Raw rows of a local .jsonl/.json/.csv/.parquet file or ``save_to_disk`` folder, without column checks."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{str(path)!r} does not exist (resolved to {path.resolve()}).")
+    return [row for _, row in _read_path(path, split)]
+
+
+def _read_path(path: Path, split: str | None) -> list[tuple[str, dict[str, Any]]]:
+    if path.is_dir():
+        return _read_datasets_folder(path, split)
+    readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
+    suffix = path.suffix.lower()
+    if suffix not in readers:
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)} or a datasets folder."
+        )
+    return readers[suffix](path)
+
+
 def _read_source(config: DataSourceConfig) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """``(name used in error messages, [(location, raw row), ...])`` for the configured source."""
     if config.source.startswith(PROCEDURAL_PREFIX):
@@ -221,18 +306,18 @@ def _read_source(config: DataSourceConfig) -> tuple[str, list[tuple[str, dict[st
         size, seed = args.pop("size"), args.pop("seed", 0)
         generated = PROCEDURAL_TASKS.get(task)(size, seed, **args)
         return config.source, [(f"row {index} (0-based)", row) for index, row in enumerate(generated)]
+    if config.source.startswith(HUB_PREFIX):
+        return _read_hub(config)
     path = Path(config.source).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"data.source: {config.source!r} does not exist (resolved to {path.resolve()}).")
-    if path.is_dir():
-        return str(path), _read_datasets_folder(path, config.split)
-    readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
-    suffix = path.suffix.lower()
-    if suffix not in readers:
-        raise DataError(
-            f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)} or a datasets folder."
+        hint = (
+            f" It looks like a Hub dataset id: write data.source: {HUB_PREFIX}{config.source} (with data.subset / "
+            "data.split as needed) to read it from the Hugging Face Hub or the local datasets cache."
+            if _looks_like_hub_name(config.source)
+            else ""
         )
-    return str(path), readers[suffix](path)
+        raise FileNotFoundError(f"data.source: {config.source!r} does not exist (resolved to {path.resolve()}).{hint}")
+    return str(path), _read_path(path, config.split)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -306,7 +391,7 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
 
     Raises:
         DataError: a bad file or row (message names the file, the row and the column).
-        FileNotFoundError: the file does not exist.
+        FileNotFoundError: the file does not exist (a missing ``ORG/NAME`` path suggests ``hf:ORG/NAME``).
         ImportError: Parquet or ``datasets`` support is not installed (message says what to install).
     """
     config.validate()
@@ -320,3 +405,6 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
     if config.limit is not None:
         rows = rows[: config.limit]
     return rows
+
+
+__all__ = ["FILE_SUFFIXES", "HUB_PREFIX", "DataError", "DataSourceConfig", "load_rows", "read_records"]

@@ -27,19 +27,23 @@ from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringM
 from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.core import (
     DTYPES,
+    AttnImplementation,
     LoRAConfig,
     TokenLMPolicy,
+    attention_kwargs,
     completion_structure,
     empty_rollout,
     end_and_pad_token_ids,
     eval_mode,
+    lora_reference_mode,
     sampling_params,
     token_capabilities,
 )
+from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.prompts import encode_prompts
-from genalign.policies.lm.reference import ReferencePolicy, get_base_model, resolve_reference_mode
+from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
 
@@ -54,6 +58,12 @@ class CausalLMPolicyConfig:
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder; None uses the model folder."})
     dtype: Literal["float32", "bfloat16", "float16"] = field(default="float32", metadata={"help": "Weight dtype."})
+    attn_implementation: AttnImplementation | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel passed to transformers; null keeps transformers' choice (sdpa if supported)."
+        },
+    )
     use_chat_template: bool = field(
         default=False, metadata={"help": "Render prompts with the tokenizer's chat template."}
     )
@@ -100,25 +110,16 @@ class CausalLMPolicyConfig:
                 self.max_prompt_tokens is None or self.max_prompt_tokens >= 1,
                 f"policy.max_prompt_tokens={self.max_prompt_tokens} must be >= 1 or null.",
             ),
-            (self.lora.rank >= 0, f"policy.lora.rank={self.lora.rank} must be >= 0 (0 disables LoRA)."),
-            (0 <= self.lora.dropout < 1, f"policy.lora.dropout={self.lora.dropout} must be in [0, 1)."),
-            (
-                self.lora.rank == 0 or bool(self.lora.target_modules),
-                "policy.lora.target_modules is empty; name layers.",
-            ),
             (all(self.stop), f"policy.stop={self.stop} contains an empty string; remove it."),
             (
                 self.system_prompt is None or self.use_chat_template,
                 "policy.system_prompt needs policy.use_chat_template=true (plain prompts have no system role).",
             ),
-            (
-                not (self.reference == "lora_disabled" and self.lora.rank == 0),
-                "policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'.",
-            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
 
     def capabilities(self) -> PolicyCapabilities:
         """Entropy, vocabulary terms, top-k log-probs and hidden states from the chunked head pass; KL unless
@@ -139,13 +140,13 @@ class CausalLMPolicy(TokenLMPolicy):
     def __init__(
         self, config: CausalLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
     ) -> None:
-        mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
+        mode = lora_reference_mode(config.lora, config.reference)
         super().__init__(
             config,
             model,
             preprocessor=tokenizer,
             device=device,
-            reference=ReferencePolicy(mode, model, lambda: _load_model(model_path, config.dtype, device)),
+            reference=ReferencePolicy(mode, model, lambda: _load_model(config, model_path, device)),
             generator=torch.Generator(device=device).manual_seed(config.seed),
         )
         self.tokenizer = tokenizer
@@ -160,6 +161,20 @@ class CausalLMPolicy(TokenLMPolicy):
     # ---- rollout -------------------------------------------------------------------------------------------------
     def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
         return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
+
+    # ---- checkpoint extras (weights, tokenizer and state: TokenLMPolicy) ------------------------------------------
+    def generation_config(self) -> Any:
+        return sampling_generation_config(
+            self.hf_model.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            max_new_tokens=self.config.max_new_tokens,
+        )
+
+    def checkpoint_facts(self) -> CheckpointFacts:
+        return CheckpointFacts(
+            self.family, self.config.model, self.model_path, "AutoModelForCausalLM", lora=self.config.lora
+        )
 
     def rollout(
         self,
@@ -261,10 +276,11 @@ def _pad_actions(x: Tensor, num_actions: int) -> Tensor:
     return nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, num_actions - x.shape[1]))
 
 
-def _load_model(path: str, dtype: str, device: torch.device) -> nn.Module:
+def _load_model(config: CausalLMPolicyConfig, path: str, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device)
+    kwargs = attention_kwargs(config.attn_implementation)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype], **kwargs).to(device)
 
 
 def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu") -> CausalLMPolicy:
@@ -272,15 +288,14 @@ def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
-    tokenizer = load_tokenizer(model_location(config.tokenizer) if config.tokenizer else model_path)
-    model = _load_model(model_path, config.dtype, device)
+    tokenizer = load_tokenizer(
+        model_location(config.tokenizer, field="policy.tokenizer", marker=None) if config.tokenizer else model_path
+    )
+    model = _load_model(config, model_path, device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.lora.rank > 0:
-        lora = config.lora
-        model = add_lora(
-            model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=lora.target_modules
-        )
+        model = add_lora(model, config.lora)
     return CausalLMPolicy(config, model, tokenizer, device, model_path)
 
 

@@ -38,10 +38,21 @@ from genalign.algorithms._validation import check_hyperparameters
 from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
-from genalign.policies.lm.core import DTYPES, LoRAConfig, TokenLMPolicy, empty_rollout, eval_mode, token_capabilities
+from genalign.policies.lm.core import (
+    DTYPES,
+    AttnImplementation,
+    LoRAConfig,
+    TokenLMPolicy,
+    attention_kwargs,
+    empty_rollout,
+    eval_mode,
+    lora_reference_mode,
+    token_capabilities,
+)
+from genalign.policies.lm.export import CheckpointFacts
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.prompts import encode_prompts
-from genalign.policies.lm.reference import ReferencePolicy, resolve_reference_mode
+from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.schedulers.masked_diffusion import check_generation_args, completion_mask_through_first_eos, generate
 
@@ -74,6 +85,12 @@ class DiffusionLMPolicyConfig:
         default=None, metadata={"help": "Mask token id; None takes tokenizer.mask_token_id (LLaDA: 126336)."}
     )
     dtype: Literal["float32", "bfloat16", "float16"] = field(default="float32", metadata={"help": "Weight dtype."})
+    attn_implementation: AttnImplementation | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel passed to transformers; null keeps transformers' choice (sdpa if supported)."
+        },
+    )
     use_chat_template: bool = field(default=False, metadata={"help": "Render prompts with the chat template."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message (chat template only)."})
     max_prompt_tokens: int | None = field(default=512, metadata={"help": "Longest prompt in tokens; None = no limit."})
@@ -133,15 +150,11 @@ class DiffusionLMPolicyConfig:
                 0 < self.confidence_threshold <= 1,
                 f"policy.confidence_threshold={self.confidence_threshold} must be in (0, 1] (e.g. 0.9).",
             ),
-            (self.lora.rank >= 0, f"policy.lora.rank={self.lora.rank} must be >= 0 (0 disables LoRA)."),
-            (
-                not (self.reference == "lora_disabled" and self.lora.rank == 0),
-                "policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'.",
-            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
 
     def capabilities(self) -> PolicyCapabilities:
         """The KL unless ``reference='none'``; no token features and no rollout structure (module docstring)."""
@@ -169,7 +182,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
     def __init__(
         self, config: DiffusionLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
     ):
-        mode = resolve_reference_mode(config.reference, lora_enabled=config.lora.rank > 0)
+        mode = lora_reference_mode(config.lora, config.reference)
         super().__init__(
             config,
             model,
@@ -316,7 +329,19 @@ class DiffusionLMPolicy(TokenLMPolicy):
         epoch (the reference policy scores with the same seeds, so its KL compares like with like)."""
         return ScoreOutput(logp=self._estimate(module, rollout.per_sample, epoch=self.inner_epoch).logp)
 
-    # ---- resumable state (weights and reference: TokenLMPolicy) ---------------------------------------------------
+    # ---- checkpoints and resumable state (weights, tokenizer and reference: TokenLMPolicy) --------------------------
+    def checkpoint_facts(self) -> CheckpointFacts:
+        """Sampling is genalign's block unmasking, so no generation config is saved (``generation_config`` is None)."""
+        auto_class = {"masked_lm": "AutoModelForMaskedLM", "bidirectional_causal_lm": "AutoModelForCausalLM"}
+        return CheckpointFacts(
+            self.family,
+            self.config.model,
+            self.model_path,
+            auto_class.get(self.config.architecture, "AutoModel"),
+            lora=self.config.lora,
+            trust_remote_code=self.config.architecture == "remote_code",
+        )
+
     def random_generators(self) -> dict[str, torch.Generator]:
         return {"generator": self.generator, "seed_generator": self.seed_generator}
 
@@ -351,17 +376,17 @@ def bidirectional_attention_bias(input_ids: Tensor, attention_mask: Tensor | Non
 def _load_model(config: DiffusionLMPolicyConfig, path: str, device: torch.device) -> nn.Module:
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    dtype = DTYPES[config.dtype]
+    dtype, kwargs = DTYPES[config.dtype], attention_kwargs(config.attn_implementation)
     if config.architecture == "masked_lm":
-        return AutoModelForMaskedLM.from_pretrained(path, dtype=dtype).to(device)
+        return AutoModelForMaskedLM.from_pretrained(path, dtype=dtype, **kwargs).to(device)
     if config.architecture == "bidirectional_causal_lm":
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).to(device)
     if not Path(path).is_dir():
         raise ValueError(
             f"policy.model={path!r}: architecture='remote_code' runs the checkpoint's own code and is only allowed from "
             "a local folder you trust; download the checkpoint yourself and give its path."
         )
-    return AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=True).to(device)
+    return AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=True, **kwargs).to(device)
 
 
 def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "cpu") -> DiffusionLMPolicy:
@@ -369,14 +394,14 @@ def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
-    tokenizer_path = model_location(config.tokenizer) if config.tokenizer else model_path
+    tokenizer_path = (
+        model_location(config.tokenizer, field="policy.tokenizer", marker=None) if config.tokenizer else model_path
+    )
     tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=config.architecture == "remote_code")
     model = _load_model(config, model_path, device)
-    if config.lora.rank > 0:
-        lora = config.lora
-        model = add_lora(
-            model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=lora.target_modules
-        )
+    if config.lora.rank > 0:  # peft's causal-LM wrapper needs generate(), which masked and remote-code models lack
+        task_type = "CAUSAL_LM" if config.architecture == "bidirectional_causal_lm" else None
+        model = add_lora(model, config.lora, task_type=task_type)
     return DiffusionLMPolicy(config, model, tokenizer, device, model_path)
 
 

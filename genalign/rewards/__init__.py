@@ -4,11 +4,14 @@ from genalign.rewards import (  # noqa: F401
     clip,
     code_execution,
     image,
+    judge,
     preference_models,
+    remote,
+    reward_models,
     text,
     vlm,
 )
-from genalign.rewards.base import REWARDS, RewardFn, register_reward
+from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory
 from genalign.rewards.math_answers import equivalence  # noqa: F401  (registers 'math_equivalence')
 
-__all__ = ["REWARDS", "RewardFn", "register_reward"]
+__all__ = ["REWARDS", "RewardFn", "callable_reference", "register_reward", "reward_factory"]

@@ -52,3 +52,93 @@ def register_reward(name: str, **meta) -> Callable:
         return obj
 
     return decorator
+
+
+#: How a reward may be named besides its registered name (error messages).
+IMPORT_FORMS = "'package.module:function', 'package.module.function' or 'path/to/file.py:function'"
+
+
+def reward_factory(fn: str | Callable[..., Any]) -> Callable[..., RewardFn]:
+    """The factory ``(**args) -> reward`` of ``fn``: a registered name, an import path (:data:`IMPORT_FORMS`; a file
+    path is absolute or relative to the working directory) or a Python callable / class.
+
+    A plain function becomes a factory that binds ``args`` as keyword arguments (as :func:`register_reward` does); a
+    class is its own factory. Importing a module or file runs that code: name only code you trust (your own).
+    """
+    if not isinstance(fn, str):
+        if not callable(fn):
+            raise TypeError(f"a reward must be a name, an import path or a callable, got {type(fn).__name__}")
+        return fn if isinstance(fn, type) else _binding_factory(fn)
+    if fn in REWARDS:
+        return REWARDS.get(fn)
+    if fn.startswith("<unsaved callable"):
+        raise ValueError(
+            f"reward {fn}: a Python function passed to train() cannot be loaded again from a saved config; name it "
+            f"by import path ({IMPORT_FORMS}) or register it with genalign.rewards.register_reward."
+        )
+    target = _import_target(fn)
+    if target is None:
+        REWARDS.get(fn)  # raises UnknownOptionError with the registered names and a did-you-mean hint
+    return target if isinstance(target, type) else _binding_factory(target)
+
+
+def _binding_factory(fn: Callable[..., Any]) -> Callable[..., RewardFn]:
+    @functools.wraps(fn)
+    def factory(**args):
+        return functools.partial(fn, **args) if args else fn
+
+    return factory
+
+
+def _import_target(spec: str) -> Callable[..., Any] | None:
+    """The callable an import path names, or None when ``spec`` is not an import path."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if ":" in spec:
+        where, name = spec.rsplit(":", 1)
+    elif "." in spec and " " not in spec:
+        where, name = spec.rsplit(".", 1)
+    else:
+        return None
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"reward {spec!r}: {path} does not exist (file paths are relative to the config file)"
+            )
+        module_name = f"genalign_user_rewards.{path.stem}_{abs(hash(str(path))):x}"
+        if module_name not in sys.modules:
+            loader = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[module_name] = module
+            loader.loader.exec_module(module)
+        module = sys.modules[module_name]
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as err:
+            raise ModuleNotFoundError(
+                f"reward {spec!r}: cannot import module {where!r} ({err}); it must be importable (installed, or on "
+                f"PYTHONPATH), or name a file: {IMPORT_FORMS}"
+            ) from None
+    target = getattr(module, name, None)
+    if not callable(target):
+        raise AttributeError(f"reward {spec!r}: {where} has no callable {name!r}")
+    return target
+
+
+def callable_reference(fn: Callable[..., Any]) -> str:
+    """How a callable is written into a saved config: ``module:qualname`` when that import finds it again, else a
+    marker that a later load rejects with an explanation."""
+    import importlib
+
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", repr(fn))
+    try:
+        if module and getattr(importlib.import_module(module), name, None) is fn:
+            return f"{module}:{name}"
+    except ImportError:
+        pass
+    return f"<unsaved callable {name}>"

@@ -212,6 +212,17 @@ def load_checkpoint(
     return state["trainer"]
 
 
+def load_policy_weights(path: Path, policy: Policy) -> None:
+    """The weights and the policy state (EMA weights used by evaluation, ...) of a checkpoint, for evaluation and
+    sampling; never unpickles (an older checkpoint's pickled policy state is ignored)."""
+    policy.load(path / "policy")
+    if (path / "policy_state.safetensors").exists():
+        try:
+            policy.load_state_dict(load_state(path / "policy_state"))
+        except StateFormatError as err:
+            raise CheckpointError(f"checkpoint {path} cannot be loaded: {err}") from None
+
+
 def _load_parts(path: Path) -> dict[str, Any]:
     names = ("optimizer", "scheduler", "policy_state", "rng")
     state = {name: load_state(path / name) for name in names}

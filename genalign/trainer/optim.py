@@ -1,4 +1,5 @@
-"""AdamW with a warm-up + constant / linear / cosine learning-rate schedule and per-name learning-rate factors."""
+"""The optimizer (AdamW, fused AdamW, Adafactor, SGD, 8-bit AdamW) with a warm-up + constant / linear / cosine
+learning-rate schedule and per-name learning-rate factors."""
 
 from __future__ import annotations
 
@@ -59,20 +60,30 @@ def parameter_groups(named: list[tuple[str, nn.Parameter]], lr: float, lr_scale:
 
 def build_optimizer(
     named_parameters: list[tuple[str, nn.Parameter]], cfg: OptimConfig, *, total_steps: int
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``named_parameters`` (see :func:`named_trainable_parameters`) with ``cfg.lr_scale`` groups; the
-    schedule multiplies every group's own learning rate."""
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The configured optimizer over ``named_parameters`` (see :func:`named_trainable_parameters`) with
+    ``cfg.lr_scale`` groups; the schedule multiplies every group's own learning rate."""
     if not named_parameters:
         raise ValueError("the policy has no trainable parameters; check policy.lora / freezing options.")
-    optimizer = torch.optim.AdamW(
-        parameter_groups(named_parameters, cfg.lr, cfg.lr_scale),
-        lr=cfg.lr,
-        betas=tuple(cfg.betas),
-        eps=cfg.eps,
-        weight_decay=cfg.weight_decay,
-    )
+    groups = parameter_groups(named_parameters, cfg.lr, cfg.lr_scale)
+    optimizer = make_optimizer(cfg, groups)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda s: lr_multiplier(s, warmup_steps=cfg.warmup_steps, total_steps=total_steps, schedule=cfg.schedule),
     )
     return optimizer, scheduler
+
+
+def make_optimizer(cfg: OptimConfig, groups: list[dict]) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` over parameter ``groups``."""
+    betas = tuple(cfg.betas)
+    if cfg.optimizer in ("adamw", "adamw_fused"):
+        fused = {"fused": True} if cfg.optimizer == "adamw_fused" else {}
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay, **fused)
+    if cfg.optimizer == "adafactor":
+        return torch.optim.Adafactor(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    import bitsandbytes  # adamw_8bit; the config checked that it is installed
+
+    return bitsandbytes.optim.AdamW8bit(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay)

@@ -9,10 +9,12 @@ only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stag
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import torch
 import yaml
 
 from genalign import algorithms as alg
-from genalign.config import TrainConfig, to_dict
+from genalign.config import RewardSpec, TrainConfig, to_dict
 from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
@@ -43,6 +45,7 @@ from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.rewards import RewardSet, prompt_text
 from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
 from genalign.trainer.step_advantages import StepAdvantages, update_inputs
+from genalign.trainer.trackers import Trackers
 from genalign.trainer.update import UpdateBatch, run_update
 
 
@@ -77,6 +80,7 @@ class TrainingRun:
     advantage_state: alg.AdvantageState | None
     metrics_log: JsonlLog
     eval_log: JsonlLog
+    trackers: Trackers
     collapse: CollapseMonitor = field(default_factory=CollapseMonitor)
     skipped_in_a_row: int = 0
 
@@ -85,8 +89,19 @@ class TrainingRun:
         return self.accelerator.is_main_process
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Run training as configured; return the final evaluation (or last metrics when there is no eval data)."""
+def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = None) -> dict[str, Any]:
+    """Run training as configured; return the final evaluation (or last metrics when there is no eval data).
+
+    Args:
+        rewards: reward callables ``f(prompts, completions, **columns) -> list[float | None]`` to use instead of
+            ``config.rewards`` (weight 1 each, named after the function).
+    """
+    if rewards is not None:
+        specs = [RewardSpec(fn=fn) for fn in rewards]
+        for spec in specs:
+            spec.validate()
+        config = dataclasses.replace(config, rewards=specs)
+        config.validate()
     run, start_step = start_run(config)
     if start_step == 0 and config.eval.at_start:
         run_eval(run, 0)
@@ -149,8 +164,7 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
         out.mkdir(parents=True, exist_ok=True)
         remove_temporary(out)
         (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-        if run_cfg.trackers:
-            accelerator.init_trackers("genalign", config={"output_dir": run_cfg.output_dir})
+        run.trackers.start(to_dict(config))
     return run, start_step
 
 
@@ -182,6 +196,7 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         advantage_state=alg.make_advantage_state(cfg.advantage),  # None for stateless estimators
         metrics_log=JsonlLog(out / METRICS_FILE),
         eval_log=JsonlLog(out / EVAL_FILE),
+        trackers=Trackers(accelerator, run_cfg.trackers if accelerator.is_main_process else []),
     )
 
 
@@ -305,11 +320,15 @@ def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollo
         return
     run_cfg = run.config.run
     run.metrics_log.append(record)
-    if run_cfg.trackers:
-        run.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
+    run.trackers.log(record, step)
     if run_cfg.sample_every and step % run_cfg.sample_every == 0:
-        dump_samples(run.out / "samples", step, [prompt_text(r) for r in rollout.rows], rollout.outputs,
-                     adv.combined_reward.tolist(), run_cfg.samples_per_dump)  # fmt: skip
+        prompts, rewards, count = (
+            [prompt_text(r) for r in rollout.rows],
+            adv.combined_reward.tolist(),
+            run_cfg.samples_per_dump,
+        )
+        dump_samples(run.out / "samples", step, prompts, rollout.outputs, rewards, count)
+        run.trackers.samples(step, prompts[:count], rollout.outputs[:count], rewards[:count])
     _report(progress, record, step, run_cfg.log_every)
 
 
@@ -321,8 +340,10 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
         result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
                                            accuracy_reward=eval_cfg.accuracy_reward)}  # fmt: skip
         run.eval_log.append(result)
+        run.trackers.log(result, step)
+        label = eval_cfg.accuracy_reward or run.rewards.labels[0]
         run.accelerator.print(
-            f"step {step}: held-out accuracy {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts"
+            f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts"
         )
     run.accelerator.wait_for_everyone()
     return result
@@ -335,8 +356,7 @@ def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, 
         if last_eval:
             (run.out / "eval.json").write_text(json.dumps(last_eval, indent=2))
         plot_curves(run.metrics_log.read(), run.eval_log.read(), run.out / "reward_curve.png")
-    if run.config.run.trackers:
-        run.accelerator.end_training()
+    run.trackers.end()
     return last_eval or (run.metrics_log.read()[-1] if run.main and run.metrics_log.read() else {})
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from genalign.config.schema import RewardSpec
-from genalign.rewards import REWARDS
+from genalign.rewards import reward_factory
 from genalign.rewards.runner import call_reward
 
 
@@ -36,7 +36,7 @@ class RewardSet:
         self.fns = []
         for i, spec in enumerate(specs):
             try:
-                self.fns.append(REWARDS.get(spec.fn)(**spec.args))
+                self.fns.append(reward_factory(spec.fn)(**spec.args))
             except TypeError as err:
                 raise ValueError(f"rewards[{i}] ({spec.fn}): bad args {spec.args}: {err}") from None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,136 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path, monkeypatch):
     source.write_bytes(b"PAR1")
     with pytest.raises(ImportError, match="pip install pyarrow"):
         load_rows(DataSourceConfig(source=str(source)))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# hf: sources (Hugging Face Hub datasets by name), offline
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def cached_hub_dataset(cache: Path, name: str, subset: str, splits: dict[str, list[dict]]) -> None:
+    """Put ``splits`` in a datasets cache at ``cache`` as if ``load_dataset(name, subset)`` had run once online."""
+    datasets = pytest.importorskip("datasets")
+    import shutil
+
+    data_files = {}
+    for split, rows in splits.items():
+        data_files[split] = str(cache.parent / f"{split}.parquet")
+        datasets.Dataset.from_list(rows).to_parquet(data_files[split])
+    builder = datasets.load_dataset_builder("parquet", data_files=data_files, cache_dir=str(cache / "build"))
+    builder.download_and_prepare()
+    built = Path(builder.cache_dir)
+    target = cache / "___".join(name.split("/")) / subset / built.parent.name / built.name
+    shutil.copytree(built, target)
+    info = json.loads((target / "dataset_info.json").read_text())
+    (target / "dataset_info.json").write_text(json.dumps({**info, "config_name": subset}))
+    for arrow in target.glob("parquet-*.arrow"):  # files are named after the dataset
+        arrow.rename(target / arrow.name.replace("parquet-", f"{name.split('/')[-1]}-", 1))
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cached_hub_dataset(cache, "genalign-tests/tiny", "main", {"train": ROWS, "test": ROWS[:1]})
+    return cache
+
+
+def test_hub_dataset_from_the_local_cache(hub_cache):
+    config = DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="train", columns=MAPPING)
+    assert load_rows(config, required=["answer"]) == EXPECTED
+    config = DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="test", columns=MAPPING, limit=1)
+    assert load_rows(config) == EXPECTED[:1]
+    with pytest.raises(DataError, match=r"holds splits \['test', 'train'\]; set data\.split"):
+        load_rows(DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", columns=MAPPING))
+    with pytest.raises(DataError, match=r"hf:genalign-tests/tiny \(subset 'main', split 'val'\).*Unknown split"):
+        load_rows(DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="val"))
+
+
+def test_hub_rows_go_through_the_row_checks(hub_cache):
+    with pytest.raises(DataError, match=r"hf:genalign-tests/tiny \(subset 'main', split 'train'\), row 0 \(0-based\)"):
+        load_rows(DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="train"))
+
+
+def test_hub_dataset_offline_and_not_cached_fails_fast_with_the_download_command(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "empty_cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(DataError) as error:
+        load_rows(DataSourceConfig(source="hf:openai/gsm8k", subset="main", split="train"))
+    assert time.perf_counter() - start < 5
+    message = str(error.value)
+    assert message.startswith("hf:openai/gsm8k (subset 'main', split 'train'): not in the local datasets cache")
+    assert "runs offline here (HF_HUB_OFFLINE=1 is set)" in message
+    command = "datasets.load_dataset('openai/gsm8k', 'main', split='train').save_to_disk('data/gsm8k_train')"
+    assert command in message and "data.source: data/gsm8k_train" in message and "prepare_data.py" in message
+
+
+def test_unreachable_hub_counts_as_offline_without_the_variable(tmp_path, monkeypatch):
+    """No HF_HUB_OFFLINE, but the endpoint does not answer: no HTTP retries (~25-50 s), the cache only."""
+    datasets = pytest.importorskip("datasets")
+    from huggingface_hub import constants
+
+    from genalign.data import hub
+
+    for variable in hub.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "empty_cache")
+    monkeypatch.setattr(
+        hub, "probe", lambda url, timeout_s=hub.PROBE_TIMEOUT_S: "huggingface.co:443 is unreachable (test)"
+    )
+    start = time.perf_counter()
+    with pytest.raises(DataError, match=r"runs offline here \(huggingface\.co:443 is unreachable \(test\)\)"):
+        load_rows(DataSourceConfig(source="hf:genalign-tests/not-a-dataset", split="train"))
+    assert time.perf_counter() - start < 5
+    assert constants.HF_HUB_OFFLINE is False and datasets.config.HF_HUB_OFFLINE is False  # restored
+
+
+def test_probe_is_bounded_and_sees_a_listening_port():
+    import socket
+
+    from genalign.data.hub import probe
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        assert probe(f"http://127.0.0.1:{server.getsockname()[1]}") is None
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    start = time.perf_counter()
+    assert "127.0.0.1" in probe(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    assert time.perf_counter() - start < 2
+
+
+def test_missing_hub_looking_path_suggests_hf_prefix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"'openai/gsm8k' does not exist.*data\.source: hf:openai/gsm8k"):
+        load_rows(DataSourceConfig(source="openai/gsm8k", columns=MAPPING))
+    with pytest.raises(FileNotFoundError) as error:
+        load_rows(DataSourceConfig(source="data/gsm8k_train.jsonl"))
+    assert "hf:" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (DataSourceConfig(source="hf:"), r"'' is not a Hub dataset id"),
+        (DataSourceConfig(source="hf:a/b/c"), r"'a/b/c' is not a Hub dataset id.*hf:ORG/NAME"),
+        (DataSourceConfig(source="hf:./local"), r"not a Hub dataset id.*needs no prefix"),
+        (DataSourceConfig(source="hf:openai/gsm8k", args={"size": 3}), r"data\.args.*data\.subset"),
+        (DataSourceConfig(source="hf:openai/gsm8k", split=""), r"data\.split=''"),
+        (DataSourceConfig(source="x.jsonl", subset="main"), r"data\.subset='main' only applies to hf: sources"),
+        (DataSourceConfig(source="hf://datasets/openai/gsm8k"), r"is not a Hub dataset id; write 'hf:ORG/NAME'"),
+    ],
+)
+def test_hub_config_validation_without_io(config, message):
+    with pytest.raises(ValueError, match=message):
+        config.validate()
+    DataSourceConfig(source="hf:openai/gsm8k", subset="main", split="train[:100]").validate()
+    DataSourceConfig(source="hf:gsm8k").validate()

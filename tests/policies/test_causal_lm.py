@@ -528,3 +528,143 @@ def test_rollout_structure_holds_truncation_always_and_segment_ids_on_request(mo
         assert segment_ids[row].tolist() == [sum(ends[:t]) for t in range(len(ends))]  # loop vs vectorised
     assert segment_ids.max() > 0
     assert rollout.select([3, 0]).structure.segment_ids.tolist() == segment_ids[[3, 0]].tolist()
+
+
+# ---- LoRA options (peft's LoraConfig) and the attention kernel -------------------------------------------------------
+def _adapted(policy) -> dict[str, torch.nn.Module]:
+    """The LoRA layers of ``policy`` by the name of the base layer they wrap."""
+    return {name: module for name, module in policy.hf_model.named_modules() if hasattr(module, "lora_A")}
+
+
+def test_all_linear_targets_every_linear_layer_but_the_head(model_dirs):
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dirs["llama"])
+    linear = {name for name, module in base.named_modules() if isinstance(module, torch.nn.Linear)}
+    assert "lm_head" in linear
+    policy = make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, target_modules=["all-linear"]))
+    assert set(_adapted(policy)) == linear - {"lm_head"}
+
+
+def test_dora_adds_a_magnitude_vector_and_rslora_scales_by_the_square_root_of_the_rank(model_dirs, tmp_path):
+    policy = make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, alpha=8.0, use_dora=True, use_rslora=True))
+    layers = _adapted(policy)
+    assert layers and all(layer.lora_magnitude_vector["default"].weight.requires_grad for layer in layers.values())
+    assert all(layer.scaling["default"] == 8.0 / 4**0.5 for layer in layers.values())  # plain LoRA: 8 / 4
+    assert (
+        make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, alpha=8.0))
+        .hf_model.model.layers[0]
+        .self_attn.q_proj.scaling["default"]
+        == 2.0
+    )
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name or "magnitude" in name:
+                param.add_(0.1)
+    rollout = policy.rollout(PROMPTS, group_size=1)
+    policy.save(tmp_path / "dora")
+    fresh = make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, alpha=8.0, use_dora=True, use_rslora=True))
+    fresh.load(tmp_path / "dora")
+    with torch.no_grad():
+        assert torch.equal(fresh.score(rollout).logp, policy.score(rollout).logp)
+
+
+def test_modules_to_save_trains_and_saves_the_whole_module(model_dirs, tmp_path):
+    lora = LoRAConfig(rank=4, modules_to_save=["lm_head"])
+    policy = make_policy(model_dirs, "llama", lora=lora)
+    names = [name for name, param in policy.model.named_parameters() if param.requires_grad]
+    assert any("lm_head.modules_to_save" in name for name in names)
+    rollout = policy.rollout(PROMPTS, group_size=1)
+    policy.score(rollout).logp.sum().backward()
+    head = policy.hf_model.lm_head.modules_to_save["default"].weight
+    assert head.grad is not None and head.grad.abs().sum() > 0
+    with torch.no_grad():
+        head.add_(0.5)
+    policy.save(tmp_path / "ckpt")
+    fresh = make_policy(model_dirs, "llama", lora=lora)
+    fresh.load(tmp_path / "ckpt")
+    assert torch.equal(fresh.hf_model.lm_head.modules_to_save["default"].weight, head)
+
+
+def test_base_rewriting_options_use_a_frozen_copy_reference_and_roundtrip(model_dirs, tmp_path):
+    pissa = LoRAConfig(rank=4, init_lora_weights="pissa")
+    policy = make_policy(model_dirs, "llama", lora=pissa)
+    assert policy.reference.mode == "frozen_copy"  # adapters off is the residual, not the original model
+    assert make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, bias="all")).reference.mode == "frozen_copy"
+    assert make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4)).reference.mode == "lora_disabled"
+    rollout = policy.rollout(PROMPTS, group_size=1)
+    with torch.no_grad():
+        kl = policy.score(rollout, ScoreRequest(kl_estimator="k3")).kl
+        assert kl.abs().max() < 1e-5  # PiSSA starts at the original model: residual + principal part
+        for name, param in policy.model.named_parameters():
+            if "lora_" in name:
+                param.add_(0.05)
+    policy.save(tmp_path / "pissa")
+    fresh = make_policy(model_dirs, "llama", lora=pissa)
+    fresh.load(tmp_path / "pissa")  # the deterministic SVD rebuilds the same residual
+    with torch.no_grad():
+        assert torch.equal(fresh.score(rollout).logp, policy.score(rollout).logp)
+    with pytest.raises(ValueError, match=r"lora_disabled.*frozen_copy"):
+        CausalLMPolicyConfig(lora=pissa, reference="lora_disabled").validate()
+
+
+@pytest.mark.parametrize(
+    ("lora", "message"),
+    [
+        (
+            {"init_lora_weights": "pisa"},
+            r"policy.lora.init_lora_weights='pisa' is not a LoRA initialisation; use one of",
+        ),
+        ({"init_lora_weights": "pissa_niter_4"}, r"'pissa_niter_4' is not supported: it randomised SVD.*'pissa'"),
+        ({"init_lora_weights": "eva"}, r"'eva' is not supported: it needs a data-driven calibration"),
+        ({"init_lora_weights": "orthogonal", "rank": 3}, r"'orthogonal' needs an even LoRA rank, got rank 3"),
+        ({"init_lora_weights": 1}, r"policy.lora.init_lora_weights: 1 is not"),
+        ({"bias": "some"}, r"policy.lora.bias: 'some' is not valid; use one of 'none', 'all', 'lora_only'"),
+        ({"target_modules": ["all-linear", "q_proj"]}, r"mixes 'all-linear' with layer names"),
+        ({"modules_to_save": [""]}, r"modules_to_save=\[''\] contains an empty name"),
+    ],
+)
+def test_lora_options_are_checked_at_config_load(lora, message):
+    from genalign.config.core import ConfigError, from_dict
+
+    with pytest.raises(ConfigError, match=message):
+        from_dict(CausalLMPolicyConfig, {"family": "causal_lm", "lora": {"rank": 4} | lora}, "policy")
+
+
+def test_default_lora_options_build_the_same_adapters_as_plain_peft(model_dirs):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(11)
+    policy = make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4, alpha=8.0))
+    torch.manual_seed(11)
+    plain = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dirs["llama"]),
+        LoraConfig(r=4, lora_alpha=8.0, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                   task_type="CAUSAL_LM"),
+    )  # fmt: skip
+    ours, theirs = policy.model.state_dict(), plain.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert policy.model.peft_config["default"].to_dict() == plain.peft_config["default"].to_dict()
+
+
+def test_attn_implementation_reaches_the_model_and_defaults_to_transformers_choice(model_dirs):
+    from transformers import AutoModelForCausalLM
+
+    default = AutoModelForCausalLM.from_pretrained(model_dirs["llama"]).config._attn_implementation
+    assert make_policy(model_dirs, "llama").hf_model.config._attn_implementation == default
+    policy = build_policy(CausalLMPolicyConfig(model=str(model_dirs["llama"]), attn_implementation="eager"))
+    assert policy.hf_model.config._attn_implementation == "eager"
+    policy = build_policy(
+        CausalLMPolicyConfig(model=str(model_dirs["llama"]), attn_implementation="eager", reference="frozen_copy")
+    )
+    rollout = policy.rollout(PROMPTS, group_size=1)
+    policy.reference_logprobs(rollout)  # loads the frozen copy with the same kernel
+    assert policy.reference._frozen.config._attn_implementation == "eager"
+
+
+def test_lora_options_without_adapters_are_rejected():
+    from genalign.config.core import ConfigError, from_dict
+
+    with pytest.raises(ConfigError, match=r"policy.lora.use_dora=True has no effect with policy.lora.rank=0"):
+        from_dict(CausalLMPolicyConfig, {"family": "causal_lm", "lora": {"use_dora": True}}, "policy")

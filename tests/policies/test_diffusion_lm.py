@@ -243,3 +243,35 @@ def test_state_dict_roundtrip_restores_sampler_mask_seeds_and_epoch(tiny_bert):
         resumed.load_state_dict({k: v for k, v in state.items() if k != "inner_epoch"})
     with pytest.raises(ValueError, match=r"needs \['generator', 'seed_generator'\]"):
         resumed.load_state_dict({"generator": state["generator"], "inner_epoch": 0})
+
+
+def test_attn_implementation_and_all_linear_lora_reach_the_model(tiny_bert):
+    from genalign.policies.lm.core import LoRAConfig
+
+    assert make_policy(tiny_bert, attn_implementation="eager").hf_model.config._attn_implementation == "eager"
+    default = BertForMaskedLM.from_pretrained(tiny_bert).config._attn_implementation
+    assert make_policy(tiny_bert).hf_model.config._attn_implementation == default  # None: transformers' choice
+    policy = make_policy(tiny_bert, lora=LoRAConfig(rank=2, target_modules=["all-linear"]))
+    base = BertForMaskedLM.from_pretrained(tiny_bert)
+    head = base.get_output_embeddings()
+    linear = {n for n, m in base.named_modules() if isinstance(m, torch.nn.Linear) and m is not head}
+    assert {n for n, m in policy.hf_model.named_modules() if hasattr(m, "lora_A")} == linear
+
+
+def test_lora_on_a_masked_lm_trains_saves_and_loads(tiny_bert, tmp_path):
+    from genalign.policies.lm.core import LoRAConfig
+
+    lora = LoRAConfig(rank=2, alpha=4.0, target_modules=["query", "value"])
+    policy = make_policy(tiny_bert, lora=lora)
+    assert policy.reference.mode == "lora_disabled"
+    rollout = policy.rollout(ROWS, group_size=2)
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.1)
+        scored = policy.score(rollout).logp
+    policy.save(tmp_path / "ckpt")
+    fresh = make_policy(tiny_bert, lora=lora)
+    fresh.load(tmp_path / "ckpt")
+    with torch.no_grad():
+        assert torch.equal(fresh.score(rollout).logp, scored)
+    assert "AutoModelForMaskedLM" in (tmp_path / "ckpt" / "README.md").read_text()

@@ -337,3 +337,33 @@ def test_state_dict_restores_generators_iteration_and_ema(model_dirs):
     assert all(torch.equal(a, b) for a, b in zip(other.ema.average, policy.ema.average, strict=True))
     with pytest.raises(ValueError, match="ema"):
         build_policy(_config(model_dirs)).load_state_dict(state)
+
+
+def test_lora_options_reach_the_adapters(model_dirs):
+    policy = build_policy(_config(model_dirs, lora_alpha=8.0, lora_use_dora=True, lora_use_rslora=True))
+    layers = [m for m in policy.model.transformer.modules() if hasattr(m, "lora_A")]
+    assert layers and all("default" in m.lora_magnitude_vector for m in layers)  # DoRA
+    assert all(m.scaling["default"] == 8.0 / 4**0.5 for m in layers)  # rsLoRA: alpha / sqrt(rank)
+    everything = build_policy(_config(model_dirs, lora_target_modules=["all-linear"]))
+    transformer = everything.model.transformer
+    adapted = {name for name, m in transformer.named_modules() if hasattr(m, "lora_A")}
+    wrapped = {f"{name}.{child}" for name in adapted for child, _ in transformer.get_submodule(name).named_modules()}
+    linear = {name for name, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)} - wrapped
+    assert adapted and linear <= adapted  # every linear layer (those left are LoRA's own A / B layers)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"lora_init_weights": "pissa"}, r"policy.lora_init_weights='pissa' is not a LoRA initialisation"),
+        ({"lora_init_weights": "orthogonal", "lora_rank": 3}, r"'orthogonal' needs an even LoRA rank"),
+        ({"lora_target_modules": ["all-linear", "to_q"]}, r"policy.lora_target_modules=\['all-linear', 'to_q'\]"),
+        ({"lora_alpha": 0}, r"policy.lora_alpha=0.0 must be > 0"),
+        ({"lora_rank": 0, "lora_use_dora": True}, r"have no effect with policy.lora_rank=0"),
+    ],
+)
+def test_flow_lora_options_are_checked_at_config_load(overrides, message):
+    from genalign.config.core import ConfigError, from_dict
+
+    with pytest.raises(ConfigError, match=message):
+        from_dict(FlowPolicyConfig, {"family": "flow", "model": "some/folder"} | overrides, "policy")

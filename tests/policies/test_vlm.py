@@ -412,3 +412,21 @@ def test_checkpoint_holds_the_processor(model_dirs, tmp_path):
     processor = AutoProcessor.from_pretrained(tmp_path / "ckpt")
     assert processor.tokenizer.get_vocab() == policy.tokenizer.get_vocab()
     assert processor.image_processor.patch_size == policy.patch_size
+
+
+@pytest.mark.parametrize("scope", ["language_model", "language_model_and_vision_tower"])
+def test_all_linear_targets_every_linear_layer_of_the_scope_but_the_head(model_dirs, scope):
+    from genalign.policies.vlm import vision_tower
+    from genalign.policies.vlm.model import load_model
+
+    base = load_model(VLMPolicyConfig(), model_dirs["qwen2_vl"], torch.device("cpu"))
+    tower, head = {id(m) for m in vision_tower(base).modules()}, base.get_output_embeddings()
+    everywhere = scope == "language_model_and_vision_tower"
+    expected = {
+        name
+        for name, module in base.named_modules()
+        if isinstance(module, torch.nn.Linear) and module is not head and (everywhere or id(module) not in tower)
+    }
+    policy = make_policy(model_dirs, lora=LoRAConfig(rank=4, target_modules=["all-linear"]), lora_scope=scope)
+    adapted = {name for name, module in policy.hf_model.named_modules() if hasattr(module, "lora_A")}
+    assert adapted == expected and any(".visual." in name for name in adapted) == everywhere

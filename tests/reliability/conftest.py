@@ -22,6 +22,7 @@ def toy_family():
 
 def toy_config(tmp_path: Path, **sections: dict[str, Any]) -> TrainConfig:
     """A 6-step toy run writing to ``tmp_path / 'run'``; ``sections`` update the config's sections."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in toy_policy.toy_rows(8)))
     config: dict[str, Any] = {

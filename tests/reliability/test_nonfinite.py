@@ -49,3 +49,17 @@ def test_all_finite_is_one_reduction_that_never_overflows():
     assert all_finite([torch.full((3,), 1e38), torch.zeros(2)])
     assert not all_finite([torch.tensor([1.0, float("nan")])])
     assert not all_finite([torch.ones(2), torch.tensor([float("-inf")])])
+
+
+def test_collapse_warnings_fire_once_for_each_silent_failure():
+    from genalign.trainer.guards import CollapseMonitor
+
+    monitor = CollapseMonitor(patience=3, growth=10.0)
+    weights = [torch.nn.Parameter(torch.ones(4))]
+    assert monitor.check(1, {"entropy": 1.0, "reward/std": 0.5}, weights) == []
+    with torch.no_grad():
+        weights[0].mul_(100.0)  # 100x the initial norm
+    messages = monitor.check(2, {"entropy": 12.0, "reward/std": 0.0}, weights)
+    assert any("weight norm grew 100x" in m for m in messages) and any("collapsed to noise" in m for m in messages)
+    assert monitor.check(3, {"entropy": 12.0, "reward/std": 0.0}, weights) == []  # each kind once
+    assert any("last 3 steps was equal" in m for m in monitor.check(4, {"entropy": 0.001, "reward/std": 0.0}, weights))

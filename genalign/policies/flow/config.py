@@ -11,8 +11,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genalign.policies.base import PolicyCapabilities
+from genalign.policies.lora_options import ALL_LINEAR, check_lora_init
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
 from genalign.schedulers.train_steps import TrainStepsConfig
+
+#: ``lora_init_weights`` values of the flow family (peft's names). PiSSA / OLoRA are left out: they rewrite the base
+#: weights, and the KL reference (and DiffusionNFT's old model) is the transformer with its adapters disabled.
+FLOW_LORA_INITS: tuple[bool | str, ...] = (True, False, "gaussian", "orthogonal")
 
 #: Names accepted by ``ScoreRequest.kl_estimator``. A flow step is Gaussian with a shared std, so every name gives the
 #: closed-form KL in mean space, ``|mean - mean_ref|^2 / (2 std^2)`` (the exact KL the k1/k2/k3 estimators estimate).
@@ -167,9 +172,29 @@ class FlowPolicyConfig:
         metadata={"help": "Likelihood-free training (DiffusionNFT, V-GRPO) instead of SDE log-probs."},
     )
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank on attention projections; 0 trains all weights."})
-    lora_alpha: float = field(default=64.0, metadata={"help": "LoRA alpha."})
+    lora_alpha: float = field(
+        default=64.0,
+        metadata={"help": "LoRA alpha: scale = alpha / rank (alpha / sqrt(rank) with rsLoRA); saved with the weights."},
+    )
     lora_target_modules: list[str] | None = field(
-        default=None, metadata={"help": "Module names for LoRA (None = the architecture's attention projections)."}
+        default=None,
+        metadata={
+            "help": "Module names for LoRA (None = the architecture's attention projections; [all-linear] = every "
+            "linear layer of the transformer)."
+        },
+    )
+    lora_use_dora: bool = field(
+        default=False, metadata={"help": "DoRA: a trained magnitude vector per adapted layer (peft use_dora)."}
+    )
+    lora_use_rslora: bool = field(
+        default=False, metadata={"help": "Rank-stabilised LoRA: scale = alpha / sqrt(rank) (peft use_rslora)."}
+    )
+    lora_init_weights: bool | str = field(
+        default=True,
+        metadata={
+            "help": "Adapter initialisation (peft init_lora_weights): true (zero B), false (random, not a no-op), "
+            "gaussian or orthogonal (even rank)."
+        },
     )
     sample_batch_size: int = field(
         default=0,
@@ -198,6 +223,13 @@ class FlowPolicyConfig:
             raise ValueError(f"policy.noise_level={self.noise_level} must be >= 0.")
         if self.lora_rank < 0:
             raise ValueError(f"policy.lora_rank={self.lora_rank} must be >= 0 (0 = full fine-tuning).")
+        if self.lora_rank > 0:
+            self._validate_lora()
+        elif self.lora_use_dora or self.lora_use_rslora or self.lora_init_weights is not True:
+            raise ValueError(
+                "policy.lora_use_dora / lora_use_rslora / lora_init_weights have no effect with policy.lora_rank=0 "
+                "(every weight is trained); set lora_rank > 0 or remove them."
+            )
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"policy.ema_decay={self.ema_decay} must be in [0, 1) (0 disables EMA).")
         if self.dtype == "float16" and self.lora_rank == 0:
@@ -210,6 +242,19 @@ class FlowPolicyConfig:
                 f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
                 "rollouts need SDE log-probs; disable one of them."
             )
+
+    def _validate_lora(self) -> None:
+        if self.lora_alpha <= 0:
+            raise ValueError(f"policy.lora_alpha={self.lora_alpha} must be > 0 (e.g. 2 x lora_rank).")
+        targets = self.lora_target_modules
+        if targets is not None and (not targets or (ALL_LINEAR in targets and len(targets) > 1)):
+            raise ValueError(
+                f"policy.lora_target_modules={targets} must name modules, or be [{ALL_LINEAR}] alone, or null for the "
+                "architecture's attention projections."
+            )
+        check_lora_init(
+            self.lora_init_weights, rank=self.lora_rank, field="policy.lora_init_weights", allowed=FLOW_LORA_INITS
+        )
 
     def capabilities(self) -> PolicyCapabilities:
         """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the

@@ -18,6 +18,7 @@ from genalign.pipelines.flow_models import PromptEmbeddings, select_embeddings
 from genalign.policies.base import DTYPES
 from genalign.policies.flow.components import PromptEmbeddingCache
 from genalign.policies.flow.config import FlowPolicyConfig
+from genalign.policies.lora_options import ALL_LINEAR
 
 
 class FlowModel:
@@ -32,7 +33,7 @@ class FlowModel:
         self.device = device
         dtype = DTYPES[config.dtype]
         self.sampler = FlowLogProbPipeline.from_pretrained(
-            model_location(config.model),
+            model_location(config.model, marker="model_index.json"),
             torch_dtype=dtype,
             device=device,
             architecture=config.architecture,
@@ -65,9 +66,15 @@ class FlowModel:
         from diffusers.training_utils import cast_training_params
         from peft import LoraConfig
 
-        targets = self.config.lora_target_modules or list(self.arch.lora_target_modules)
+        cfg = self.config
+        targets = cfg.lora_target_modules or list(self.arch.lora_target_modules)
         lora = LoraConfig(
-            r=self.config.lora_rank, lora_alpha=self.config.lora_alpha, target_modules=targets, init_lora_weights=True
+            r=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
+            init_lora_weights=cfg.lora_init_weights,
+            use_dora=cfg.lora_use_dora,
+            use_rslora=cfg.lora_use_rslora,
         )
         self.transformer.add_adapter(lora)
         cast_training_params(self.transformer, dtype=torch.float32)  # LoRA weights train in float32
@@ -154,8 +161,11 @@ class FlowModel:
 
     # --------------------------------------------------------------------------------------------- save / load
     def save(self, directory: Path) -> None:
-        """LoRA: ``pytorch_lora_weights.safetensors`` readable by ``pipe.load_lora_weights(directory)``;
-        full fine-tuning: the transformer as a diffusers folder ``directory/transformer``."""
+        """LoRA: ``pytorch_lora_weights.safetensors`` readable by ``pipe.load_lora_weights(directory)``, with the
+        adapter's peft config (rank, alpha, targets, DoRA, rsLoRA) in the file's ``lora_adapter_metadata`` header
+        (diffusers >= 0.35 builds the adapter from it, so the loaded LoRA has the trained scale ``alpha / rank``
+        rather than diffusers' fallback ``alpha = rank``); full fine-tuning: the transformer as a diffusers folder
+        ``directory/transformer``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self.config.lora_rank == 0:
@@ -163,11 +173,16 @@ class FlowModel:
             return
         from peft.utils import get_peft_model_state_dict
 
-        layers = get_peft_model_state_dict(self.transformer)
-        type(self.sampler.pipe).save_lora_weights(directory, transformer_lora_layers=layers)
+        (adapter,) = self.transformer.peft_config.values()  # the one adapter added by _add_trainable_weights
+        type(self.sampler.pipe).save_lora_weights(
+            directory,
+            transformer_lora_layers=get_peft_model_state_dict(self.transformer),
+            transformer_lora_adapter_metadata=adapter.to_dict(),
+        )
 
     def load(self, directory: Path) -> None:
-        """Load weights written by :meth:`save` into the current adapter (or the full transformer)."""
+        """Load weights written by :meth:`save` into the current adapter (or the full transformer); files with or
+        without the adapter metadata (the weights are the same)."""
         directory = Path(directory)
         if self.config.lora_rank == 0:
             loaded = type(self.transformer).from_pretrained(directory / "transformer")

@@ -1,3 +1,4 @@
 """The token-LM core shared by the causal-LM, VLM and masked-diffusion-LM families: the base policy class, reference
-policy, LoRA and checkpoints (:mod:`~genalign.policies.lm.core`), prompt encoding, chunked log-probs and token features,
-segment boundaries, tokenizers and tiny test models."""
+policy and checkpoints (:mod:`~genalign.policies.lm.core`), LoRA options (:mod:`~genalign.policies.lm.lora`), what a
+checkpoint folder carries to load without genalign (:mod:`~genalign.policies.lm.export`), prompt encoding, chunked
+log-probs and token features, segment boundaries, tokenizers and tiny test models."""

@@ -2,17 +2,21 @@
 
 What every token-LM family has in common lives here once:
 
-* configuration pieces: the weight :data:`DTYPES` (defined in :mod:`genalign.policies.base`), :class:`LoRAConfig`, the declared capabilities
-  (:func:`token_capabilities`) and the sampler settings of autoregressive families (:func:`sampling_params`);
+* configuration pieces: the weight :data:`DTYPES` (defined in :mod:`genalign.policies.base`), :class:`LoRAConfig`
+  (defined in :mod:`genalign.policies.lm.lora`) and the reference it implies (:func:`lora_reference_mode`), the
+  attention kernel (:data:`AttnImplementation`), the declared capabilities (:func:`token_capabilities`) and the
+  sampler settings of autoregressive families (:func:`sampling_params`);
 * model plumbing: the end and pad tokens (:func:`end_and_pad_token_ids`), the eval-mode context (:func:`eval_mode`);
 * :class:`TokenLMPolicy`, the base class of the three families: the KL to the reference policy
   (:class:`~genalign.policies.lm.reference.ReferencePolicy`) around the family's own scoring pass, the trainable
   parameters, saving the weights (LoRA adapters alone in peft format, or all weights as safetensors plus the model
-  config) together with the tokenizer or processor, and the resumable state: every random generator of the family
-  (contract 4 of ``shared/ARCHITECTURE.md``).
+  config) together with the tokenizer or processor, the generation config and a model card
+  (:mod:`genalign.policies.lm.export`), and the resumable state: every random generator of the family (contract 4 of
+  ``shared/ARCHITECTURE.md``).
 
-A family implements ``rollout`` and :meth:`TokenLMPolicy.score_actions` (its scoring pass under a given module, without
-the KL); it never writes the reference, checkpoint or parameter plumbing again.
+A family implements ``rollout``, :meth:`TokenLMPolicy.score_actions` (its scoring pass under a given module, without
+the KL) and :meth:`TokenLMPolicy.checkpoint_facts` (what its model card says); it never writes the reference,
+checkpoint or parameter plumbing again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -32,8 +36,15 @@ from genalign.algorithms.scores import ScoreOutput, ScoreRequest
 from genalign.algorithms.structure import RolloutStructure
 from genalign.engines.base import SamplingParams
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
-from genalign.policies.lm.lora import load_weights, save_weights
-from genalign.policies.lm.reference import ReferenceMode, ReferencePolicy, get_base_model
+from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
+from genalign.policies.lm.lora import LoRAConfig, load_weights, save_weights
+from genalign.policies.lm.reference import (
+    ReferenceMode,
+    ReferencePolicy,
+    ResolvedReferenceMode,
+    get_base_model,
+    resolve_reference_mode,
+)
 from genalign.policies.lm.segments import SegmentBoundaries
 
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
@@ -42,17 +53,21 @@ AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk", "hidden"})
 AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids"})
 
 
-@dataclass
-class LoRAConfig:
-    """LoRA adapters through peft; ``rank=0`` trains all weights."""
+#: Attention kernels by transformers' name (``attn_implementation``); a family's ``None`` passes nothing, so
+#: transformers keeps its own choice (``sdpa`` where the model supports it, else ``eager``).
+AttnImplementation = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
 
-    rank: int = field(default=0, metadata={"help": "LoRA rank; 0 disables LoRA and trains every weight."})
-    alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)."})
-    dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input during training."})
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": "Names of the linear layers that get adapters (peft target_modules)."},
-    )
+
+def attention_kwargs(attn_implementation: str | None) -> dict[str, str]:
+    """``from_pretrained`` keyword arguments for ``attn_implementation`` (none for ``None``: transformers' default)."""
+    return {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+
+
+def lora_reference_mode(lora: LoRAConfig, reference: ReferenceMode) -> ResolvedReferenceMode:
+    """Validate ``lora`` and resolve ``policy.reference`` against it (raises a ``ValueError`` naming the option):
+    ``auto`` is the model with adapters disabled when that is the original model, else a frozen copy."""
+    lora.validate()
+    return resolve_reference_mode(reference, lora.rank > 0, adapters_off_is_base=lora.adapters_off_is_base)
 
 
 def token_capabilities(
@@ -217,11 +232,22 @@ class TokenLMPolicy(Policy):
         return [self.model]
 
     def save(self, directory: Path) -> None:
-        """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), plus the tokenizer or
-        processor, so the folder loads without genalign."""
+        """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), the tokenizer or
+        processor as it was loaded, the generation config genalign samples with (autoregressive families) and a model
+        card (``README.md``), so the folder loads without genalign (:mod:`genalign.policies.lm.export`)."""
         directory = Path(directory)
         save_weights(self.model, directory)
         self.preprocessor.save_pretrained(str(directory))
+        write_checkpoint_extras(directory, self.checkpoint_facts(), self.generation_config())
+
+    @abstractmethod
+    def checkpoint_facts(self) -> CheckpointFacts:
+        """What the model card of a saved folder says: base model, family, the auto class that loads it, LoRA."""
+
+    def generation_config(self) -> Any | None:
+        """The transformers ``GenerationConfig`` saved with the weights (end, pad tokens and length the policy samples
+        with), or None for a family that does not sample through ``generate``."""
+        return None
 
     def load(self, directory: Path) -> None:
         load_weights(self.model, Path(directory))
@@ -251,12 +277,16 @@ __all__ = [
     "AUTOREGRESSIVE_FEATURES",
     "AUTOREGRESSIVE_STRUCTURE",
     "DTYPES",
+    "AttnImplementation",
+    "CheckpointFacts",
     "LoRAConfig",
     "TokenLMPolicy",
+    "attention_kwargs",
     "completion_structure",
     "empty_rollout",
     "end_and_pad_token_ids",
     "eval_mode",
+    "lora_reference_mode",
     "sampling_params",
     "token_capabilities",
 ]

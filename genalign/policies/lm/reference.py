@@ -20,13 +20,21 @@ ResolvedReferenceMode = Literal["lora_disabled", "frozen_copy", "none"]
 T = TypeVar("T")
 
 
-def resolve_reference_mode(mode: ReferenceMode, lora_enabled: bool) -> ResolvedReferenceMode:
-    """``auto`` -> ``lora_disabled`` with LoRA, ``frozen_copy`` without."""
+def resolve_reference_mode(
+    mode: ReferenceMode, lora_enabled: bool, *, adapters_off_is_base: bool = True
+) -> ResolvedReferenceMode:
+    """``auto`` -> ``lora_disabled`` with LoRA whose disabled adapters leave the original model
+    (``adapters_off_is_base``, see :attr:`~genalign.policies.lm.lora.LoRAConfig.adapters_off_is_base`), else
+    ``frozen_copy``."""
     if mode == "auto":
-        return "lora_disabled" if lora_enabled else "frozen_copy"
+        return "lora_disabled" if lora_enabled and adapters_off_is_base else "frozen_copy"
     if mode == "lora_disabled" and not lora_enabled:
+        raise ValueError("policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'.")
+    if mode == "lora_disabled" and not adapters_off_is_base:
         raise ValueError(
-            "policy.reference='lora_disabled' needs LoRA (policy.lora.rank > 0); use 'frozen_copy' or 'auto'."
+            "policy.reference='lora_disabled' with policy.lora.init_lora_weights 'pissa'/'olora' or policy.lora.bias "
+            "other than 'none': disabling the adapters does not give the original model back; use 'frozen_copy' or "
+            "'auto'."
         )
     return mode
 

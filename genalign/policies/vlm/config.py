@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genalign.policies.base import PolicyCapabilities
-from genalign.policies.lm.core import LoRAConfig, token_capabilities
+from genalign.policies.lm.core import AttnImplementation, LoRAConfig, lora_reference_mode, token_capabilities
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
 
@@ -26,7 +26,7 @@ class VLMPolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Parameter dtype of the model."}
     )
-    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = field(
+    attn_implementation: AttnImplementation = field(
         default="sdpa", metadata={"help": "Attention kernel passed to transformers."}
     )
     image_column: str = field(default="image", metadata={"help": "Row column holding the image(s) of the prompt."})
@@ -87,14 +87,7 @@ class VLMPolicyConfig:
             raise ValueError(f"policy.logprob_chunk_size={self.logprob_chunk_size} must be >= 1")
         if self.rollout_batch_size < 1:
             raise ValueError(f"policy.rollout_batch_size={self.rollout_batch_size} must be >= 1")
-        if self.lora.rank < 0:
-            raise ValueError(f"policy.lora.rank={self.lora.rank} must be >= 0 (0 disables LoRA)")
-        if not 0 <= self.lora.dropout < 1:
-            raise ValueError(f"policy.lora.dropout={self.lora.dropout} must be in [0, 1)")
-        if self.lora.rank > 0 and not self.lora.target_modules:
-            raise ValueError("policy.lora.target_modules is empty while lora.rank > 0; name the linear layers")
-        if self.reference == "lora_disabled" and self.lora.rank == 0:
-            raise ValueError("policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'")
+        lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
         if not all(self.stop):
             raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
 

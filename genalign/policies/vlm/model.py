@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.policies.lm.core import DTYPES
+from genalign.policies.lora_options import ALL_LINEAR
 from genalign.policies.vlm.config import LoraScope, VLMPolicyConfig
 
 #: Config attributes of Qwen2-VL-style models naming the vision placeholder tokens.
@@ -101,13 +102,18 @@ def vision_tower(model: nn.Module) -> nn.Module:
 
 
 def lora_module_names(model: nn.Module, target_modules: list[str], scope: LoraScope) -> list[str]:
-    """Full names of the linear layers that get LoRA: those named in ``target_modules``, inside the language model
-    only (``scope="language_model"``) or anywhere (``"language_model_and_vision_tower"``)."""
+    """Full names of the linear layers that get LoRA: those named in ``target_modules`` (``[all-linear]``: every
+    linear layer but the output head, as peft reads it), inside the language model only (``scope="language_model"``)
+    or anywhere (``"language_model_and_vision_tower"``)."""
     tower = vision_tower(model)
     tower_params = {id(m) for m in tower.modules()}
+    every_linear = list(target_modules) == [ALL_LINEAR]
+    head = model.get_output_embeddings()
     names = []
     for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear) or name.rsplit(".", 1)[-1] not in target_modules:
+        if not isinstance(module, nn.Linear):
+            continue
+        if (module is head) if every_linear else (name.rsplit(".", 1)[-1] not in target_modules):
             continue
         if scope == "language_model" and id(module) in tower_params:
             continue

@@ -21,11 +21,13 @@ from genalign.policies.lm.core import (
     completion_structure,
     end_and_pad_token_ids,
     eval_mode,
+    lora_reference_mode,
     sampling_params,
 )
+from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.logprobs import token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora
-from genalign.policies.lm.reference import ReferencePolicy, get_base_model, resolve_reference_mode
+from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
 from genalign.policies.vlm.config import VLMPolicyConfig
@@ -54,7 +56,7 @@ class VLMPolicy(TokenLMPolicy):
     def __init__(
         self, config: VLMPolicyConfig, model: nn.Module, processor, device: torch.device, model_path: str
     ) -> None:
-        mode = resolve_reference_mode(config.reference, config.lora.rank > 0)
+        mode = lora_reference_mode(config.lora, config.reference)
         super().__init__(
             config,
             model,
@@ -86,6 +88,26 @@ class VLMPolicy(TokenLMPolicy):
 
     def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
         return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
+
+    def generation_config(self) -> Any:
+        """End, pad tokens and length genalign samples with, and the vision placeholder tokens it never samples."""
+        return sampling_generation_config(
+            self.hf_model.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            max_new_tokens=self.config.max_new_tokens,
+            suppress_tokens=self.suppressed_token_ids,
+        )
+
+    def checkpoint_facts(self) -> CheckpointFacts:
+        return CheckpointFacts(
+            self.family,
+            self.config.model,
+            self.model_path,
+            "AutoModelForImageTextToText",
+            lora=self.config.lora,
+            processor=True,
+        )
 
     def _generate(
         self,
@@ -227,12 +249,14 @@ def build_policy(config: VLMPolicyConfig, device: str | torch.device) -> VLMPoli
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
-    processor = load_processor(model_location(config.processor) if config.processor else model_path)
+    processor = load_processor(
+        model_location(config.processor, field="policy.processor", marker=None) if config.processor else model_path
+    )
     model = load_model(config, model_path, device)
     lora = config.lora
     if lora.rank > 0:
         targets = lora_module_names(model, lora.target_modules, config.lora_scope)
-        model = add_lora(model, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+        model = add_lora(model, lora, target_modules=targets)
     if config.freeze_vision_tower:
         vision_tower(get_base_model(model)).requires_grad_(False)
     if config.gradient_checkpointing:

@@ -1,0 +1,80 @@
+"""Experiment trackers (TensorBoard, Weights & Biases) through accelerate: the resolved config, every step's metrics,
+every evaluation, and sample outputs (images, or prompt/output/reward tables for text) go to every tracker.
+
+A requested tracker that is not installed is an error at config load (``run.trackers``), never a run that silently
+logs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import yaml
+
+
+def flat_scalars(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``a.b.c -> value`` for the scalar leaves of a nested config (the form trackers take as hyper-parameters)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= flat_scalars(value, f"{name}.")
+        elif isinstance(value, bool | int | float | str):
+            flat[name] = value
+        elif value is not None:
+            flat[name] = str(value)
+    return flat
+
+
+class Trackers:
+    """The run's trackers (``run.trackers``), on the main process."""
+
+    def __init__(self, accelerator: Any, names: list[str]) -> None:
+        self.accelerator = accelerator
+        self.names = list(names)
+
+    def start(self, config: dict[str, Any]) -> None:
+        """Start the trackers with the resolved config (hyper-parameters, and the YAML as text)."""
+        if not self.names:
+            return
+        self.accelerator.init_trackers("genalign", config=flat_scalars(config))
+        self._text("config", "```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```", step=0)
+
+    def log(self, record: dict[str, Any], step: int) -> None:
+        """Numbers of a step record or an evaluation."""
+        if self.names:
+            self.accelerator.log({k: v for k, v in record.items() if isinstance(v, int | float)}, step=step)
+
+    def samples(self, step: int, prompts: list[str], outputs: list[Any], rewards: list[float]) -> None:
+        """Sample outputs: images as images, anything else as a prompt / output / reward table."""
+        if not self.names or not outputs:
+            return
+        images = [np.asarray(o.convert("RGB")) for o in outputs if hasattr(o, "convert")]
+        rows = [[p, o if isinstance(o, str) else repr(type(o)), r] for p, o, r in zip(prompts, outputs, rewards)]
+        if "tensorboard" in self.names:
+            writer = self.accelerator.get_tracker("tensorboard", unwrap=True)
+            for i, image in enumerate(images):
+                writer.add_image(f"samples/{i}", image, step, dataformats="HWC")
+            table = "| prompt | output | reward |\n|---|---|---|\n" + "".join(
+                f"| {p} | {o} | {r:.4g} |\n" for p, o, r in rows
+            )
+            writer.add_text("samples", table, step)
+        if "wandb" in self.names:
+            import wandb
+
+            run = self.accelerator.get_tracker("wandb", unwrap=True)
+            logged: dict[str, Any] = {"samples": wandb.Table(columns=["prompt", "output", "reward"], data=rows)}
+            if images:
+                logged["sample_images"] = [wandb.Image(image) for image in images]
+            run.log(logged, step=step)
+
+    def _text(self, tag: str, text: str, step: int) -> None:
+        if "tensorboard" in self.names:
+            self.accelerator.get_tracker("tensorboard", unwrap=True).add_text(tag, text, step)
+        if "wandb" in self.names:
+            self.accelerator.get_tracker("wandb", unwrap=True).summary[tag] = text
+
+    def end(self) -> None:
+        if self.names:
+            self.accelerator.end_training()

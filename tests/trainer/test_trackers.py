@@ -1,0 +1,59 @@
+"""Trackers: a missing one is an error at load; TensorBoard receives the config, every step, every evaluation and
+samples (read back from the event file)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from genalign.config import ConfigError
+from genalign.trainer import train
+from tests.reliability.conftest import toy_config, toy_family  # noqa: F401  (the toy policy family)
+
+
+def events(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = sorted(run_dir.rglob("events.out.tfevents.*"), key=lambda p: len(p.parts))  # hparams write a sub-run
+    assert files, f"no event file under {run_dir}"
+    accumulator = EventAccumulator(str(files[0].parent), size_guidance={"tensors": 0, "images": 0, "scalars": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def test_tensorboard_receives_config_steps_evaluations_and_samples(tmp_path, toy_family):  # noqa: F811
+    pytest.importorskip("tensorboard")
+    config = toy_config(tmp_path, run={"max_steps": 4, "trackers": ["tensorboard"], "sample_every": 2})
+    config.data.eval = config.data.train
+    config.eval.every = 2
+    train(config)
+    accumulator = events(tmp_path / "run")
+    scalars = accumulator.Tags()["scalars"]
+    assert "reward/mean" in scalars and "eval/accuracy" in scalars and "loss" in scalars
+    assert [e.step for e in accumulator.Scalars("reward/mean")] == [1, 2, 3, 4]
+    assert [e.step for e in accumulator.Scalars("eval/accuracy")] == [2, 4]
+    texts = accumulator.Tags()["tensors"]
+    assert any(t.startswith("config") for t in texts) and any(t.startswith("samples") for t in texts)
+
+
+def test_images_go_to_tensorboard_as_images(tmp_path):
+    pytest.importorskip("tensorboard")
+    from accelerate import Accelerator
+
+    from genalign.trainer.trackers import Trackers
+
+    accelerator = Accelerator(cpu=True, log_with=["tensorboard"], project_dir=str(tmp_path))
+    trackers = Trackers(accelerator, ["tensorboard"])
+    trackers.start({"run": {"seed": 0}})
+    image = Image.fromarray(np.full((8, 8, 3), 200, dtype=np.uint8))
+    trackers.samples(3, ["a red square"], [image], [0.5])
+    trackers.end()
+    assert events(tmp_path).Tags()["images"] == ["samples/0"]
+
+
+def test_a_tracker_that_is_not_installed_names_the_extra(tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"'wandb' package is not installed; install it with pip install 'genalign\[wandb\]'"
+    ):
+        toy_config(tmp_path, run={"trackers": ["wandb"]})
