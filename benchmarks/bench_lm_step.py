@@ -137,16 +137,18 @@ def run_floor(model_dir: Path, steps: int, new_tokens: int) -> dict:
     return measure(step, steps, model)
 
 
-def run_genalign(model_dir: Path, steps: int, new_tokens: int, engine: str) -> dict:
+def run_genalign(
+    model_dir: Path, steps: int, new_tokens: int, engine: str, *, device: str = "cpu", dtype: str = "float32"
+) -> dict:
     import torch
 
     from genalign.algorithms import aggregate, compute_advantages, loss_normalizer, policy_loss
     from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
 
     config = CausalLMPolicyConfig(
-        model=str(model_dir), engine=engine, max_new_tokens=new_tokens, max_prompt_tokens=None
+        model=str(model_dir), engine=engine, max_new_tokens=new_tokens, max_prompt_tokens=None, dtype=dtype
     )
-    policy = build_policy(config, "cpu")
+    policy = build_policy(config, device)
     parameters = policy.trainable_parameters()
     optimizer = torch.optim.AdamW(parameters, lr=1e-6)
     rows = [{"prompt": p} for p in PROMPTS]
@@ -168,12 +170,14 @@ def run_genalign(model_dir: Path, steps: int, new_tokens: int, engine: str) -> d
         optimizer.step()
         optimizer.zero_grad()
         policy.after_optimizer_step()
+        synchronize(device)
         return time.perf_counter() - start, rollout_s, int(rollout.action_mask.sum())
 
     return measure(step, steps, policy.model)
 
 
-def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
+def run_trl(model_dir: Path, steps: int, new_tokens: int, *, device: str = "cpu", dtype: str = "float32") -> dict:
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -181,7 +185,7 @@ def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
     from genalign.policies.lm.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
     timings = {"rollout": [], "tokens": [], "step": [], "cpu": [], "start": 0.0, "cpu_start": 0.0, "base_rss": 0.0}
     generate = model.generate
 
@@ -205,6 +209,7 @@ def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
             timings["start"], timings["cpu_start"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
+            synchronize(device)
             timings["step"].append(time.perf_counter() - timings["start"])
             timings["cpu"].append(time.process_time() - timings["cpu_start"])
 
@@ -222,8 +227,8 @@ def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
             learning_rate=1e-6,
             max_grad_norm=1.0,
             max_steps=steps + 1,
-            use_cpu=True,
-            bf16=False,
+            use_cpu=device == "cpu",
+            bf16=dtype == "bfloat16",
             report_to="none",
             save_strategy="no",
             logging_steps=10_000,
@@ -251,6 +256,14 @@ def run_trl(model_dir: Path, steps: int, new_tokens: int) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "params": sum(p.numel() for p in model.parameters()),
     }
+
+
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work, so that a step's wall time includes it (a no-op on the CPU)."""
+    import torch
+
+    if device != "cpu":
+        torch.cuda.synchronize(device)
 
 
 def measure(step, steps: int, model) -> dict:

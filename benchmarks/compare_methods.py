@@ -211,10 +211,8 @@ def run_one(method: str, seed: int, budget_s: float, eval_every: int, work: Path
     return collect(method, seed, work, time.perf_counter() - started)
 
 
-def _grid_mean(
-    curves: list[list[tuple[float, float]]], grid: list[float]
-) -> tuple[list[float], list[float], list[float]]:
-    """Step-wise (last value so far) curves on a common time grid: mean, min and max over seeds."""
+def _grid_values(curves: list[list[tuple[float, float]]], grid: list[float]) -> list[list[float]]:
+    """Step-wise (last value so far) curves on a common grid, one row per curve (NaN before a curve's first point)."""
     values = []
     for curve in curves:
         row, index = [], 0
@@ -223,7 +221,14 @@ def _grid_mean(
                 index += 1
             row.append(curve[index][1] if curve and curve[0][0] <= x else float("nan"))
         values.append(row)
-    columns = list(zip(*values))
+    return values
+
+
+def _grid_mean(
+    curves: list[list[tuple[float, float]]], grid: list[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """Step-wise (last value so far) curves on a common time grid: mean, min and max over seeds."""
+    columns = list(zip(*_grid_values(curves, grid)))
     finite = [[v for v in column if v == v] for column in columns]
     return (
         [statistics.fmean(c) if c else float("nan") for c in finite],

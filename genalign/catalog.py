@@ -8,7 +8,7 @@ from pathlib import Path
 
 #: ``genalign list <kind>`` -> what it lists
 KINDS = (
-    "rewards", "advantages", "combiners", "credit", "objectives", "ratio_levels", "clips", "aggregations",
+    "rewards", "advantages", "combiners", "shapers", "credit", "objectives", "ratio_levels", "clips", "aggregations",
     "regularizers", "kl", "proxies", "families", "presets",
 )  # fmt: skip
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -26,7 +26,8 @@ def _registry(kind: str):
 
         return LIKELIHOOD_PROXIES
     return {
-        "advantages": alg.ADVANTAGE_ESTIMATORS, "combiners": alg.REWARD_COMBINERS, "credit": alg.CREDIT_RULES,
+        "advantages": alg.ADVANTAGE_ESTIMATORS, "combiners": alg.REWARD_COMBINERS, "shapers": alg.REWARD_SHAPERS,
+        "credit": alg.CREDIT_RULES,
         "objectives": alg.OBJECTIVES, "ratio_levels": alg.RATIO_LEVELS, "clips": alg.CLIP_FORMS,
         "aggregations": alg.AGGREGATIONS, "regularizers": alg.REGULARIZERS, "kl": alg.KL_ESTIMATORS,
     }[kind]  # fmt: skip

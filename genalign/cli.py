@@ -1,4 +1,5 @@
-"""``genalign train | validate | eval | sample CONFIG [key=value ...]``, ``genalign list [KIND]``, ``--version``."""
+"""``genalign train | validate | eval | sample | plan CONFIG [key=value ...]``, ``genalign list [KIND]``,
+``genalign export RUN_OR_CHECKPOINT OUT``, ``--version``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 from genalign import __version__
 from genalign.config import ConfigError, load_config
+from genalign.runs import load_policy as _load_policy
+from genalign.runs import resolve_checkpoint
 
 
 def _presets_epilog() -> str:
@@ -42,10 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num", type=int, default=1, help="samples per prompt (1: the evaluation sampler)")
     p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
     p.add_argument("--out", help="folder for image/video outputs (required for flow models)")
+    p = add("plan", "memory per GPU by component, and whether the config fits (exit 0: fits, 1: does not)")
+    p.add_argument("--gpus", type=int, help="GPUs (training processes) in all; default: hardware.gpus of the config")
+    p.add_argument("--gpu-memory", type=float, help="memory per GPU in GB; default: hardware.gpu_memory_gb")
     p = sub.add_parser("list", help="list what a config can name: rewards, methods, families, presets")
     from genalign.catalog import KINDS
 
     p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: every kind)")
+    from genalign.export import add_export_arguments
+
+    export_help = "write a checkpoint as a standard transformers / peft / diffusers folder, loadable without genalign"
+    add_export_arguments(sub.add_parser("export", help=export_help, description=export_help))
     return parser
 
 
@@ -53,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
         return _list(args)
+    if args.command == "plan":
+        return _plan(args)
+    if args.command == "export":
+        from genalign.export import run_export
+
+        return run_export(args)
     try:
         config = load_config(args.config, args.overrides)
     except (ConfigError, KeyError, FileNotFoundError) as err:
@@ -65,15 +81,18 @@ def main(argv: list[str] | None = None) -> int:
 
         print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
         print(f"# {args.config}: valid", file=sys.stderr)
+        _warn_about_hardware(config, args.config)
         return 0
     if args.command == "train":
         from genalign.trainer import train
+        from genalign.trainer.distributed import rank_and_world
 
         result = train(config)
-        print(json.dumps(result, indent=2, default=str))
+        if rank_and_world()[0] == 0:
+            print(json.dumps(result, indent=2, default=str))
         return 0
     try:
-        checkpoint = _resolve_checkpoint(config, args.checkpoint)
+        checkpoint = resolve_checkpoint(args.checkpoint, output_dir=config.run.output_dir)
     except (FileNotFoundError, ValueError) as err:
         print(f"genalign: {err}", file=sys.stderr)
         return 2
@@ -92,41 +111,26 @@ def _list(args) -> int:
     return 0
 
 
-def _resolve_checkpoint(config, value: str | None) -> str | None:
-    """``None``/'latest': the newest verified checkpoint of the run (None when it has none); a run folder: its newest;
-    'none': the base model; anything else: a checkpoint folder."""
-    from genalign.trainer.checkpoint import find_checkpoint, list_checkpoints
+def _plan(args) -> int:
+    """``genalign plan``: 0 when the config fits its GPUs, 1 when it does not, 2 for an invalid config or value."""
+    from genalign.planning.command import run_plan
 
-    if value == "none":
-        return None
-    if value in (None, "latest"):
-        run_dir = Path(config.run.output_dir)
-        if not list_checkpoints(run_dir):
-            if value == "latest":
-                raise FileNotFoundError(f"--checkpoint latest: {run_dir} holds no checkpoint; train first or give one.")
-            return None
-        return str(find_checkpoint(run_dir, "latest").path)
-    path = Path(value)
-    if (path / "checkpoints").is_dir():  # a run folder
-        return str(find_checkpoint(path, "latest").path)
-    if not (path / "COMPLETE").exists():
-        raise FileNotFoundError(f"--checkpoint {value}: not a checkpoint folder (no COMPLETE marker) nor a run folder.")
-    return str(path)
+    try:
+        text, fits = run_plan(args.config, args.overrides, args.gpus, args.gpu_memory)
+    except (ConfigError, KeyError, FileNotFoundError, ValueError) as err:
+        print(f"genalign plan: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0 if fits else 1
 
 
-def _load_policy(config, checkpoint: str | None):
-    import torch
+def _warn_about_hardware(config, name: str) -> None:
+    """``validate``: a warning (not an error) when the config's hardware section is too small for its plan."""
+    from genalign.planning.command import hardware_warning
 
-    from genalign.trainer.recipe import build_policy
-
-    policy = build_policy(
-        config, torch.device("cpu") if config.run.cpu or not torch.cuda.is_available() else torch.device("cuda")
-    )
-    if checkpoint:
-        from genalign.trainer.checkpoint import load_policy_weights
-
-        load_policy_weights(Path(checkpoint), policy)
-    return policy
+    warning = hardware_warning(config, name)
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def _eval(config, args, checkpoint: str | None) -> int:
@@ -178,7 +182,7 @@ def _sample(config, args, checkpoint: str | None) -> int:
         module.eval()
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad(), policy.evaluation_weights():
         rollout = policy.rollout(rows, args.num, mode="eval" if args.num == 1 else "train")
     out = Path(args.out) if args.out else None
     for i, output in enumerate(rollout.outputs):

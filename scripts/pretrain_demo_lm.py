@@ -40,21 +40,22 @@ SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = list("0123456789+-*= ")
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer: one token per character of ``0-9 + - * = space`` plus ``<pad> <eos> <unk>``."""
-    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+def build_tokenizer(characters: list[str] = CHARACTERS, *, max_length: int = 64) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: one token per character of ``characters`` (default ``0-9 + - * = space``) plus
+    ``<pad> <eos> <unk>``."""
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + characters)}
     # BPE without merges and without a pre-tokenizer splits any string into single characters.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.decoder = decoders.Fuse()  # join characters without spaces when decoding
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>", padding_side="left"
     )
-    tokenizer.model_max_length = 64
+    tokenizer.model_max_length = max_length
     return tokenizer
 
 
-def build_model(vocab_size: int, *, pad_id: int, eos_id: int) -> LlamaForCausalLM:
-    """A 4-layer Llama with hidden size 128 (about 0.8 M parameters)."""
+def build_model(vocab_size: int, *, pad_id: int, eos_id: int, max_positions: int = 64) -> LlamaForCausalLM:
+    """A 4-layer Llama with hidden size 128 (about 0.8 M parameters), positions up to ``max_positions``."""
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=128,
@@ -62,7 +63,7 @@ def build_model(vocab_size: int, *, pad_id: int, eos_id: int) -> LlamaForCausalL
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         rope_theta=10_000.0,
         tie_word_embeddings=True,
         pad_token_id=pad_id,

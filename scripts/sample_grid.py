@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw, ImageFont
 from genalign.config import load_config
 from genalign.data import load_rows
 from genalign.policies import load_family
-from genalign.trainer.checkpoint import find_checkpoint
+from genalign.trainer.checkpoint import find_checkpoint, load_policy_weights
 from genalign.trainer.rewards import RewardSet
 
 CAPTION_CHARS = 22  # characters per caption line
@@ -73,7 +73,7 @@ def checkpoint_dir(path: str) -> Path:
     candidate = Path(path)
     if (candidate / "COMPLETE").exists():
         return candidate
-    return find_checkpoint(candidate, "latest")
+    return find_checkpoint(candidate, "latest").path
 
 
 def sample(config, rows: list[dict[str, Any]], checkpoint: str | None, seed: int) -> tuple[list[Any], list[float]]:
@@ -82,14 +82,11 @@ def sample(config, rows: list[dict[str, Any]], checkpoint: str | None, seed: int
         raise ValueError(f"policy.family={config.policy.family!r}: sample_grid.py draws images of the 'flow' family.")
     policy = load_family("flow").build_policy(config.policy, "cpu")
     if checkpoint is not None:
-        directory = checkpoint_dir(checkpoint)
-        policy.load(directory / "policy")
-        if (directory / "policy_state.pt").exists():  # EMA weights, used by evaluation rollouts
-            policy.load_state_dict(torch.load(directory / "policy_state.pt", weights_only=True))
+        load_policy_weights(checkpoint_dir(checkpoint), policy)  # weights and EMA (used by evaluation rollouts)
     policy.model.generator.manual_seed(seed)
     for module in policy.modules_to_train():
         module.eval()
-    with torch.no_grad():
+    with torch.no_grad(), policy.evaluation_weights():
         rollout = policy.rollout(rows, 1, mode="eval")
     rewards = RewardSet(config.rewards)
     table, _ = rewards(rollout.rows, rollout.outputs)  # [N, K]

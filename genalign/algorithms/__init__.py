@@ -3,6 +3,7 @@
 One iteration of the trainer reads (shapes: ``N`` samples, ``K`` reward functions, ``T`` actions)::
 
     combined, stats = REWARD_COMBINERS.get(combiner)(rewards_nk, group_ids, weights)          # [N]
+    combined, more = apply_reward_shaping([(shaper, shaper_hp), ...], combined, ShapingInputs(...))  # [N]
     advantages = compute_advantages(estimator, combined, group_ids, clip=None, **estimator_hp)  # [N]
     per_action = apply_credit([(rule, rule_hp), ...], advantages, CreditInputs(...))           # [N] or [N, T]
     normalizer = sum(loss_normalizer(mb_mask, mode, advantages=mb_adv) for each micro-batch)    # all-reduce SUM
@@ -53,6 +54,7 @@ from genalign.algorithms.regularizers import (
     entropy_from_logits,
 )
 from genalign.algorithms.reward_combiners import REWARD_COMBINERS, reward_statistics
+from genalign.algorithms.reward_shaping import REWARD_SHAPERS, ShapingInputs, apply_reward_shaping, shaper_needs
 from genalign.algorithms.scores import SCORE_FEATURES, ScoreOutput, ScoreRequest, VelocityPredictions, VocabTerm
 from genalign.algorithms.structure import STRUCTURE_FIELDS, PrefixTree, RolloutStructure
 
@@ -66,6 +68,7 @@ __all__ = [
     "RATIO_LEVELS",
     "REGULARIZERS",
     "REWARD_COMBINERS",
+    "REWARD_SHAPERS",
     "SCORE_FEATURES",
     "STRUCTURE_FIELDS",
     "AdvantageState",
@@ -80,11 +83,13 @@ __all__ = [
     "RolloutStructure",
     "ScoreOutput",
     "ScoreRequest",
+    "ShapingInputs",
     "VelocityPredictions",
     "VocabTerm",
     "accepted_hyperparameters",
     "aggregate",
     "apply_credit",
+    "apply_reward_shaping",
     "bind_vocab_term",
     "check_hyperparameters",
     "check_objective_hyperparameters",
@@ -104,6 +109,7 @@ __all__ = [
     "reward_statistics",
     "rule_needs",
     "sequence_kl",
+    "shaper_needs",
     "split_objective_hyperparameters",
     "zero_std_mask",
 ]

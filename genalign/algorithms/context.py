@@ -35,6 +35,8 @@ class ObjectiveContext:
             it from its argument).
         mask: ``[N, T]`` float, 1 where an action is trained (set by the trainer; filled by :func:`policy_loss`).
         group_ids: ``[N]`` long, the group of each sample (objectives that weigh samples within their group).
+        phase: the update phase being run, ``0 .. P - 1``, for objectives with registry meta ``phases = P > 1``
+            (Lopti [219]: low-probability tokens first, then the rest).
     """
 
     entropy: Tensor | None = None
@@ -45,6 +47,7 @@ class ObjectiveContext:
     old_logp: Tensor | None = None
     mask: Tensor | None = None
     group_ids: Tensor | None = None
+    phase: int | None = None
 
 
 #: How a caller provides each field, used in error messages.
@@ -58,6 +61,8 @@ _HOW_TO_PASS = {
     "progress": "pass ObjectiveContext(progress=step / max_steps)",
     "old_logp": "pass ObjectiveContext(old_logp=[N, T]) with the log-probs of the policy that sampled the batch",
     "mask": "pass ObjectiveContext(mask=[N, T]) with 1 where an action is trained",
+    "phase": "pass ObjectiveContext(phase=p) with the update phase being run (the trainer does for objectives with "
+    "meta phases > 1)",
     "group_ids": "pass ObjectiveContext(group_ids=[N]) with the group of each sample",
 }
 

@@ -21,6 +21,9 @@ from genalign.algorithms import (
     RATIO_LEVELS,
     REGULARIZERS,
     REWARD_COMBINERS,
+    REWARD_SHAPERS,
+    SCORE_FEATURES,
+    STRUCTURE_FIELDS,
 )
 from genalign.algorithms._validation import accepted_hyperparameters
 from genalign.registry import Registry
@@ -31,6 +34,7 @@ REQUIRED_META = ("formula", "source", "summary")
 #: registries in the reading order of one training iteration
 SECTIONS: tuple[Registry, ...] = (
     REWARD_COMBINERS,
+    REWARD_SHAPERS,
     ADVANTAGE_ESTIMATORS,
     CREDIT_RULES,
     OBJECTIVES,
@@ -54,10 +58,12 @@ Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` esti
 abstract leaves the form open and genalign chose a reading (the docstring says "Reading chosen" and why); such an
 option graduates to stable with a reference test against a published implementation or formula.
 
-**Needs.** Score features (`entropy`, `kl`, `vocab_term`, `topk`, `hidden`, `velocity`) and rollout-structure fields
-(`prefix_tree`, `step_std`, `segment_ids`, `truncated`, `step_rewards`) an option reads; a config whose policy family
-cannot supply them is rejected at load time. Other inputs (behaviour log-probs, groups, progress, group success) always
-come from the trainer, through `ObjectiveContext`, `CreditInputs` or `RegularizerInputs`.
+**Needs.** Score features and rollout-structure fields an option reads; a config whose policy family cannot supply
+them is rejected at load time. Other inputs (behaviour log-probs, groups, rewards, progress, group success) always come
+from the trainer, through `ObjectiveContext`, `CreditInputs`, `ShapingInputs` or `RegularizerInputs`.
+
+- score features: {features}
+- rollout-structure fields: {structure}
 
 """
 
@@ -78,7 +84,9 @@ def _hyperparameters(registry: Registry, name: str) -> str:
 def render() -> str:
     """Return the markdown of ``docs/algorithms.md``."""
     columns = "| family | option | tier | formula | hyper-parameters | needs | source | summary |"
-    lines = [HEADER.rstrip("\n"), "", columns, "|---|---|---|---|---|---|---|---|"]
+    quoted = lambda names: ", ".join(f"`{name}`" for name in names)  # noqa: E731
+    header = HEADER.format(features=quoted(SCORE_FEATURES), structure=quoted(STRUCTURE_FIELDS))
+    lines = [header.rstrip("\n"), "", columns, "|---|---|---|---|---|---|---|---|"]
     for registry in SECTIONS:
         for name in registry.names():
             meta = registry.meta(name)

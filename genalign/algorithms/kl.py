@@ -13,6 +13,7 @@ mode. Placement "in the reward": subtract ``coef · Σ_t k(...)`` from the rewar
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -76,6 +77,38 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
         raise ValueError(f"logp must have shape [N, T], got {list(logp.shape)}")
     ref_logp = check_shape(ref_logp, "ref_logp", tuple(logp.shape), "[N, T]")
     return KL_ESTIMATORS.get(estimator)(logp, ref_logp)
+
+
+def importance_weighted_kl(
+    kl: Tensor, logp: Tensor, old_logp: Tensor, mask: Tensor, *, level: Literal["token", "sequence"] = "token"
+) -> Tensor:
+    """The per-action KL term multiplied by the importance ratio ``πθ / π_old`` (bias correction for off-policy
+    minibatches): ``kl_t · ρ_t`` with ``ρ_t = exp(logπθ − logπ_old)`` (``level="token"``) or the sequence ratio
+    ``exp(mean_t (logπθ − logπ_old))`` broadcast to every action (``level="sequence"``).
+
+    This is TRL's ``use_bias_correction_kl`` (TRL 1.16, default on; ``trl/trainer/grpo_trainer.py`` lines 3095-3105:
+    ``per_token_kl = per_token_kl * coef_1`` with ``coef_1 = exp(log_importance_weights)`` at its
+    ``importance_sampling_level``). The ratio is differentiable, so the KL gradient changes even on-policy, where its
+    value is exactly 1: ``∇(k·ρ) = ∇k + k·∇logπθ``. With the correction off, genalign's ``k3`` term equals TRL's.
+
+    Args:
+        kl: ``[N, T]`` per-action KL estimate (with grad), e.g. ``ScoreOutput.kl``.
+        logp: ``[N, T]`` current log-probs (with grad).
+        old_logp: ``[N, T]`` log-probs of the policy that sampled the batch (constant).
+        mask: ``[N, T]`` 1 where an action is trained; padding gets ratio 1 and is 0 in the result.
+        level: ``"token"`` or ``"sequence"`` ratio.
+    Returns:
+        ``[N, T]`` ``kl · ρ`` (0 on padding).
+    """
+    if level not in ("token", "sequence"):
+        raise ValueError(f"level must be 'token' or 'sequence' (the importance ratio of the KL term), got {level!r}")
+    kl = check_float_tensor(kl, "kl", "[N, T]")
+    mask = check_mask(mask, tuple(kl.shape), kl.dtype)
+    valid = mask > 0
+    log_ratio = torch.where(valid, logp - check_shape(old_logp, "old_logp", tuple(kl.shape), "[N, T]").detach(), 0.0)
+    if level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1.0)).expand_as(kl)
+    return torch.where(valid, kl * log_ratio.exp(), 0.0)  # [N, T]
 
 
 def sequence_kl(kl: Tensor, mask: Tensor) -> Tensor:

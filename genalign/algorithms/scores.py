@@ -3,8 +3,8 @@
 A policy's ``score(rollout, request)`` re-scores stored actions under the current parameters and returns the
 log-probabilities plus the per-action features the request names. The feature names (used in registry meta ``needs``
 and in a family's capabilities) are the request's field names: ``entropy``, ``kl``, ``vocab_term``, ``topk``,
-``hidden``, ``velocity``. Token-level features are computed inside the family's chunked head pass, so ``[n, T, V]``
-logits never exist. ``n`` samples, ``T`` actions.
+``hidden``, ``velocity``, ``logit_stats``, ``logp_without_image``, ``visual_similarity``. Token-level features are
+computed inside the family's chunked head pass, so ``[n, T, V]`` logits never exist. ``n`` samples, ``T`` actions.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ class ScoreRequest:
         topk: ``k > 0``: the ``k`` largest next-token log-probabilities of each action (detached).
         hidden: the last hidden state that predicts each action (detached).
         velocity: the current, old-model and target velocities of flow-matching points (DiffusionNFT).
+        logit_stats: per-action statistics of the raw next-token logits (detached), see ``ScoreOutput.logit_stats``.
+        logp_without_image: the log-probability of each action with the images blanked out (detached; families
+            with images, VPPO [329]).
+        visual_similarity: the similarity of each action's hidden states to the image tokens' (detached; families
+            with images, PEPO [129]).
     """
 
     entropy: bool = False
@@ -39,6 +44,9 @@ class ScoreRequest:
     topk: int = 0
     hidden: bool = False
     velocity: bool = False
+    logit_stats: bool = False
+    logp_without_image: bool = False
+    visual_similarity: bool = False
 
     def features(self) -> frozenset[str]:
         """The capability names this request needs."""
@@ -49,11 +57,27 @@ class ScoreRequest:
             "topk": self.topk > 0,
             "hidden": self.hidden,
             "velocity": self.velocity,
+            "logit_stats": self.logit_stats,
+            "logp_without_image": self.logp_without_image,
+            "visual_similarity": self.visual_similarity,
         }
         return frozenset(name for name, on in wanted.items() if on)
 
 
-SCORE_FEATURES: tuple[str, ...] = ("entropy", "kl", "vocab_term", "topk", "hidden", "velocity")
+SCORE_FEATURES: tuple[str, ...] = (
+    "entropy",
+    "kl",
+    "vocab_term",
+    "topk",
+    "hidden",
+    "velocity",
+    "logit_stats",
+    "logp_without_image",
+    "visual_similarity",
+)
+
+#: Channels of ``ScoreOutput.logit_stats`` (last axis).
+SELF_CERTAINTY, RAW_LOGIT = 0, 1
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,14 @@ class ScoreOutput:
         topk_logp: ``[n, T, k]`` the ``k`` largest next-token log-probabilities of each action (detached).
         hidden: ``[n, T, H]`` last hidden state predicting each action (detached).
         velocity: :class:`VelocityPredictions` of flow-matching points.
+        logit_stats: ``[n, T, 2]`` float32 (detached): channel :data:`SELF_CERTAINTY` is ``logsumexp(s) − mean_v(s)``
+            of the logits ``s`` at the sampling temperature (``KL(uniform ‖ p) + log V``), channel :data:`RAW_LOGIT`
+            the raw logit (before the temperature) of the sampled action.
+        logp_without_image: ``[n, T]`` float32 (detached) log-probabilities of the stored actions from a second pass
+            with every image blanked out (same tokens and positions), at the sampling temperature.
+        visual_similarity: ``[n, T]`` float32 (detached) mean over the model's layers of the mean cosine similarity
+            between the hidden state at each action's token and the hidden states at the image tokens (0 without
+            images).
     """
 
     logp: Tensor
@@ -92,3 +124,6 @@ class ScoreOutput:
     topk_logp: Tensor | None = None
     hidden: Tensor | None = None
     velocity: VelocityPredictions | None = None
+    logit_stats: Tensor | None = None
+    logp_without_image: Tensor | None = None
+    visual_similarity: Tensor | None = None

@@ -6,7 +6,13 @@ family cannot supply is rejected at load time. Every tensor is indexed by sample
 :meth:`RolloutStructure.select` can cut micro-batches. ``N`` samples, ``T`` actions.
 
 Field names (the strings used in ``needs`` and in capabilities) are the attribute names: ``prefix_tree``,
-``step_std``, ``segment_ids``, ``truncated``, ``step_rewards``.
+``step_std``, ``segment_ids``, ``truncated``, ``step_rewards``, ``action_ids``, ``segment_values``, ``answer_probe``,
+``teacher_logp``, ``block_ids``.
+
+*Segment states.* ``segment_values`` and ``answer_probe`` describe the states between the segments of
+``segment_ids``: state ``k`` (``0 <= k <= S_i``, ``S_i`` = number of segments of sample ``i``) is the prompt followed
+by the first ``k`` segments of the completion, so state 0 is the prompt alone and state ``S_i`` the whole completion.
+Entries past ``S_i`` are NaN.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+#: Channels of ``RolloutStructure.answer_probe`` (last axis).
+ANSWER_LOGP, ANSWER_MEAN_PROB, ANSWER_ENTROPY = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,19 @@ class RolloutStructure:
         step_rewards: ``[N, S + 1]`` float, the reward of the output completed deterministically from each state
             ``x_0 .. x_S`` of a trajectory (DenseGRPO [148]; entry ``S`` is the final output's reward), measured by
             the family at rollout time with the trainer's reward function.
+        action_ids: ``[N, T]`` long, the token id of each action (token families; 0 on padding).
+        segment_values: ``[N, S + 1]`` float, a Monte-Carlo estimate of the expected reward from each segment state
+            (module docstring): the mean reward of continuations sampled from state ``k``; entry ``S_i`` is the
+            sample's own reward, state 0 uses the group's samples (SPO-chain [41]). Measured at rollout time with the
+            trainer's reward function.
+        answer_probe: ``[N, S + 1, 3]`` float, the reference answer teacher-forced after each segment state and a probe
+            text (belief probing [194], SPAE [193]): channel :data:`ANSWER_LOGP` the answer's log-probability,
+            :data:`ANSWER_MEAN_PROB` the mean probability of its tokens, :data:`ANSWER_ENTROPY` the mean entropy of
+            the next-token distributions at its tokens.
+        teacher_logp: ``[N, T]`` float, the log-probability of each action under the same model given privileged
+            information (the row's reference answer) in the prompt (self-distillation teacher, RLSD [132]).
+        block_ids: ``[N, T]`` long, the text block of each action: the number of configured block markers that start
+            at or before the action (blockwise advantages [56]); non-decreasing along ``T``.
     """
 
     prefix_tree: PrefixTree | None = None
@@ -59,6 +81,11 @@ class RolloutStructure:
     segment_ids: Tensor | None = None
     truncated: Tensor | None = None
     step_rewards: Tensor | None = None
+    action_ids: Tensor | None = None
+    segment_values: Tensor | None = None
+    answer_probe: Tensor | None = None
+    teacher_logp: Tensor | None = None
+    block_ids: Tensor | None = None
 
     def select(self, index: Tensor) -> RolloutStructure:
         """The structure of the samples at ``index`` (``[n]`` long)."""
@@ -111,3 +138,46 @@ def tree_from_levels(node_at_state: list[Tensor], depth_after_step: Tensor, *, n
     node_of_action = local.repeat(num_trees, 1) + offsets  # [B L, S]
     depth = depth_after_step[None].expand(num_trees * leaves, -1).clone()  # [B L, S]
     return PrefixTree(node_of_action=node_of_action.long(), depth=depth.long())
+
+
+def token_prefix_tree(action_ids: Tensor, mask: Tensor, group_ids: Tensor) -> PrefixTree:
+    """The prefix tree of the token sequences of each group (Prefix-to-Tree of TEMPO [255]; the process sets of
+    λ-GRPO [322]): two samples of a group share the node of action ``t`` exactly when their first ``t + 1`` actions
+    are equal and valid. Runs of actions over which the set of sharing samples does not change form one node, so a new
+    node (one level deeper) starts exactly at a branching token; actions before the first branching of a group lead
+    into its root (depth 0). A padding action (``mask = 0``) ends the sample's sharing and keeps its last node.
+
+    Args:
+        action_ids: ``[N, T]`` long, the token of each action.
+        mask: ``[N, T]``, 1 where an action exists.
+        group_ids: ``[N]`` integer, the group (prompt) of each sample.
+    Returns:
+        :class:`PrefixTree` with node ids unique over the rollout (the roots are ``0 .. G - 1``).
+    """
+    device = action_ids.device
+    action_ids, valid, group_ids = action_ids.cpu(), mask.cpu() > 0, group_ids.cpu()  # a loop of small steps: CPU
+    n, steps = action_ids.shape
+    _, label = group_ids.unique(return_inverse=True)  # [N] the root's label: the group
+    node, depth = label.clone(), torch.zeros_like(label)  # [N]
+    next_id = int(label.max()) + 1 if n else 0
+    shift = int(action_ids.max()) + 2 if n and steps else 1
+    own = -1 - torch.arange(n)  # a token no other sample has: padding splits off
+    nodes, depths = [], []
+    for t in range(steps):
+        token = torch.where(valid[:, t], action_ids[:, t].long(), own)  # [N]
+        _, new_label = (label * (shift + n) + token + n).unique(return_inverse=True)  # [N] refine by the token
+        before = torch.bincount(label, minlength=n)[label]  # [N] samples sharing the prefix up to t - 1
+        after = torch.bincount(new_label, minlength=n)[new_label]  # [N] ... and action t
+        branch = valid[:, t] & (after < before)  # [N] the set of sharing samples shrinks: a new node
+        _, fresh = new_label[branch].unique(return_inverse=True)
+        node = node.clone()
+        node[branch] = next_id + fresh
+        next_id += int(fresh.max()) + 1 if fresh.numel() else 0
+        depth = depth + branch.long()
+        label = new_label
+        nodes.append(node)
+        depths.append(depth)
+    if not steps:
+        empty = torch.zeros(n, 0, dtype=torch.long, device=device)
+        return PrefixTree(node_of_action=empty, depth=empty.clone())
+    return PrefixTree(node_of_action=torch.stack(nodes, 1).to(device), depth=torch.stack(depths, 1).to(device))

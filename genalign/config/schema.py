@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from genalign.config.checks import (
+    check_algorithm_options,
+    check_capabilities,
+    check_reward_args,
+    check_reward_count,
+)
 from genalign.config.core import ConfigError
+from genalign.config.scale import FSDPConfig, HardwareConfig
 from genalign.data.sources import DataSourceConfig
 
 #: experiment tracker -> the package it needs (the extra of the same name installs it)
@@ -35,7 +41,18 @@ class RunConfig:
     max_time_minutes: float | None = _help("Stop (and checkpoint) after this wall time; null = no limit.")
     deterministic: bool = _help("Use deterministic torch algorithms (CPU runs become bit-reproducible).", False)
     num_threads: int | None = _help("torch intra-op threads; null = torch default.")
-    mixed_precision: Literal["no", "bf16", "fp16"] = _help("accelerate mixed precision for the update.", "no")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = _help(
+        "Autocast precision of the update's forward passes; 'auto' takes accelerate launch --mixed_precision (or "
+        "the accelerate config) and is 'no' without it.",
+        "auto",
+    )
+    distributed: Literal["auto", "none", "ddp", "fsdp"] = _help(
+        "Data parallelism across processes: 'ddp' replicates the trained modules and all-reduces gradients, 'fsdp' "
+        "shards parameters, gradients and optimizer state (FSDP2); 'auto' is 'none' for one process, 'fsdp' when "
+        "accelerate is configured for FSDP, else 'ddp'.",
+        "auto",
+    )
+    fsdp: FSDPConfig = _help("FSDP2 options (run.distributed = fsdp).", factory=lambda: FSDPConfig())
     cpu: bool = _help("Force CPU even when an accelerator is present.", False)
     log_every: int = _help("Print a progress line every N steps (metrics.jsonl gets every step).", 1)
     save_every: int = _help("Checkpoint every N steps; 0 = only at the end.", 0)
@@ -64,6 +81,7 @@ class RunConfig:
     progress_bar: bool = _help("Show a tqdm progress bar.", True)
 
     def validate(self) -> None:
+        self.fsdp.validate()
         for name in ("max_steps", "log_every", "keep_last", "samples_per_dump", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 1.")
@@ -142,6 +160,8 @@ class AlgorithmConfig:
     advantage_clip: float | None = _help("Clip advantages to [-c, c] (flow models often use 5).")
     reward_combination: str = _help("How several rewards combine (REWARD_COMBINERS).", "weighted_sum")
     reward_combination_args: dict[str, Any] = _help("Keyword hyper-parameters of the combiner.", factory=dict)
+    reward_shaping: list[str] = _help("Reward shapers (REWARD_SHAPERS), in order, before the estimator.", factory=list)
+    reward_shaping_args: dict[str, dict[str, Any]] = _help("Hyper-parameters of each shaper, by name.", factory=dict)
     objective: str = _help(
         "Training objective (OBJECTIVES): 'clipped_ratio' (ratio_level × clip, the GRPO family), a likelihood-weighted "
         "one (wd1, spg) or a likelihood-free one (nft); its hyper-parameters go in objective_args.",
@@ -167,6 +187,12 @@ class AlgorithmConfig:
     kl_placement: Literal["loss", "reward"] = _help(
         "Add the KL to the loss per action, or subtract it from the reward.", "loss"
     )
+    kl_importance_correction: Literal["none", "token", "sequence"] = _help(
+        "Multiply the per-action KL term by the importance ratio πθ/π_old (token or sequence ratio): TRL's "
+        "use_bias_correction_kl (on by default in TRL 1.16, with its importance_sampling_level); 'none' = TRL with it "
+        "off. Needs kl_coef > 0 and kl_placement = 'loss'.",
+        "none",
+    )
     entropy_coef: float = _help("Entropy bonus coefficient c (loss −= c·H).", 0.0)
     regularizer: str | None = _help("Extra per-action regulariser (REGULARIZERS), added with regularizer_coef.")
     regularizer_args: dict[str, Any] = _help("Hyper-parameters of the regulariser.", factory=dict)
@@ -187,6 +213,20 @@ class AlgorithmConfig:
         """``(name, hyper-parameters)`` of each configured credit rule, in order."""
         return [(name, dict(self.credit_args.get(name, {}))) for name in self.credit]
 
+    def reward_shaping_rules(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(name, hyper-parameters)`` of each configured reward shaper, in order."""
+        return [(name, dict(self.reward_shaping_args.get(name, {}))) for name in self.reward_shaping]
+
+    def update_phases(self) -> int:
+        """How many times the update runs its epochs × minibatches over a rollout batch (objective meta ``phases``)."""
+        from genalign import algorithms as alg
+
+        return int(alg.OBJECTIVES.meta(self.objective).get("phases", 1))
+
+    def optimizer_steps_per_update(self) -> int:
+        """Optimizer steps per rollout batch: phases × inner epochs × minibatches."""
+        return self.update_phases() * self.inner_epochs * self.minibatches
+
     def objective_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the objective (ratio level and clip form included for ratio objectives)."""
         from genalign import algorithms as alg
@@ -202,9 +242,13 @@ class AlgorithmConfig:
 
         wanted: dict[str, list[str]] = {}
         options = [(f"algorithm.credit rule {name!r}", alg.CREDIT_RULES, name) for name in self.credit]
+        options += [(f"algorithm.reward_shaping {name!r}", alg.REWARD_SHAPERS, name) for name in self.reward_shaping]
         options.append((f"algorithm.objective = {self.objective!r}", alg.OBJECTIVES, self.objective))
         if self.regularizer is not None:
             options.append((f"algorithm.regularizer = {self.regularizer!r}", alg.REGULARIZERS, self.regularizer))
+        if alg.OBJECTIVES.meta(self.objective).get("ratio", False):  # the ratio level and clip form read inputs too
+            options.append((f"algorithm.ratio_level = {self.ratio_level!r}", alg.RATIO_LEVELS, self.ratio_level))
+            options.append((f"algorithm.clip = {self.clip!r}", alg.CLIP_FORMS, self.clip))
         for label, registry, name in options:
             for need in registry.meta(name).get("needs", ()):
                 wanted.setdefault(need, []).append(label)
@@ -222,100 +266,18 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.group_size = {self.group_size}: group-relative methods need at least 2.")
         if self.kl_coef < 0:
             raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0.")
-        _check_algorithm_options(self)
+        if self.kl_importance_correction != "none" and (self.kl_coef == 0 or self.kl_placement != "loss"):
+            raise ConfigError(
+                f"algorithm.kl_importance_correction = {self.kl_importance_correction!r} weights the KL term of the "
+                f"loss, but kl_coef = {self.kl_coef} and kl_placement = {self.kl_placement!r}; set kl_coef > 0 with "
+                "kl_placement = 'loss', or kl_importance_correction = 'none'."
+            )
+        check_algorithm_options(self)
 
     @property
     def fully_on_policy(self) -> bool:
         """One optimizer step per rollout batch: old log-probs equal the detached current ones."""
-        return self.inner_epochs == 1 and self.minibatches == 1
-
-
-def _check_algorithm_options(cfg: AlgorithmConfig) -> None:
-    from genalign import algorithms as alg
-
-    checks = [
-        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
-        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination, cfg.reward_combination_args),
-        ("aggregation", alg.AGGREGATIONS, cfg.aggregation, cfg.aggregation_args),
-    ]
-    checks += [("credit", alg.CREDIT_RULES, name, args) for name, args in cfg.credit_rules()]
-    if cfg.regularizer is not None:
-        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args))
-    for section, registry, name, args in checks:
-        try:
-            alg.check_hyperparameters(registry, name, args)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.{section}: {err}") from None
-    unused = sorted(set(cfg.credit_args) - set(cfg.credit))
-    if unused:
-        raise ConfigError(
-            f"algorithm.credit_args has arguments for {unused}, which are not in algorithm.credit = {cfg.credit}; "
-            "add the rule to algorithm.credit or remove its arguments."
-        )
-    try:
-        alg.check_rule_order(cfg.credit)
-    except ValueError as err:
-        raise ConfigError(f"algorithm.credit: {err}") from None
-    if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
-        try:
-            alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.regularizer_args: {err}") from None
-    try:
-        ratio = alg.OBJECTIVES.meta(cfg.objective).get("ratio", False)
-    except KeyError as err:
-        raise ConfigError(f"algorithm.objective: {err}") from None
-    try:
-        cfg.objective_kwargs()
-    except (KeyError, TypeError, ValueError) as err:
-        where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
-        raise ConfigError(f"{where}: {err}") from None
-    _check_objective_fields(cfg)
-
-
-def _check_objective_fields(cfg: AlgorithmConfig) -> None:
-    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives need whole
-    groups in every micro-batch."""
-    from genalign import algorithms as alg
-
-    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False):
-        defaults = AlgorithmConfig()
-        changed = [name for name in ("ratio_level", "clip") if getattr(cfg, name) != getattr(defaults, name)]
-        if changed:
-            raise ConfigError(
-                f"algorithm.{changed[0]} = {getattr(cfg, changed[0])!r} has no effect with algorithm.objective = "
-                f"{cfg.objective!r}, which is not a ratio objective; remove it (the objective's own options go in "
-                "algorithm.objective_args)."
-            )
-    if alg.OBJECTIVES.meta(cfg.objective).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
-        raise ConfigError(
-            f"algorithm.objective = {cfg.objective!r} weighs samples within their group, so every micro-batch must "
-            f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
-            f"{cfg.group_size}."
-        )
-
-
-def _check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
-    """Every score feature and structure field the algorithm needs is one the policy family supplies."""
-    capabilities = policy.capabilities()
-    wanted = cfg.needs()
-    missing = capabilities.missing(wanted)
-    if missing:
-        need = missing[0]
-        raise ConfigError(
-            f"{', '.join(wanted[need])} needs {need!r}, which policy.family = {policy.family!r} with these policy "
-            f"options does not supply (it supplies score features {sorted(capabilities.score_features)} and rollout "
-            f"structure {sorted(capabilities.structure)}). Families whose default options supply {need!r}: "
-            f"{', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy options (the table "
-            "in docs/extending.md). Choose another option, or a family and options that supply it."
-        )
-
-
-def _families_supplying(need: str) -> list[str]:
-    """Policy families whose default options supply ``need``."""
-    from genalign.policies import family_names, load_family
-
-    return [name for name in family_names() if not load_family(name).CONFIG_CLASS().capabilities().missing([need])]
+        return self.optimizer_steps_per_update() == 1
 
 
 @dataclass
@@ -391,13 +353,18 @@ class TrainConfig:
     optim: OptimConfig = _help("Optimizer and schedule.", factory=OptimConfig)
     eval: EvalConfig = _help("Held-out evaluation.", factory=EvalConfig)
     run: RunConfig = _help("Output, logging, checkpoints.", factory=RunConfig)
+    hardware: HardwareConfig = _help(
+        "The hardware this config is sized for; genalign plan and genalign validate check that it fits.",
+        factory=lambda: HardwareConfig(),
+    )
 
     def validate(self) -> None:
         if self.policy is None:
             raise ConfigError("policy: missing; give at least policy.family and the model path.")
         if not self.rewards:
             raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
-        _check_capabilities(self.algorithm, self.policy)
+        check_capabilities(self.algorithm, self.policy)
+        check_reward_count(self.algorithm, self.rewards)
         from genalign.rewards import reward_factory
 
         labels = [r.label for r in self.rewards]
@@ -406,39 +373,10 @@ class TrainConfig:
                 reward_factory(spec.fn)
             except (KeyError, ValueError, TypeError, ImportError, OSError, AttributeError) as err:
                 raise ConfigError(f"rewards[{i}].fn: {err}") from None
-            _check_reward_args(i, spec)
+            check_reward_args(i, spec)
             if labels.count(spec.label) > 1:
                 raise ConfigError(f"rewards[{i}]: label {spec.label!r} is used twice; set a distinct 'name'.")
         if self.eval.accuracy_reward is not None and self.eval.accuracy_reward not in labels:
             raise ConfigError(
                 f"eval.accuracy_reward = {self.eval.accuracy_reward!r} is not a reward label; use one of {labels}."
             )
-
-
-def _check_reward_args(index: int, spec: RewardSpec) -> None:
-    """Reject ``args`` a reward does not take, and ``Literal`` values it does not accept, before any model loads."""
-    import inspect
-
-    from genalign.config.core import _convert
-    from genalign.registry import did_you_mean
-    from genalign.rewards import reward_factory
-
-    factory = reward_factory(spec.fn)
-    target = factory.__init__ if isinstance(factory, type) else inspect.unwrap(factory)
-    params = inspect.signature(target).parameters
-    accepted = [
-        n for n, p in params.items()
-        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in ("self", "prompts", "completions")
-    ]  # fmt: skip
-    try:
-        hints = typing.get_type_hints(inspect.unwrap(target))
-    except Exception:  # annotations that cannot be resolved are simply not type-checked
-        hints = {}
-    for key, value in spec.args.items():
-        if key not in accepted:
-            raise ConfigError(
-                f"rewards[{index}].args.{key}: reward {spec.fn!r} takes no argument {key!r}.{did_you_mean(key, accepted)} "
-                f"Accepted: {', '.join(accepted) or 'none'}."
-            )
-        if typing.get_origin(hints.get(key)) is Literal:
-            _convert(value, hints[key], f"rewards[{index}].args.{key}")

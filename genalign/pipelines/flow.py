@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
 from genalign.schedulers.flow_sde import FlowSDEScheduler
-from genalign.schedulers.sde_dynamics import LogProbReduction
+from genalign.schedulers.sde_dynamics import LogProbForm, LogProbReduction
 
 OdeSolver = Literal["euler", "ab2"]
 
@@ -219,7 +219,7 @@ class FlowLogProbPipeline:
     Args:
         pipe: a loaded ``StableDiffusion3Pipeline``, ``FluxPipeline`` or ``WanPipeline``.
         architecture: ``"auto"`` (from the pipeline class) or ``"sd3"`` / ``"flux"`` / ``"wan"``.
-        dynamics, noise_level, log_prob_reduction: defaults of the :class:`FlowSDEScheduler` built from the
+        dynamics, noise_level, log_prob_reduction, log_prob_form: defaults of the :class:`FlowSDEScheduler` built from the
             pipeline's own sigma schedule.
     """
 
@@ -231,11 +231,13 @@ class FlowLogProbPipeline:
         dynamics: str = "flow_sde",
         noise_level: float = 0.7,
         log_prob_reduction: LogProbReduction = "mean",
+        log_prob_form: LogProbForm = "gaussian",
     ) -> None:
         self.pipe = pipe
         self.arch = architecture_for(pipe, architecture)
         config = self.arch.scheduler_config(pipe)
         config |= {"dynamics": dynamics, "noise_level": noise_level, "log_prob_reduction": log_prob_reduction}
+        config |= {"log_prob_form": log_prob_form}
         self.scheduler = FlowSDEScheduler.from_config(config)
 
     @classmethod

@@ -105,7 +105,11 @@ FLOW_ARCHITECTURES: Registry[type[FlowArchitecture]] = Registry("flow-matching a
 
 
 def _model_dtype(module: nn.Module) -> torch.dtype:
-    return next(module.parameters()).dtype
+    """The dtype the transformer computes in: diffusers' ``ModelMixin.dtype``, which skips the parameters kept in
+    float32 (``_keep_in_fp32_modules``; Wan's first parameter, ``scale_shift_table``, is one of them)."""
+    from diffusers.models.modeling_utils import get_parameter_dtype
+
+    return get_parameter_dtype(module)
 
 
 @FLOW_ARCHITECTURES.register("sd3")

@@ -24,6 +24,12 @@ uses them as the old log-probs. Otherwise (language models sampled with a KV cac
 the rollout once before the update, or uses the detached current log-probs when the update is fully on-policy; the
 behaviour log-probs then serve to measure and correct the training/inference mismatch.
 
+Contract 5 (data-parallel training, :mod:`genalign.trainer.parallel`): :meth:`Policy.prepare_sharding` hands every
+module the family trains (and frozen copies worth sharding) to the trainer's ``wrap``; :meth:`Policy.score` calls
+those modules themselves, never a submodule alone (their hooks gather sharded parameters); the EMA or other weights
+evaluation samples with are swapped in by :meth:`Policy.evaluation_weights`, which the trainer enters before it
+gathers the parameters for sampling.
+
 Contract 4: :meth:`Policy.state_dict` returns every piece of resumable state that :meth:`Policy.save` does not write
 (random generators, EMA weights, counters) as tensors and plain Python values (loadable with
 ``torch.load(weights_only=True)``), so that a killed run resumes bit for bit.
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -88,7 +95,7 @@ class RolloutRequest:
         structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields the configured methods need
             (a family may fill cheap fields unasked).
         reward_probe: the trainer's combined reward of decoded outputs, for families that measure rewards of
-            intermediate states (DenseGRPO's ``step_rewards``).
+            intermediate states (DenseGRPO's ``step_rewards``, SPO's ``segment_values``).
     """
 
     structure: frozenset[str] = frozenset()
@@ -207,6 +214,18 @@ class Policy(ABC):
     @abstractmethod
     def load(self, directory: Path) -> None:
         """Load weights written by :meth:`save`."""
+
+    def prepare_sharding(self, wrap: Callable[[nn.Module], None]) -> None:
+        """Called once by a data-parallel run before the optimizer is built: call ``wrap(module)`` on every module that
+        :meth:`modules_to_train` returns (the default) and on frozen modules worth sharding (a full reference copy,
+        also when it is built later). ``wrap`` shards the module in place (its parameters become DTensors)."""
+        for module in self.modules_to_train():
+            wrap(module)
+
+    def evaluation_weights(self) -> AbstractContextManager:
+        """Context in which the parameters hold the weights evaluation samples with (e.g. an EMA); the default is the
+        live weights. Entered by the trainer and the CLI around ``rollout(mode="eval")``."""
+        return nullcontext()
 
     # -- lifecycle (no-op defaults) -----------------------------------------------------------------------------------
     def on_step(self, step: int) -> None:  # noqa: B027  (a declared no-op stage)

@@ -24,8 +24,11 @@ from torch import Tensor, nn
 
 from genalign.assets import model_location
 from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
+from genalign.engines.vllm.options import VLLMOptions
 from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.core import (
+    AUTOREGRESSIVE_FEATURES,
+    AUTOREGRESSIVE_STRUCTURE,
     DTYPES,
     AttnImplementation,
     LoRAConfig,
@@ -42,8 +45,9 @@ from genalign.policies.lm.core import (
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.probes import ProbeOptions, probe_structure
 from genalign.policies.lm.prompts import encode_prompts
-from genalign.policies.lm.reference import ReferencePolicy, get_base_model
+from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
 
@@ -82,11 +86,21 @@ class CausalLMPolicyConfig:
     engine: Literal["hf", "static", "vllm"] = field(
         default="static", metadata={"help": "Rollout back-end: hf (generate), static (own KV-cache loop), vllm (GPU)."}
     )
+    vllm: VLLMOptions = field(
+        default_factory=VLLMOptions,
+        metadata={
+            "help": "engine: vllm only: server or colocated, tensor parallelism, prefix caching, GPU memory, LoRA."
+        },
+    )
     logprob_chunk_size: int = field(
         default=256, metadata={"help": "Tokens per chunk of the log-prob head (memory ~ 2 x chunk x vocab floats)."}
     )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters."})
+    probes: ProbeOptions = field(
+        default_factory=ProbeOptions,
+        metadata={"help": "Rollout-time probes some credit rules read (reference answer, MC values, blocks)."},
+    )
     reference: Literal["auto", "lora_disabled", "frozen_copy", "none"] = field(
         default="auto",
         metadata={
@@ -120,11 +134,18 @@ class CausalLMPolicyConfig:
             if not ok:
                 raise ValueError(message)
         lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
+        self.probes.validate()
+        self.vllm.check_policy(engine=self.engine, top_k=self.top_k, top_p=self.top_p)
 
     def capabilities(self) -> PolicyCapabilities:
-        """Entropy, vocabulary terms, top-k log-probs and hidden states from the chunked head pass; KL unless
-        ``reference='none'``; truncation flags and segment ids of completions."""
-        return token_capabilities(self.reference)
+        """Entropy, vocabulary terms, top-k log-probs, hidden states and raw-logit statistics from the chunked head
+        pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
+        rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``)."""
+        return token_capabilities(
+            self.reference,
+            features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
+            structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
+        )
 
 
 class CausalLMPolicy(TokenLMPolicy):
@@ -151,7 +172,9 @@ class CausalLMPolicy(TokenLMPolicy):
         )
         self.tokenizer = tokenizer
         self.model_path = model_path
-        self.engine: RolloutEngine = ENGINES.get(config.engine)(model, tokenizer, model_path=model_path)
+        self.engine: RolloutEngine = ENGINES.get(config.engine)(
+            model, tokenizer, model_path=model_path, vllm=config.vllm
+        )
         self.eos_token_ids, self.pad_token_id = end_and_pad_token_ids(
             tokenizer, self.hf_model.generation_config, model_name=model_path
         )
@@ -213,14 +236,19 @@ class CausalLMPolicy(TokenLMPolicy):
             for ids, length in zip(generation.completion_ids, lengths, strict=True)
         ]
         info["completion_tokens"] = int(sum(lengths))
-        return Rollout(
+        rollout = Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
             outputs=outputs,
             group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
             old_logp=generation.logp,
             action_mask=generation.completion_mask,
             structure=completion_structure(
-                request, self.segments, generation.truncated, generation.completion_ids, generation.completion_mask
+                request,
+                self.segments,
+                generation.truncated,
+                generation.completion_ids,
+                generation.completion_mask,
+                group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
             ),
             per_sample={
                 "prompt_ids": prompt_ids,
@@ -230,6 +258,7 @@ class CausalLMPolicy(TokenLMPolicy):
             },
             info=info,
         )
+        return probe_structure(self, rollout, request)
 
     # ---- score ---------------------------------------------------------------------------------------------------
     def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
@@ -238,8 +267,8 @@ class CausalLMPolicy(TokenLMPolicy):
 
         Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
         estimate. ``request.vocab_term`` (``fn(logits / T [k, V]) -> [k]``) is evaluated per token inside the chunked
-        head pass, with gradient. Calls go to the ``*ForCausalLM`` module itself (inside a peft wrapper), not through a
-        ``DistributedDataParallel`` wrapper.
+        head pass, with gradient. ``module`` itself is called (the peft wrapper with LoRA), so hooks of sharded
+        training on it run.
         """
         data = rollout.per_sample
         prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
@@ -249,7 +278,7 @@ class CausalLMPolicy(TokenLMPolicy):
         first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() else 0
         width = int(completion_mask.any(dim=0).sum())
         scores = completion_scores(
-            get_base_model(module),
+            module,
             prompt_ids[:, first:],
             prompt_mask[:, first:],
             completion_ids[:, :width],
@@ -260,6 +289,7 @@ class CausalLMPolicy(TokenLMPolicy):
             vocab_term=request.vocab_term,
             topk=request.topk,
             with_hidden=request.hidden,
+            with_logit_stats=request.logit_stats,
         )
         pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
         return ScoreOutput(
@@ -268,6 +298,7 @@ class CausalLMPolicy(TokenLMPolicy):
             vocab_term=pad(scores.vocab_term),
             topk_logp=pad(scores.topk_logp),
             hidden=pad(scores.hidden),
+            logit_stats=pad(scores.logit_stats),
         )
 
 

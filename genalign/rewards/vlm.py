@@ -1,4 +1,5 @@
-"""Verifiable rewards for vision-language tasks (R1-V / VLM-R1-style [65], [110]).
+"""Verifiable rewards for vision-language tasks in the style of R1-V and VLM-R1 (neither has an abstract in
+shared/seeds/abstracts.md, so no abstract number is cited).
 
 - ``answer_accuracy``: the ``<answer>...</answer>`` part of the completion against the ``answer`` column, compared
   exactly (after whitespace normalisation, optionally case-folded) or mathematically (string, exact rational, then
@@ -130,7 +131,7 @@ def _column(name: str, values: Sequence[Any] | None, count: int, reward: str) ->
     return values
 
 
-@register_reward("box_iou", source="VLM-R1 [110]")
+@register_reward("box_iou", source="VLM-R1 REC accuracy (no seed abstract)")
 class BoxIoU(_CountedReward):
     """IoU of the predicted box with the ``box`` column, the prediction mapped to the original image first.
 
@@ -193,7 +194,7 @@ class BoxIoU(_CountedReward):
         return rewards
 
 
-@register_reward("count_accuracy", source="R1-V [65]")
+@register_reward("count_accuracy", source="R1-V counting (no seed abstract)")
 class CountAccuracy(_CountedReward):
     """1.0 when the count in the completion's answer equals the ``count`` column, 0.0 otherwise or when unparsable.
 
@@ -230,7 +231,7 @@ class CountAccuracy(_CountedReward):
         return rewards
 
 
-@register_reward("answer_accuracy", source="R1-V [65]")
+@register_reward("answer_accuracy", source="R1-V (no seed abstract)")
 def answer_accuracy(
     prompts: Sequence[str],
     completions: Sequence[Any],

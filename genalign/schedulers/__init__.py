@@ -17,6 +17,8 @@ _EXPORTS = {
     "FlowSDESchedulerOutput": "genalign.schedulers.flow_sde",
     "SDE_DYNAMICS": "genalign.schedulers.sde_dynamics",
     "gaussian_log_prob": "genalign.schedulers.sde_dynamics",
+    "squared_error_log_prob": "genalign.schedulers.sde_dynamics",
+    "step_log_prob": "genalign.schedulers.sde_dynamics",
     "StepMasks": "genalign.schedulers.train_steps",
     "TrainStepsConfig": "genalign.schedulers.train_steps",
     "select_train_steps": "genalign.schedulers.train_steps",

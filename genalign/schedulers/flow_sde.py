@@ -22,7 +22,7 @@ from diffusers.schedulers.scheduling_utils import SchedulerMixin
 from diffusers.utils import BaseOutput
 from torch import Tensor
 
-from genalign.schedulers.sde_dynamics import SDE_DYNAMICS, LogProbReduction, gaussian_log_prob
+from genalign.schedulers.sde_dynamics import SDE_DYNAMICS, LogProbForm, LogProbReduction, step_log_prob
 
 
 @dataclass
@@ -33,7 +33,8 @@ class FlowSDESchedulerOutput(BaseOutput):
         prev_sample: ``[B, ...]`` the next latent (sampled, or the given ``prev_sample``), dtype of ``sample``.
         mean: ``[B, ...]`` float32 transition mean (carries the gradient of the model output).
         std: ``[B, 1, ...]`` float32 transition standard deviation (0 for deterministic steps).
-        log_prob: ``[B]`` float32 Gaussian log-density of ``prev_sample`` (element mean or sum, see config).
+        log_prob: ``[B]`` float32 log-probability of ``prev_sample`` (element mean or sum; the Gaussian log-density or
+            Flow-GRPO's published CPS form, see ``log_prob_form``).
     """
 
     prev_sample: Tensor
@@ -54,6 +55,10 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
             ``cps``; see :mod:`genalign.schedulers.sde_dynamics`).
         noise_level: default strength of the dynamics (``a`` ≈ 0.7 for ``flow_sde``, ``eta`` ≈ 0.3 for ``dance_sde``).
         log_prob_reduction: ``"mean"`` over latent elements (reference implementations) or ``"sum"``.
+        log_prob_form: ``"gaussian"`` (default: the Gaussian log-density) or ``"squared_error"`` (Flow-GRPO's
+            published CPS code: ``−(x' − mean)²`` with every constant, ``1 / (2 std²)`` included, dropped; its ratio is
+            the Gaussian ratio raised to ``2 std²``, which changes what a clip range means, see
+            :func:`~genalign.schedulers.sde_dynamics.squared_error_log_prob`).
     """
 
     _compatibles = ["FlowMatchEulerDiscreteScheduler"]
@@ -78,6 +83,7 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
         dynamics: str = "flow_sde",
         noise_level: float = 0.7,
         log_prob_reduction: LogProbReduction = "mean",
+        log_prob_form: LogProbForm = "gaussian",
     ) -> None:
         SDE_DYNAMICS.get(dynamics)  # fail early with a did-you-mean list
         if invert_sigmas:
@@ -88,6 +94,11 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
             raise ValueError(f"noise_level={noise_level} must be >= 0 (0 gives the deterministic Euler step).")
         if log_prob_reduction not in ("mean", "sum"):
             raise ValueError(f"log_prob_reduction={log_prob_reduction!r} is not supported; use 'mean' or 'sum'.")
+        if log_prob_form not in ("gaussian", "squared_error"):
+            raise ValueError(
+                f"log_prob_form={log_prob_form!r} is not supported; use 'gaussian' (the Gaussian log-density) or "
+                "'squared_error' (Flow-GRPO's published CPS form)."
+            )
         self._sigma_schedule = FlowMatchEulerDiscreteScheduler(
             num_train_timesteps=num_train_timesteps,
             shift=shift,
@@ -214,7 +225,8 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
                     "pass the stored next latent of the same samples."
                 )
             next_f32 = prev_sample.float()
-        log_prob = gaussian_log_prob(next_f32.detach(), mean, std, reduction=self.config.log_prob_reduction)  # [B]
+        form, reduction = self.config.log_prob_form, self.config.log_prob_reduction
+        log_prob = step_log_prob(next_f32.detach(), mean, std, form=form, reduction=reduction)  # [B]
         if uses_counter:
             self._step_index += 1
         next_sample = next_f32.to(sample.dtype) if prev_sample is None else prev_sample

@@ -1,4 +1,5 @@
-"""One small function per flow-matching step dynamics, and the Gaussian step log-probability.
+"""One small function per flow-matching step dynamics, and the step log-probability in two forms: the Gaussian
+log-density (default) and Flow-GRPO's published CPS form ``−(x' − mean)²`` (:func:`step_log_prob`).
 
 Rectified flow: ``sigma`` runs from 1 (noise) to 0 (data), the model predicts the velocity ``v`` and the deterministic
 Euler step is ``x' = x + (sigma' - sigma) * v`` (shared/reference/formulas.md §5). A stochastic dynamics turns that ODE
@@ -139,6 +140,10 @@ def cps_step(
 
 LogProbReduction = Literal["mean", "sum"]
 
+#: How a transition is scored: the Gaussian log-density (``gaussian``) or Flow-GRPO's published CPS form
+#: (``squared_error``), see :func:`step_log_prob`.
+LogProbForm = Literal["gaussian", "squared_error"]
+
 
 def gaussian_log_prob(sample: Tensor, mean: Tensor, std: Tensor, *, reduction: LogProbReduction = "mean") -> Tensor:
     """Log-density of ``sample`` under ``N(mean, std^2)`` reduced over every non-batch element, in float32.
@@ -165,6 +170,62 @@ def gaussian_log_prob(sample: Tensor, mean: Tensor, std: Tensor, *, reduction: L
     if reduction == "sum":
         return flat.sum(dim=1)
     raise ValueError(f"reduction={reduction!r} is not supported; use 'mean' or 'sum'.")
+
+
+def squared_error_log_prob(
+    sample: Tensor, mean: Tensor, std: Tensor, *, reduction: LogProbReduction = "mean"
+) -> Tensor:
+    """Flow-GRPO's published CPS step score ``−(x' − mean)²`` reduced over every non-batch element, in float32.
+
+    Flow-GRPO's CPS code (``flow_grpo/diffusers_patch/sd3_sde_with_logprob.py``, branch ``sde_type == 'cps'``:
+    ``log_prob = -((prev_sample.detach() - prev_sample_mean) ** 2)``, then the mean over all but the batch axis) drops
+    every constant of the Gaussian log-density, the ``1 / (2 std²)`` factor included. Relation to
+    :func:`gaussian_log_prob` (same ``reduction``, ``std`` constant over a sample's elements)::
+
+        gaussian = squared_error / (2 std²) − log std − ½ log 2π      (per element, then reduced)
+
+    so between two policies scoring the same stored ``x'`` (same ``std``: the schedule fixes it) the log-ratios obey
+    ``Δ squared_error = 2 std² · Δ gaussian``: the published CPS ratio is the Gaussian ratio raised to ``2 std²``.
+    A PPO clip range ``ε`` on the published ratio therefore bounds the Gaussian ratio by ``(1 + ε)^{1 / (2 std²)}``,
+    far wider on late, low-noise steps (``std → 0``) and narrower on early ones; a Flow-GRPO CPS recipe's clip range
+    only means the same thing with this form. Deterministic transitions (``std == 0``) score 0, as in
+    :func:`gaussian_log_prob` (they are never actions).
+
+    Args:
+        sample: ``[B, ...]`` the next latent.
+        mean: ``[B, ...]`` the transition mean.
+        std: ``[B, 1, ...]`` the transition standard deviation (only its zeros are read).
+        reduction: ``"mean"`` (the published code) or ``"sum"`` over latent elements.
+
+    Returns:
+        ``[B]`` float32.
+    """
+    sample, mean, std = sample.float(), mean.float(), std.float()
+    score = -((sample - mean) ** 2)  # [B, ...]
+    score = torch.where(std == 0, torch.zeros_like(score), score)  # [B, ...]
+    flat = score.flatten(1)  # [B, D]
+    if reduction == "mean":
+        return flat.mean(dim=1)
+    if reduction == "sum":
+        return flat.sum(dim=1)
+    raise ValueError(f"reduction={reduction!r} is not supported; use 'mean' or 'sum'.")
+
+
+def step_log_prob(
+    sample: Tensor,
+    mean: Tensor,
+    std: Tensor,
+    *,
+    form: LogProbForm = "gaussian",
+    reduction: LogProbReduction = "mean",
+) -> Tensor:
+    """The per-step log-probability of a transition ``[B]``: :func:`gaussian_log_prob` (``form="gaussian"``, the true
+    log-density) or :func:`squared_error_log_prob` (``form="squared_error"``, Flow-GRPO's published CPS form)."""
+    if form == "gaussian":
+        return gaussian_log_prob(sample, mean, std, reduction=reduction)
+    if form == "squared_error":
+        return squared_error_log_prob(sample, mean, std, reduction=reduction)
+    raise ValueError(f"log_prob_form={form!r} is not supported; use 'gaussian' or 'squared_error'.")
 
 
 def get_dynamics(name: str) -> Callable[..., tuple[Tensor, Tensor]]:

@@ -1,19 +1,25 @@
 """Checkpoints that are never lost and never executed: ``output_dir/checkpoints/step-N/``.
 
-A checkpoint is written into ``checkpoints/.tmp-step-N``, every file is flushed to disk (``fsync``), a ``MANIFEST.json``
+A checkpoint is written into ``checkpoints/.tmp-step-N`` (by every process: each writes its shards), every file is
+flushed to disk (``fsync``), a ``MANIFEST.json``
 with the size and SHA-256 of every file is written last, then a ``COMPLETE`` marker, and the folder is renamed into
 place (and its parent flushed): a crash or a power loss at any moment leaves the previous checkpoints and at most a
-temporary folder, which the next start removes. Nothing is pickled: weights are safetensors (in the family's own
-format, e.g. peft / diffusers), optimizer, scheduler, policy, trainer and random-generator states go through
-:mod:`genalign.trainer.state_io` (JSON + safetensors), so loading a checkpoint cannot run code from it.
+temporary folder, which the next start removes. Nothing is pickled, so loading a checkpoint cannot run code from it:
+the trainable weights and the optimizer's tensors are written by :mod:`genalign.trainer.sharded_state` (DCP shards in
+safetensors, readable by any number of processes, so a run saved by N processes resumes with M), the consolidated
+weights in the family's own format (peft / diffusers, for sampling and export) by the main process, and scheduler,
+policy, trainer and random-generator states through :mod:`genalign.trainer.state_io` (JSON + safetensors).
 
 ``resume=latest`` takes the newest checkpoint whose manifest verifies and reports the ones it skipped and why.
 Checkpoints of older genalign versions (``*.pt`` pickles) load only with ``run.allow_pickle_checkpoints: true``.
 
-Layout: ``policy/`` (trainable weights), ``optimizer.{json,safetensors}``, ``scheduler.{json,safetensors}``,
-``policy_state.{json,safetensors}`` (``policy.state_dict()``: generators, EMA, ...), ``trainer_state.{json,safetensors}``
-(step, data cursor, estimator statistics), ``rng.{json,safetensors}``, ``config.yaml`` (the run's config),
-``MANIFEST.json``, ``COMPLETE``.
+Layout: ``train_state/`` (trainable weights and optimizer tensors, DCP shards), ``policy/`` (consolidated weights),
+``optimizer.{json,safetensors}`` (hyper-parameters), ``scheduler.{json,safetensors}``,
+``policy_state.{json,safetensors}`` (``policy.state_dict()``: generators, EMA, ...; sharded tensors live in
+``train_state/``), ``trainer_state.{json,safetensors}`` (step, data cursor, estimator statistics),
+``rng.{json,safetensors}``, ``config.yaml`` (the run's config), ``MANIFEST.json``, ``COMPLETE``. Process ``r > 0``
+adds its own ``policy_state-rank<r>`` and ``rng-rank<r>`` (random generators differ per process); a process with no
+file of its own (resuming with more processes) takes the main process's.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +39,24 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from torch import nn
 
 from genalign.policies.base import Policy
+from genalign.trainer.distributed import barrier, rank_and_world
+from genalign.trainer.optim import named_trainable_parameters
+from genalign.trainer.sharded_state import (
+    is_sharded,
+    load_train_state,
+    merge_sharded,
+    optimizer_hyperparameters,
+    save_train_state,
+    sharded_placeholders,
+    split_sharded,
+)
 from genalign.trainer.state_io import StateFormatError, load_state, save_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-MANIFEST, COMPLETE, CONFIG = "MANIFEST.json", "COMPLETE", "config.yaml"
+MANIFEST, COMPLETE, CONFIG, TRAIN_STATE = "MANIFEST.json", "COMPLETE", "config.yaml", "train_state"
 TEMPORARY_PREFIX = ".tmp-"
 LEGACY_PICKLES = ("optimizer.pt", "scheduler.pt", "policy_state.pt", "trainer_extra.pt", "rng.pt")
 
@@ -149,36 +169,66 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     keep_last: int,
     config: dict[str, Any],
+    *,
+    named_parameters: list[tuple[str, nn.Parameter]] | None = None,
+    consolidated: Callable[[], AbstractContextManager] = nullcontext,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and durably; delete all but the ``keep_last`` newest complete ones."""
+    """Write checkpoint ``step`` atomically and durably (every process calls it: each writes its shards); delete all
+    but the ``keep_last`` newest complete ones. ``named_parameters`` defaults to the policy's trainable parameters by
+    name; ``consolidated`` gathers sharded weights for the main process's ``policy/`` folder."""
+    rank, _ = rank_and_world()
+    named_parameters = named_parameters or named_trainable_parameters(policy)
     root = checkpoint_root(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step-{step}", root / f"{TEMPORARY_PREFIX}step-{step}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    policy.save(tmp / "policy")
-    save_state(optimizer.state_dict(), tmp / "optimizer")
-    save_state(scheduler.state_dict(), tmp / "scheduler")
-    save_state(policy.state_dict(), tmp / "policy_state")
-    save_state({"step": step, **trainer_state}, tmp / "trainer_state")
-    save_state(
-        {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}, tmp / "rng"
-    )
-    (tmp / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
-    files = _files(tmp)
-    manifest = {p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=1))
-    (tmp / COMPLETE).write_text("")
-    for path in [*files, tmp / MANIFEST, tmp / COMPLETE, *sorted({p.parent for p in files}), tmp]:
-        _fsync(path)
-    if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync(root)
-    for old in list_checkpoints(output_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    barrier()
+    policy_state, sharded = split_sharded(policy.state_dict())
+    save_train_state(tmp / TRAIN_STATE, named_parameters, optimizer, sharded)
+    save_state(policy_state, tmp / _per_rank("policy_state", rank))
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    save_state(rng, tmp / _per_rank("rng", rank))
+    with consolidated():
+        if rank == 0:
+            policy.save(tmp / "policy")
+    barrier()
+    if rank == 0:
+        save_state(optimizer_hyperparameters(optimizer, named_parameters), tmp / "optimizer")
+        save_state(scheduler.state_dict(), tmp / "scheduler")
+        save_state({"step": step, **trainer_state}, tmp / "trainer_state")
+        (tmp / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+        _seal(tmp, step)
+        if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync(root)
+        for old in list_checkpoints(output_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier()
     return final
+
+
+def _seal(folder: Path, step: int) -> None:
+    """Write the manifest (size and SHA-256 of every file) and the ``COMPLETE`` marker, and flush everything."""
+    files = _files(folder)
+    manifest = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (folder / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=1))
+    (folder / COMPLETE).write_text("")
+    for path in [*files, folder / MANIFEST, folder / COMPLETE, *sorted({p.parent for p in files}), folder]:
+        _fsync(path)
+
+
+def _per_rank(stem: str, rank: int) -> str:
+    return stem if rank == 0 else f"{stem}-rank{rank}"
+
+
+def _own_or_main(path: Path, stem: str, rank: int) -> Path:
+    """This process's file of ``stem``, or the main process's when the run that wrote it had fewer processes."""
+    own = path / _per_rank(stem, rank)
+    return own if own.with_suffix(".json").exists() else path / stem
 
 
 def checkpoint_config(path: Path) -> dict[str, Any] | None:
@@ -188,15 +238,54 @@ def checkpoint_config(path: Path) -> dict[str, Any] | None:
 
 
 def load_checkpoint(
-    path: Path, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, *, allow_pickle: bool = False
+    path: Path,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    *,
+    named_parameters: list[tuple[str, nn.Parameter]] | None = None,
+    allow_pickle: bool = False,
 ) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler, policy state and RNG; return the trainer state (``step``, ...)."""
+    """Restore weights, optimizer, scheduler, policy state and RNG in this process's layout (every process calls it);
+    return the trainer state (``step``, ...)."""
+    named_parameters = named_parameters or named_trainable_parameters(policy)
+    if not (path / TRAIN_STATE).is_dir():
+        return _load_single_process(path, policy, optimizer, scheduler, allow_pickle=allow_pickle)
+    rank, _ = rank_and_world()
+    try:
+        template = policy.state_dict()
+        structure = load_state(_own_or_main(path, "policy_state", rank))
+        targets = sharded_placeholders(structure, template)
+        loaded = load_train_state(
+            path / TRAIN_STATE, named_parameters, optimizer, load_state(path / "optimizer"), targets
+        )
+        scheduler.load_state_dict(load_state(path / "scheduler"))
+        rng = load_state(_own_or_main(path, "rng", rank))
+        trainer = load_state(path / "trainer_state")
+    except (StateFormatError, OSError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"checkpoint {path} cannot be loaded: {err}") from None
+    policy.load_state_dict(merge_sharded(structure, loaded, template))
+    torch.set_rng_state(rng["torch"])
+    random.setstate(_python_rng(rng["python"]))
+    np.random.set_state(rng["numpy"])
+    return trainer
+
+
+def _load_single_process(
+    path: Path, policy: Policy, optimizer: torch.optim.Optimizer, scheduler: Any, *, allow_pickle: bool
+) -> dict[str, Any]:
+    """Checkpoints of earlier versions (weights only in ``policy/``; pickles before that, with ``allow_pickle``)."""
     legacy = not (path / "trainer_state.safetensors").exists()
     if legacy and not allow_pickle:
         raise CheckpointError(
             f"{path} was written by an older genalign version with pickled files ({', '.join(LEGACY_PICKLES)}); "
             "unpickling can run arbitrary code hidden in a file. If you trust this checkpoint, set "
             "run.allow_pickle_checkpoints=true to load it once (the next checkpoints are written without pickle)."
+        )
+    if any(is_sharded(p) for p in policy.trainable_parameters()):
+        raise CheckpointError(
+            f"{path} was written by an earlier genalign version without sharded state; resume it with one process "
+            "(run.distributed=none), then continue sharded from its next checkpoint."
         )
     try:
         policy.load(path / "policy")

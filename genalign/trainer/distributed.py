@@ -1,14 +1,45 @@
 """The few collective operations the trainer needs, written so that 1 process needs no process group.
 
-Gradients are all-reduced by SUM because every micro-batch loss is already divided by the GLOBAL normaliser
-(summed over micro-batches and ranks): the sum of per-rank gradients is then exactly the full-batch gradient.
+Gradients are reduced by the data-parallel wrappers of :mod:`genalign.trainer.parallel`; these are the scalar and
+batch collectives of the trainer (the global loss normaliser, the group statistics, lockstep counts, decisions that
+every process must take alike).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+
+def is_sharded(tensor: object) -> bool:
+    """Whether ``tensor`` is a DTensor (a parameter, gradient or optimizer state of a wrapped module)."""
+    return isinstance(tensor, DTensor)
+
+
+def local_part(tensor: Tensor) -> Tensor:
+    """This process's shard of a DTensor, or the tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def full_value(tensor: Tensor) -> Tensor:
+    """The whole value of a DTensor, gathered from every process (collective), or the tensor itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def join_launched_processes(cpu: bool) -> None:
+    """Join the process group that a launcher (``torchrun``, ``accelerate launch``) describes in the environment
+    (``WORLD_SIZE > 1``): NCCL on GPUs (each process on its ``LOCAL_RANK`` device), gloo on CPUs."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return
+    if torch.cuda.is_available() and not cpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
 
 
 def is_distributed() -> bool:
@@ -45,21 +76,41 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
+def all_reduce_max(value: int) -> int:
+    """The largest ``value`` over all processes."""
+    if not is_distributed():
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def all_true(flag: bool) -> bool:
+    """Whether ``flag`` holds in every process (one collective decision, so processes never diverge)."""
+    if not is_distributed():
+        return flag
+    tensor = torch.tensor([float(flag)], device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return bool(tensor.item())
+
+
+def sum_counters(counters: dict[str, float]) -> dict[str, float]:
+    """Per-key sums of every process's counters (keys missing in a process count as 0), in sorted key order."""
+    if not is_distributed():
+        return counters
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, {k: float(v) for k, v in counters.items()})
+    keys = sorted({k for part in gathered for k in part})
+    return {k: sum(part.get(k, 0.0) for part in gathered) for k in keys}
+
+
+def barrier() -> None:
+    """Wait for every process (a no-op for one process)."""
+    if is_distributed():
+        dist.barrier()
+
+
 def rank_and_world() -> tuple[int, int]:
     if is_distributed():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def sum_gradients(parameters: list[nn.Parameter]) -> None:
-    """All-reduce (SUM) the gradients of ``parameters`` in one flat buffer."""
-    if not is_distributed():
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    offset = 0
-    for p, g in zip(parameters, grads):
-        n = g.numel()
-        p.grad = flat[offset : offset + n].view_as(g).clone()
-        offset += n

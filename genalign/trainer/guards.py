@@ -4,7 +4,8 @@ collapse detectors turn silent failures into logged warnings (entropy pinned at 
 many steps, exploding weights).
 
 Every check is one fused reduction over a list of tensors (the max-abs norm of each, which is NaN/inf exactly when
-the tensor holds a NaN/inf and never overflows), cheap next to a forward pass.
+the tensor holds a NaN/inf and never overflows), cheap next to a forward pass. Under sharded training each process
+checks its shards and the processes agree on one answer, so they skip or stop together.
 """
 
 from __future__ import annotations
@@ -15,17 +16,25 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from genalign.trainer.distributed import all_true, full_value, local_part
+
 
 class NonFiniteTrainingError(FloatingPointError):
     """Training produced NaN/inf where the run cannot continue; the message names the step and what to do."""
 
 
 def all_finite(tensors: list[Tensor]) -> bool:
-    """Whether every tensor of the list is free of NaN and inf."""
-    tensors = [t.detach() for t in tensors if t is not None and t.is_floating_point() and t.numel()]
-    if not tensors:
-        return True
-    return bool(torch.stack([n.float() for n in torch._foreach_norm(tensors, math.inf)]).isfinite().all())
+    """Whether every tensor of the list is free of NaN and inf, in every process (a collective call)."""
+    local = [local_part(t.detach()) for t in tensors if t is not None and t.is_floating_point()]
+    local = [t for t in local if t.numel()]
+    finite = not local or bool(torch.stack([n.float() for n in torch._foreach_norm(local, math.inf)]).isfinite().all())
+    return all_true(finite)
+
+
+def global_norm(tensors: list[Tensor]) -> float:
+    """The 2-norm of all ``tensors`` together; sharded tensors count once, whatever their layout (collective)."""
+    norms = [full_value(torch.linalg.vector_norm(tensor.detach().float())) for tensor in tensors]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
@@ -33,8 +42,8 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[Tensor]:
 
 
 def update_is_finite(loss_sum: float, grad_norm: float, optimizer: torch.optim.Optimizer) -> str | None:
-    """``None`` when an optimizer step may be taken, else what is non-finite."""
-    if not math.isfinite(loss_sum):
+    """``None`` when an optimizer step may be taken, else what is non-finite (the same answer in every process)."""
+    if not all_true(math.isfinite(loss_sum)):
         return f"the loss is {loss_sum}"
     if not math.isfinite(grad_norm):
         return f"the gradient norm is {grad_norm}"
@@ -67,9 +76,7 @@ class CollapseMonitor:
 
     def check(self, step: int, record: dict, parameters: list[nn.Parameter]) -> list[str]:
         """Warnings for ``step`` (each kind once per run); adds ``guard/weight_norm`` to ``record``."""
-        norm = float(
-            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.detach().float()) for p in parameters]))
-        )
+        norm = global_norm(parameters)
         record["guard/weight_norm"] = norm
         self.initial_norm = self.initial_norm or norm
         entropy = record.get("entropy")

@@ -37,11 +37,12 @@ from genalign.trainer.checkpoint import (
     save_checkpoint,
 )
 from genalign.trainer.data_stream import PromptStream
-from genalign.trainer.distributed import all_reduce_sum, rank_and_world
+from genalign.trainer.distributed import all_reduce_sum, join_launched_processes, rank_and_world, sum_counters
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.guards import CollapseMonitor, NonFiniteTrainingError, all_finite, optimizer_state_tensors
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
 from genalign.trainer.optim import build_optimizer, named_trainable_parameters
+from genalign.trainer.parallel import DataParallel, resolve_mixed_precision, resolve_strategy
 from genalign.trainer.rewards import RewardSet, prompt_text
 from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
 from genalign.trainer.step_advantages import StepAdvantages, update_inputs
@@ -76,7 +77,8 @@ class TrainingRun:
     eval_rows: list[dict[str, Any]]
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    parameters: list[torch.nn.Parameter]
+    named_parameters: list[tuple[str, torch.nn.Parameter]]
+    parallel: DataParallel
     advantage_state: alg.AdvantageState | None
     metrics_log: JsonlLog
     eval_log: JsonlLog
@@ -86,7 +88,16 @@ class TrainingRun:
 
     @property
     def main(self) -> bool:
-        return self.accelerator.is_main_process
+        return self.rank == 0
+
+    def print(self, message: str) -> None:
+        """Print on the main process only."""
+        if self.main:
+            print(message, flush=True)
+
+    @property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [param for _, param in self.named_parameters]
 
 
 def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = None) -> dict[str, Any]:
@@ -119,11 +130,10 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
         out_of_time = limit is not None and time.monotonic() - started > 60 * limit
         out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # every process stops together
         save_every = config.run.save_every
-        if run.main and ((save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time):
+        if (save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time:
             checkpoint(run, step)
-        run.accelerator.wait_for_everyone()
         if out_of_time:  # checkpointed just above
-            run.accelerator.print(f"run.max_time_minutes = {limit} reached after step {step}")
+            run.print(f"run.max_time_minutes = {limit} reached after step {step}")
             break
     if progress is not None:
         progress.close()
@@ -141,9 +151,10 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
     if run_cfg.num_threads:
         torch.set_num_threads(run_cfg.num_threads)
     torch.use_deterministic_algorithms(run_cfg.deterministic, warn_only=True)
+    join_launched_processes(run_cfg.cpu)
     accelerator = Accelerator(
         cpu=run_cfg.cpu,
-        mixed_precision=run_cfg.mixed_precision,
+        mixed_precision=resolve_mixed_precision(run_cfg.mixed_precision),
         log_with=run_cfg.trackers or None,
         project_dir=run_cfg.output_dir,
     )
@@ -153,14 +164,14 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
             f"algorithm.prompts_per_step = {cfg.prompts_per_step} must be divisible by the number of processes ({world})."
         )
     out = Path(run_cfg.output_dir)
-    if accelerator.is_main_process and not run_cfg.overwrite:
+    if rank == 0 and not run_cfg.overwrite:
         claim_output_dir(out, resume=run_cfg.resume, overwrite=False)  # fail before loading anything
     run = _build_run(config, accelerator, rank, world, out)
     start_step = resume(run) if run_cfg.resume else 0
     if run.main:
         moved = claim_output_dir(out, resume=run_cfg.resume, overwrite=run_cfg.overwrite)
         if moved is not None:
-            accelerator.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
+            run.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
         out.mkdir(parents=True, exist_ok=True)
         remove_temporary(out)
         (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
@@ -176,9 +187,12 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
     rewards = RewardSet(config.rewards)
     torch.manual_seed(run_cfg.seed)
     policy = build_policy(config, accelerator.device)
+    parallel = DataParallel.build(
+        policy, resolve_strategy(run_cfg.distributed, world), run_cfg.fsdp, torch.device(accelerator.device)
+    )
     named_parameters = named_trainable_parameters(policy)
     optimizer, scheduler = build_optimizer(
-        named_parameters, config.optim, total_steps=run_cfg.max_steps * cfg.inner_epochs * cfg.minibatches
+        named_parameters, config.optim, total_steps=run_cfg.max_steps * cfg.optimizer_steps_per_update()
     )
     return TrainingRun(
         config=config,
@@ -192,11 +206,12 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         eval_rows=eval_rows,
         optimizer=optimizer,
         scheduler=scheduler,
-        parameters=[param for _, param in named_parameters],
+        named_parameters=named_parameters,
+        parallel=parallel,
         advantage_state=alg.make_advantage_state(cfg.advantage),  # None for stateless estimators
         metrics_log=JsonlLog(out / METRICS_FILE),
         eval_log=JsonlLog(out / EVAL_FILE),
-        trackers=Trackers(accelerator, run_cfg.trackers if accelerator.is_main_process else []),
+        trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
     )
 
 
@@ -206,11 +221,12 @@ def resume(run: TrainingRun) -> int:
     run_cfg = run.config.run
     found = find_checkpoint(run.out, run_cfg.resume)
     for path, reason in found.skipped:
-        run.accelerator.print(f"resume: skipped {path} ({reason})")
+        run.print(f"resume: skipped {path} ({reason})")
     check_resume_compatible(checkpoint_config(found.path), to_dict(run.config), allowed=run_cfg.resume_changes)
     state = load_checkpoint(
-        found.path, run.policy, run.optimizer, run.scheduler, allow_pickle=run_cfg.allow_pickle_checkpoints
-    )
+        found.path, run.policy, run.optimizer, run.scheduler,
+        named_parameters=run.named_parameters, allow_pickle=run_cfg.allow_pickle_checkpoints,
+    )  # fmt: skip
     check_steps_left(state["step"], run_cfg.max_steps)
     run.stream.cursor = state["data_cursor"]
     if run.advantage_state is not None:
@@ -218,19 +234,21 @@ def resume(run: TrainingRun) -> int:
     if run.main:
         run.metrics_log.truncate_after(state["step"])
         run.eval_log.truncate_after(state["step"])
-    run.accelerator.print(f"resumed from {found.path} at step {state['step']}")
+    run.print(f"resumed from {found.path} at step {state['step']}")
     return state["step"]
 
 
 def checkpoint(run: TrainingRun, step: int) -> None:
-    """Save a checkpoint, unless the weights or the optimizer state hold NaN/inf (then keep the previous ones)."""
+    """Save a checkpoint (every process writes its shards), unless the weights or the optimizer state hold NaN/inf
+    (then keep the previous ones)."""
     if not all_finite(run.parameters) or not all_finite(optimizer_state_tensors(run.optimizer)):
-        run.accelerator.print(f"step {step}: not saving a checkpoint: the weights or the optimizer state hold NaN/inf")
+        run.print(f"step {step}: not saving a checkpoint: the weights or the optimizer state hold NaN/inf")
         return
     config = to_dict(run.config)
     save_checkpoint(
-        run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config
-    )
+        run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config,
+        named_parameters=run.named_parameters, consolidated=run.parallel.consolidated,
+    )  # fmt: skip
 
 
 def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFiniteTrainingError | None:
@@ -240,7 +258,7 @@ def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFinite
     run.skipped_in_a_row = run.skipped_in_a_row + 1 if reason and record["guard/optimizer_steps"] == 0 else 0
     if reason:
         skipped = int(record["guard/skipped_optimizer_steps"])
-        run.accelerator.print(f"step {step}: skipped {skipped} update(s): {reason}")
+        run.print(f"step {step}: skipped {skipped} update(s): {reason}")
     if run.skipped_in_a_row >= run.config.run.max_consecutive_skips:
         newest = list_checkpoints(run.out)
         saved = f"the newest checkpoint, {newest[-1]}, holds finite weights" if newest else "no checkpoint was written"
@@ -250,33 +268,56 @@ def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFinite
             "the rewards, or resume from an earlier checkpoint."
         )
     for message in run.collapse.check(step, record, run.parameters):
-        run.accelerator.print(message)
+        run.print(message)
     return None
 
 
 def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
-    """One step: rollout of this process's prompts, rewards, advantages and credit, optional group filter, update.
-    Returns the step's metrics record, the rollout and its advantages."""
-    config, cfg = run.config, run.config.algorithm
-    seed_step(config.run.seed, step, run.rank)
+    """One step: this process's rollout (:func:`sample_step`), then rewards, advantages, credit and the update
+    (:func:`learn_from_rollout`). Returns the step's metrics record, the rollout and its advantages."""
+    seed_step(run.config.run.seed, step, run.rank)
     run.policy.on_step(step)
     t0 = time.perf_counter()
+    rollout = sample_step(run, step)
+    return learn_from_rollout(run, step, rollout, rollout_seconds=time.perf_counter() - t0)
 
-    # Rollout: this process's share of the step's prompts, G samples each, with the structure the method needs.
+
+def sample_step(run: TrainingRun, step: int) -> Rollout:
+    """This process's share of the step's prompts, G samples each, with the structure the method needs; group ids
+    are the prompts' positions in the stream (unique over processes and steps)."""
+    cfg = run.config.algorithm
     sampled = cfg.prompts_to_sample()
     sampled += -sampled % run.world  # every process samples the same number of prompts
     local_sampled = sampled // run.world
     taken = run.stream.take(sampled)[run.rank * local_sampled : (run.rank + 1) * local_sampled]
     stream_ids = torch.tensor([position for position, _ in taken])
-    rollout = run.policy.rollout([row for _, row in taken], cfg.group_size, request=rollout_request(run))
+    with run.parallel.full_parameters():
+        rollout = run.policy.rollout([row for _, row in taken], cfg.group_size, request=rollout_request(run))
+    if run.parallel.sharded and len(rollout) == 0:
+        raise RuntimeError(
+            f"step {step}: process {run.rank} has no sample to train on (every prompt was skipped), but sharded "
+            "training needs every process in every pass; raise policy.max_prompt_tokens or fix the data."
+        )
     rollout.group_ids = stream_ids[rollout.group_ids]
-    t_rollout = time.perf_counter() - t0
+    return rollout
+
+
+def learn_from_rollout(
+    run: TrainingRun, step: int, rollout: Rollout, *, rollout_seconds: float
+) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
+    """Rewards, advantages over the global batch, credit, the optional group filter and the update of one rollout
+    (this process's share); returns the step's metrics record, the rollout and its advantages."""
+    config, cfg = run.config, run.config.algorithm
+    t0 = time.perf_counter()
 
     # Rewards [n, K]; advantages over the global batch, then per-action credit; optional zero-variance group filter.
     lengths = rollout.action_mask.sum(1).long().tolist()
     reward_table, reward_errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
     progress = step / config.run.max_steps
-    inputs = update_inputs(run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress)
+    inputs = update_inputs(
+        run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress,
+        lockstep=run.parallel.sharded,
+    )  # fmt: skip
     adv = inputs.step
     keep = alg.informative_groups(
         rollout.group_ids, adv.zero_std,
@@ -296,13 +337,15 @@ def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout,
     update_metrics = run_update(
         run.policy, update_rollout, batch, cfg, run.optimizer, run.scheduler, run.parameters,
         config.optim.max_grad_norm, run.accelerator.autocast,
+        padding=rollout.select([0]) if run.parallel.sharded else None,
     )  # fmt: skip
     t_update = time.perf_counter() - t1
 
     record = _step_record(step, rollout, reward_table, reward_errors, run.rewards.labels, adv, update_metrics)
     record["num_trained_samples"] = len(keep)
-    record |= run.rewards.take_metrics()
-    record |= {"time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t0}
+    record |= sum_counters(run.rewards.take_metrics())
+    step_seconds = rollout_seconds + time.perf_counter() - t0
+    record |= {"time/rollout_s": rollout_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
     return record, rollout, adv
 
 
@@ -310,7 +353,7 @@ def rollout_request(run: TrainingRun) -> RolloutRequest:
     """The rollout structure the configured methods read, and the reward probe for families that measure rewards of
     intermediate states."""
     structure = frozenset(run.config.algorithm.needs()) & frozenset(alg.STRUCTURE_FIELDS)
-    probe = run.rewards.weighted_sum if "step_rewards" in structure else None
+    probe = run.rewards.weighted_sum if structure & {"step_rewards", "segment_values"} else None
     return RolloutRequest(structure=structure, reward_probe=probe)
 
 
@@ -333,19 +376,18 @@ def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollo
 
 
 def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
-    """Held-out evaluation on the main process, appended to ``eval.jsonl``."""
-    result = {}
-    if run.eval_rows and run.main:
-        eval_cfg = run.config.eval
-        result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
-                                           accuracy_reward=eval_cfg.accuracy_reward)}  # fmt: skip
+    """Held-out evaluation (every process samples its share), appended to ``eval.jsonl`` by the main process."""
+    if not run.eval_rows:
+        return {}
+    eval_cfg = run.config.eval
+    result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
+                                       accuracy_reward=eval_cfg.accuracy_reward,
+                                       full_parameters=run.parallel.full_parameters)}  # fmt: skip
+    if run.main:
         run.eval_log.append(result)
         run.trackers.log(result, step)
         label = eval_cfg.accuracy_reward or run.rewards.labels[0]
-        run.accelerator.print(
-            f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts"
-        )
-    run.accelerator.wait_for_everyone()
+        run.print(f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts")
     return result
 
 

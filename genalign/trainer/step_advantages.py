@@ -33,10 +33,12 @@ def step_advantages(
     cfg: AlgorithmConfig,
     kl_per_sample: Tensor | None = None,
     state: alg.AdvantageState | None = None,
+    embeddings: Tensor | None = None,
 ) -> StepAdvantages:
     """Args: rewards ``[n, K]`` (NaN = not applicable), group_ids ``[n]`` globally unique, weights ``[K]``,
     kl_per_sample ``[n]`` (only with ``kl_placement == "reward"``), state: statistics of earlier steps for the
-    estimators that use them (:func:`genalign.algorithms.make_advantage_state`), updated here."""
+    estimators that use them (:func:`genalign.algorithms.make_advantage_state`), updated here, embeddings ``[n, H]``
+    sequence embeddings for the reward shapers that need ``hidden``."""
     rank, _ = rank_and_world()
     sizes = all_gather_cat(torch.tensor([rewards.shape[0]]))
     start = int(sizes[:rank].sum())
@@ -47,6 +49,10 @@ def step_advantages(
     )  # [N]
     if kl_per_sample is not None:
         combined = alg.kl_in_reward(combined, all_gather_cat(kl_per_sample), cfg.kl_coef)
+    if cfg.reward_shaping:
+        shaping = alg.ShapingInputs(all_groups, all_gather_cat(embeddings) if embeddings is not None else None)
+        combined, shaping_stats = alg.apply_reward_shaping(cfg.reward_shaping_rules(), combined, shaping)  # [N]
+        stats = {**stats, **shaping_stats}
     hyperparameters = (state.hyperparameters() if state is not None else {}) | cfg.advantage_args
     advantages = alg.compute_advantages(
         cfg.advantage, combined, all_groups, clip=cfg.advantage_clip, **hyperparameters
@@ -92,13 +98,21 @@ def prepass_request(cfg: AlgorithmConfig, policy: Policy) -> ScoreRequest | None
     """What the scoring pass before the update must compute, or None when no such pass is needed: old log-probs when
     the sampler's are not exact and the update is not fully on-policy, entropy / KL for the credit rules, KL for
     KL-in-reward."""
-    needs = rule_needs(cfg.credit)
+    needs = rule_needs(cfg.credit) | alg.shaper_needs(cfg.reward_shaping)
     kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
     need_old = needs_rescored_old_logp(cfg, policy)
-    if not (need_old or "entropy" in needs or "kl" in needs or kl_in_reward):
+    features = needs & {"entropy", "kl", "logit_stats", "hidden", "logp_without_image", "visual_similarity"}
+    if not (need_old or features or kl_in_reward):
         return None
     kl_estimator = "k1" if "kl" in needs else cfg.kl_estimator if kl_in_reward else None
-    return ScoreRequest(entropy="entropy" in needs, kl_estimator=kl_estimator)
+    return ScoreRequest(
+        entropy="entropy" in needs,
+        kl_estimator=kl_estimator,
+        logit_stats="logit_stats" in needs,
+        hidden="hidden" in needs,
+        logp_without_image="logp_without_image" in needs,
+        visual_similarity="visual_similarity" in needs,
+    )
 
 
 def update_inputs(
@@ -109,6 +123,8 @@ def update_inputs(
     cfg: AlgorithmConfig,
     state: alg.AdvantageState | None,
     progress: float,
+    *,
+    lockstep: bool = False,
 ) -> UpdateInputs:
     """Advantages and old log-probs for one rollout: an optional scoring pass without gradient
     (:func:`prepass_request`), group-relative advantages over the global batch, then the configured credit rules.
@@ -116,15 +132,20 @@ def update_inputs(
     Args:
         reward_table: ``[n, K]`` rewards of the rollout (NaN = not applicable); reward_weights: ``[K]``;
         progress: ``step / max_steps``.
+        lockstep: every process makes the same number of scoring passes (sharded training).
     """
     request = prepass_request(cfg, policy)
     prepass = ScoredBatch()
     if request is not None:
-        prepass = score_without_grad(policy, rollout, cfg.micro_batch_size, request)
+        prepass = score_without_grad(policy, rollout, cfg.micro_batch_size, request, lockstep=lockstep)
     kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
     kl_per_sample = (prepass.kl * rollout.action_mask).sum(1) if kl_in_reward else None  # [n]
 
-    adv = step_advantages(reward_table, rollout.group_ids, reward_weights, cfg, kl_per_sample, state)
+    embeddings = None  # [n, H] mean hidden state over each completion, for reward shapers needing ``hidden``
+    if prepass.hidden is not None and "hidden" in alg.shaper_needs(cfg.reward_shaping):
+        mask = rollout.action_mask.to(prepass.hidden.device)[..., None]  # [n, T, 1]
+        embeddings = (prepass.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)  # [n, H]
+    adv = step_advantages(reward_table, rollout.group_ids, reward_weights, cfg, kl_per_sample, state, embeddings)
     inputs = alg.CreditInputs(
         sample_advantages=adv.advantages,
         mask=rollout.action_mask,
@@ -134,6 +155,11 @@ def update_inputs(
         kl=prepass.kl,
         structure=rollout.structure,
         progress=progress,
+        rewards=reward_table,
+        logit_stats=prepass.logit_stats,
+        hidden=prepass.hidden,
+        logp_without_image=prepass.logp_without_image,
+        visual_similarity=prepass.visual_similarity,
     )
     advantages = alg.apply_credit(cfg.credit_rules(), adv.advantages, inputs)  # [n] or [n, T]
     old_logp = None  # None: the update uses the detached current log-probs (ratio exactly 1)

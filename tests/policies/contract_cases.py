@@ -44,7 +44,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     }),
     "vlm": ("vlm", {
         "policy": {"family": "vlm", "model": "builtin:shapes-vlm", "min_pixels": 256, "max_pixels": 2304,
-                   "max_new_tokens": 6, "freeze_vision_tower": True},
+                   "max_new_tokens": 6, "freeze_vision_tower": True, "temperature": 3.0},
         "data": {"train": SHAPES_VQA},
         "algorithm": LM_ALGORITHM,
     }),

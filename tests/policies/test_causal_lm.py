@@ -410,16 +410,17 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 
 # ---- capabilities, token features, rollout structure -------------------------------------------------------------
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
-    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden"})
-    structure = frozenset({"truncated", "segment_ids"})
+    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden", "logit_stats"})
+    structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
+    structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
     assert CausalLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().score_features == (
         features
     )
-    assert make_policy(model_dirs, reference="none").capabilities.missing(["kl", "topk", "prefix_tree"]) == [
+    assert make_policy(model_dirs, reference="none").capabilities.missing(["kl", "topk", "block_ids"]) == [
+        "block_ids",  # only with policy.probes.block_markers
         "kl",
-        "prefix_tree",
     ]
 
 

@@ -159,7 +159,9 @@ def test_eval_rollout_is_deterministic_ode_with_eval_steps_and_ema_weights(model
     policy.after_optimizer_step()
     for average, old, new in zip(policy.ema.average, before, live, strict=True):
         torch.testing.assert_close(average, 0.5 * old + 0.5 * new)
-    evaluation = policy.rollout(ROWS[:1], group_size=2, mode="eval")
+    with policy.evaluation_weights():
+        assert all(torch.equal(p, a) for p, a in zip(policy.trainable_parameters(), policy.ema.average, strict=True))
+        evaluation = policy.rollout(ROWS[:1], group_size=2, mode="eval")
     assert evaluation.info["num_steps"] == 3 and torch.all(evaluation.action_mask == 0)
     assert all(torch.equal(p, q) for p, q in zip(policy.trainable_parameters(), live, strict=True)), (
         "live weights restored"

@@ -345,10 +345,13 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
 
 
 def test_capabilities_are_declared_by_the_config():
-    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden"})
-    structure = frozenset({"truncated", "segment_ids"})
+    from genalign.policies.lm.core import AUTOREGRESSIVE_STRUCTURE
+
+    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden", "logp_without_image", "visual_similarity"})
+    structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
     assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
     assert VLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
+    assert VLMPolicyConfig(block_markers=["<answer>"]).capabilities().structure == structure | {"block_ids"}
 
 
 def test_topk_and_hidden_features_equal_the_naive_suppressed_logits(model_dirs, rows):

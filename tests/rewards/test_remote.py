@@ -309,15 +309,16 @@ def test_docs_examples_pass_config_validation():
 
     import yaml
 
+    from genalign.config.checks import check_reward_args
     from genalign.config.core import ConfigError
-    from genalign.config.schema import RewardSpec, _check_reward_args
+    from genalign.config.schema import RewardSpec
 
     text = (REPO / "docs" / "reward_models.md").read_text()
     specs = [s for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) for s in yaml.safe_load(block)["rewards"]]
     assert {s["fn"] for s in specs} == {"reward_model", "llm_judge", "remote_reward"}
     for i, spec in enumerate(specs):
-        _check_reward_args(i, RewardSpec(**spec))
+        check_reward_args(i, RewardSpec(**spec))
     for fn, args in (("remote_reward", {"on_failure": "zero"}), ("llm_judge", {"verdit": "number"}),
                      ("reward_model", {"dtype": "fp8"})):  # fmt: skip
         with pytest.raises(ConfigError):
-            _check_reward_args(0, RewardSpec(fn=fn, args=args))
+            check_reward_args(0, RewardSpec(fn=fn, args=args))

@@ -95,19 +95,52 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     torch.testing.assert_close(a["logits"], b["logits"], rtol=0, atol=0)
 
 
-def test_one_and_two_processes_give_the_same_parameters(tmp_path):
-    pytest.importorskip("accelerate")
-    settings = {"max_steps": 1, "output_dir": None}
-    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")})
-    two = write_config(tmp_path / "two", run={**settings, "output_dir": str(tmp_path / "two" / "run")})
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy):
+    """Sampling that does not depend on the process layout, so two processes train on the same samples as one."""
+    settings = {"max_steps": 2}
+    policy = {"layout_free_sampling": True}
+    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
+    two = write_config(
+        tmp_path / "two",
+        run={**settings, "output_dir": str(tmp_path / "two" / "run"), "distributed": strategy},
+        policy=policy,
+    )
     run_cli("train", str(one))
-    launcher = (sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no")  # fmt: skip
-    run_cli("train", str(two), launcher=launcher)
-    a = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-1" / "policy" / "weights.safetensors"))
-    b = load_file(str(tmp_path / "two" / "run" / "checkpoints" / "step-1" / "policy" / "weights.safetensors"))
+    proc = run_cli("train", str(two), launcher=TORCHRUN)
+    assert proc.stdout.count('"eval/accuracy"') == 1, "the result is printed by the main process only"
+    a = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    b = load_file(str(tmp_path / "two" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     assert not torch.equal(a["logits"], torch.zeros_like(a["logits"]))
     torch.testing.assert_close(a["logits"], b["logits"], rtol=1e-6, atol=1e-7)
+    assert without_times(metrics(tmp_path / "one" / "run"))[-1]["reward/mean"] == pytest.approx(
+        without_times(metrics(tmp_path / "two" / "run"))[-1]["reward/mean"]
+    )
+
+
+def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path):
+    """Shard groups of 2 replicated twice (HSDP) give the one-process parameters; gathering parameters in bf16 trains
+    float32 master weights."""
+    settings = {"max_steps": 2}
+    policy = {"layout_free_sampling": True}
+    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
+    run_cli("train", str(one))
+    reference = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    launchers = {"hybrid": (*TORCHRUN[:-1], "4"), "bf16": TORCHRUN}
+    fsdp = {"hybrid": {"shard_size": 2}, "bf16": {"param_dtype": "bfloat16"}}
+    for name, launcher in launchers.items():
+        run = {**settings, "output_dir": str(tmp_path / name / "run"), "distributed": "fsdp", "fsdp": fsdp[name]}
+        run_cli("train", str(write_config(tmp_path / name, run=run, policy=policy)), launcher=launcher)
+        weights = load_file(str(tmp_path / name / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+        assert weights["logits"].dtype == torch.float32  # the master weights
+        if name == "hybrid":
+            torch.testing.assert_close(weights["logits"], reference["logits"], rtol=1e-6, atol=1e-7)
+        else:  # trained, and by bf16 arithmetic (the rounded log-probs change which tokens are drawn)
+            assert weights["logits"].isfinite().all() and weights["logits"].abs().sum() > 0
+            assert not torch.equal(weights["logits"], reference["logits"])
 
 
 def test_dynamic_sampling_trains_only_informative_groups(tmp_path):

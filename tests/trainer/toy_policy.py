@@ -49,6 +49,12 @@ class ToyTable(nn.Module):
         self.logits = nn.Parameter(cfg.init_scale * torch.randn(cfg.num_prompts, cfg.length, len(LETTERS)))
         self.register_buffer("ref_logits", self.logits.detach().clone())
 
+    def forward(self, pids: torch.Tensor, reference: bool = False) -> torch.Tensor:
+        """``[n, T, V]`` log-probabilities of prompts ``pids`` ``[n]`` (called as a module, so that the hooks of
+        data-parallel wrappers run)."""
+        table = self.ref_logits if reference else self.logits
+        return torch.log_softmax(table[pids].double(), dim=-1).float()
+
 
 class ToyPolicy(Policy):
     family = "toy"
@@ -57,15 +63,17 @@ class ToyPolicy(Policy):
         self.cfg = cfg
         self.capabilities = cfg.capabilities()
         self.table = ToyTable(cfg)
-        self.logits = self.table.logits
         self.step = 0
+
+    @property
+    def logits(self) -> nn.Parameter:
+        return self.table.logits
 
     def on_step(self, step: int) -> None:
         self.step = step
 
     def _logp_table(self, pids: torch.Tensor, reference: bool = False) -> torch.Tensor:
-        table = self.table.ref_logits if reference else self.logits
-        return torch.log_softmax(table[pids].double(), dim=-1).float()  # [n, T, V]
+        return self.table(pids, reference)  # [n, T, V]
 
     def rollout(self, rows, group_size, *, mode="train", request=RolloutRequest()):
         pids = torch.tensor([r["pid"] for r in rows]).repeat_interleave(group_size)  # [N]

@@ -113,9 +113,11 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
 
 @ADVANTAGE_ESTIMATORS.register(
     "reinforce_pp_baseline",
-    formula="x_i = r_i − mean_G; A_i = (x_i − mean_batch(x)) / (std_batch(x) + eps)",
-    source="formulas.md §1 (REINFORCE++ with baseline)",
-    summary="Group mean baseline, then whitening over the whole batch.",
+    formula="x_i = r_i − mean_G; A_i = (x_i − mean_batch(x)) / (std_batch(x) + eps), batch statistics over valid "
+    "samples (each sample once)",
+    source="formulas.md §1 (REINFORCE++ with baseline); differs from verl, which whitens over valid tokens",
+    summary="Group mean baseline, then whitening over the whole batch; genalign weighs every sample once, verl "
+    "weighs each by its token count (long sequences count more there).",
 )
 def reinforce_pp_baseline(
     rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6, unbiased_std: bool = True

@@ -24,6 +24,7 @@ from genalign.algorithms.context import ObjectiveContext, require
 # ------------------------------------------------------------------------------------------------- adaptive bounds
 @CLIP_FORMS.register(
     "entropy_adaptive",
+    needs=("entropy",),
     experimental=True,
     formula="ε_t = ε · clamp((H_t / mean_i H)^γ, s_min, s_max); PPO clip with ε_t",
     source="[15] SSPO",

@@ -3,7 +3,27 @@
 See :mod:`genalign.algorithms.credit.base` for the signature and the order rule.
 """
 
-from genalign.algorithms.credit import steps, token_weights, trees  # noqa: F401  (register the rules)
+from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
+    blocks,
+    discriminative,
+    entropy_dynamics,
+    entropy_gates,
+    entropy_softmax,
+    prefix,
+    probability_damping,
+    response_level,
+    roles,
+    segments,
+    shaping,
+    steps,
+    subsampling,
+    token_statistics,
+    token_trees,
+    token_weights,
+    trees,
+    uncertainty,
+    vision,
+)
 from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs, apply_credit, check_rule_order, rule_needs
 from genalign.algorithms.credit.steps import dense_step_advantages, noise_aware_step_weights
 

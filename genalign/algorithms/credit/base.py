@@ -45,6 +45,14 @@ class CreditInputs:
         kl: ``[N, T]`` per-action ``k1`` KL to the reference from that pass (rules needing ``kl``).
         structure: the rollout's declared structure.
         progress: ``step / max_steps`` in ``[0, 1]``.
+        rewards: ``[N, K]`` the raw rewards of each reward function (NaN = not applicable), in config order.
+        logit_stats: ``[N, T, 2]`` raw-logit statistics from the scoring pass before the update (rules needing
+            ``logit_stats``; channels in :data:`genalign.algorithms.scores.SELF_CERTAINTY` / ``RAW_LOGIT``).
+        hidden: ``[N, T, H]`` the last hidden state predicting each action, from that pass (rules needing ``hidden``).
+        logp_without_image: ``[N, T]`` log-probs of the actions with the images blanked out, from that pass (rules
+            needing ``logp_without_image``; families with images).
+        visual_similarity: ``[N, T]`` similarity of each action's hidden states to the image tokens', from that pass
+            (rules needing ``visual_similarity``; families with images).
     """
 
     sample_advantages: Tensor
@@ -55,6 +63,11 @@ class CreditInputs:
     kl: Tensor | None = None
     structure: RolloutStructure = field(default_factory=RolloutStructure)
     progress: float | None = None
+    rewards: Tensor | None = None
+    logit_stats: Tensor | None = None
+    hidden: Tensor | None = None
+    logp_without_image: Tensor | None = None
+    visual_similarity: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mask, Tensor) or self.mask.ndim != 2:
@@ -62,14 +75,20 @@ class CreditInputs:
         n, t = self.mask.shape
         check_shape(self.sample_advantages, "sample_advantages", (n,), "[N]")
         check_group_ids(self.group_ids, n)
-        for name in ("behaviour_logp", "entropy", "kl"):
+        for name in ("behaviour_logp", "entropy", "kl", "logp_without_image", "visual_similarity"):
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, name, (n, t), "[N, T]")
+        if self.rewards is not None and (self.rewards.ndim != 2 or self.rewards.shape[0] != n):
+            raise ValueError(f"CreditInputs.rewards must have shape [N, K] with N={n}, got {tuple(self.rewards.shape)}")
+        if self.logit_stats is not None and tuple(self.logit_stats.shape) != (n, t, 2):
+            raise ValueError(f"CreditInputs.logit_stats must have shape [N, T, 2], got {tuple(self.logit_stats.shape)}")
+        if self.hidden is not None and (self.hidden.ndim != 3 or tuple(self.hidden.shape[:2]) != (n, t)):
+            raise ValueError(f"CreditInputs.hidden must have shape [N, T, H], got {tuple(self.hidden.shape)}")
 
     def require(self, name: str, rule: str) -> Any:
-        """The field ``name`` (``entropy``, ``kl``, ``behaviour_logp``, ``progress``) or a ``ValueError`` that says how to
-        provide it."""
+        """The field ``name`` (``entropy``, ``kl``, ``behaviour_logp``, ``progress``, ``rewards``, ``logit_stats``) or a
+        ``ValueError`` that says how to provide it."""
         value = getattr(self, name)
         if value is None:
             raise ValueError(

@@ -14,7 +14,8 @@ Registry meta: ``needs`` (score features the objective reads, checked against th
 ``ratio=True`` for objectives composed of a ratio level and a clip form (their hyper-parameters include
 ``ratio_level`` and ``clip``, see :func:`objective_hyperparameters`); ``uses_old_logp=False`` for objectives that never
 read ``context.old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
-objectives that weigh samples within their group (every micro-batch must hold whole groups).
+objectives that weigh samples within their group (every micro-batch must hold whole groups); ``phases=P`` for
+objectives whose update runs ``P`` times over the batch, one phase after the other (``context.phase``, Lopti [219]).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from torch import Tensor
 
-from genalign.algorithms._validation import check_hyperparameters
+from genalign.algorithms._validation import accepted_hyperparameters, check_hyperparameters
 from genalign.algorithms.policy_loss import check_objective_hyperparameters
 from genalign.registry import Registry
 
@@ -36,9 +37,11 @@ OBJECTIVES: Registry[Objective] = Registry("objective")
 
 def objective_hyperparameters(name: str, *, ratio_level: str, clip: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of objective ``name``: ``args`` plus, for ratio objectives, the chosen ratio level and
-    clip form. Validates them (unknown names and keywords raise with a did-you-mean hint)."""
+    clip form (a ratio objective's own keywords, e.g. Lopti's ``threshold``, pass through; the others must belong to
+    the level or the clip form). Validates them (unknown names and keywords raise with a did-you-mean hint)."""
     if OBJECTIVES.meta(name).get("ratio", False):
-        check_objective_hyperparameters(ratio_level, clip, args)
+        own = set(accepted_hyperparameters(OBJECTIVES, name)) - {"ratio_level", "clip"}
+        check_objective_hyperparameters(ratio_level, clip, {k: v for k, v in args.items() if k not in own})
         return {"ratio_level": ratio_level, "clip": clip, **args}
     check_hyperparameters(OBJECTIVES, name, args)
     return dict(args)

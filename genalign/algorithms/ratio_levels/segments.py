@@ -23,9 +23,10 @@ from genalign.algorithms.ratio_levels.base import (
 
 @RATIO_LEVELS.register(
     "sentence",
+    needs=("segment_ids",),
     experimental=True,
-    formula="s_{i,k} = exp(mean_{t∈sentence k} ℓ_it), clipped per sentence and placed on its actions; "
-    "the clip form sees the sentence-mean entropy",
+    formula="s_{i,k} = exp(mean_{t∈sentence k} ℓ_it), sentences from the completion text (rollout segment_ids), "
+    "clipped per sentence and placed on its actions; the clip form sees the sentence-mean entropy",
     source="[15] SSPO",
     summary="Sentence-level ratio between GRPO's token ratio and GSPO's sequence ratio.",
 )
@@ -41,16 +42,19 @@ def sentence_level(
     """SSPO [15]: one importance ratio per sentence, ``s_{i,k} = exp(mean_{t ∈ k} ℓ_{i,t})`` (GSPO's length-normalised
     form applied inside each sentence), clipped per sentence; every action of the sentence carries its surrogate.
 
-    Reading chosen: the abstract does not define a sentence; genalign uses ``context.segment_ids`` when the caller
-    provides them (e.g. split at ".", "\\n" by the policy adapter), else consecutive windows of ``segment_length``
-    actions. With ``clip="entropy_adaptive"`` the clip form receives each sentence's mean entropy ("sentence
-    entropy" in the abstract), which is SSPO's pairing.
+    Reading chosen: the abstract does not define a sentence; genalign takes the sentences of the completion text,
+    the rollout's ``segment_ids`` (registry meta ``needs``: the trainer asks the policy for them, and a family that
+    cannot segment its outputs is rejected at config load). Token families end a sentence after a token whose text
+    holds a newline or ``.``, ``!``, ``?`` followed by whitespace (:mod:`genalign.policies.lm.segments`). Called
+    without ``context.segment_ids`` (direct use), consecutive windows of ``segment_length`` actions stand in. With
+    ``clip="entropy_adaptive"`` the clip form receives each sentence's mean entropy ("sentence entropy" in the
+    abstract), which is SSPO's pairing.
 
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
         context: optional ``segment_ids`` / ``entropy``.
-        segment_length: window size (actions) used when ``context.segment_ids`` is None; >= 1.
+        segment_length: window size (actions) used only when ``context.segment_ids`` is None; >= 1.
     """
     if segment_length < 1:
         raise ValueError(f"segment_length must be >= 1 (actions per sentence window), got {segment_length!r}")

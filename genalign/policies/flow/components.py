@@ -12,22 +12,32 @@ import torch
 from torch import nn
 
 from genalign.pipelines.flow_models import PromptEmbeddings
+from genalign.policies.sharding import release_gathered
 
 
 class ParameterAverage:
-    """An exponential moving average of a list of parameters, kept in float32.
+    """An exponential moving average of a module's trainable parameters, kept in float32.
 
     ``update()`` after each optimizer step: ``avg <- decay · avg + (1 − decay) · θ``. Inside ``with average.applied():``
     the parameters hold the average; the live values are restored on exit (the average itself is never rounded to the
     parameters' dtype). Used for the EMA of the trainable weights (evaluation) and for DiffusionNFT's "old" model.
+
+    Under sharded training the averages are sharded like the parameters (:meth:`reset` after sharding), and
+    :meth:`applied` must be entered while the parameters are sharded: it swaps the shards and releases gathered
+    parameters on entry and exit, so forward passes inside gather the average and passes after it the live values.
     """
 
-    def __init__(self, parameters: list[nn.Parameter], decay: float) -> None:
+    def __init__(self, module: nn.Module, decay: float) -> None:
         if not 0 <= decay < 1:
             raise ValueError(f"decay={decay} must be in [0, 1).")
-        self.parameters = parameters
+        self.module = module
         self.decay = decay
-        self.average = [p.detach().float().clone() for p in parameters]
+        self.reset()
+
+    def reset(self) -> None:
+        """Start the average at the current trainable parameters (again after they were sharded)."""
+        self.parameters = [p for p in self.module.parameters() if p.requires_grad]
+        self.average = [p.detach().float().clone() for p in self.parameters]
 
     @torch.no_grad()
     def update(self) -> None:
@@ -40,11 +50,13 @@ class ParameterAverage:
         graph built before the block (DiffusionNFT scores the current velocity first) stays valid: it sees the live
         values again when it runs backward."""
         live = [p.detach().clone() for p in self.parameters]
+        release_gathered(self.module)
         for param, average in zip(self.parameters, self.average, strict=True):
             param.data.copy_(average.to(param.dtype))
         try:
             yield
         finally:
+            release_gathered(self.module)
             for param, value in zip(self.parameters, live, strict=True):
                 param.data.copy_(value)
 

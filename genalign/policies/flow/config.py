@@ -157,6 +157,14 @@ class FlowPolicyConfig:
     log_prob_reduction: Literal["mean", "sum"] = field(
         default="mean", metadata={"help": "Step log-prob over latent elements: mean (reference code) or sum."}
     )
+    log_prob_form: Literal["gaussian", "squared_error"] = field(
+        default="gaussian",
+        metadata={
+            "help": "Step log-prob: 'gaussian' (the Gaussian log-density) or 'squared_error' (Flow-GRPO's published "
+            "CPS code: -(x' - mean)^2 with every constant, 1/(2 std^2) included, dropped). The published ratio is the "
+            "Gaussian one raised to 2 std^2, so a CPS recipe's clip range means the same only with 'squared_error'."
+        },
+    )
     ode_solver: Literal["euler", "ab2"] = field(
         default="euler",
         metadata={"help": "Solver of ODE steps after the last SDE step (ab2 = 2nd order, MixGRPO-Flash)."},

@@ -40,6 +40,7 @@ class FlowModel:
             dynamics=config.dynamics,
             noise_level=config.noise_level,
             log_prob_reduction=config.log_prob_reduction,
+            log_prob_form=config.log_prob_form,
         )
         self.arch = self.sampler.arch
         self.scheduler = self.sampler.scheduler
@@ -60,24 +61,7 @@ class FlowModel:
 
     # ------------------------------------------------------------------------------------------------- weights
     def _add_trainable_weights(self) -> None:
-        if self.config.lora_rank == 0:
-            self.transformer.requires_grad_(True)
-            return
-        from diffusers.training_utils import cast_training_params
-        from peft import LoraConfig
-
-        cfg = self.config
-        targets = cfg.lora_target_modules or list(self.arch.lora_target_modules)
-        lora = LoraConfig(
-            r=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha,
-            target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
-            init_lora_weights=cfg.lora_init_weights,
-            use_dora=cfg.lora_use_dora,
-            use_rslora=cfg.lora_use_rslora,
-        )
-        self.transformer.add_adapter(lora)
-        cast_training_params(self.transformer, dtype=torch.float32)  # LoRA weights train in float32
+        add_trainable_weights(self.transformer, self.config, self.arch.lora_target_modules)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.transformer.parameters() if p.requires_grad]
@@ -216,3 +200,25 @@ class FlowModel:
         self.generator.set_state(state["generator"])
         self.mask_generator.set_state(state["mask_generator"])
         self.point_generator.set_state(state["point_generator"])
+
+
+def add_trainable_weights(transformer: nn.Module, config: FlowPolicyConfig, default_targets: tuple[str, ...]) -> None:
+    """Make ``transformer``'s trained weights trainable: every weight (``lora_rank`` 0), or LoRA adapters in float32 on
+    ``config.lora_target_modules`` (None: ``default_targets``, the architecture's attention projections)."""
+    if config.lora_rank == 0:
+        transformer.requires_grad_(True)
+        return
+    from diffusers.training_utils import cast_training_params
+    from peft import LoraConfig
+
+    targets = config.lora_target_modules or list(default_targets)
+    lora = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
+        init_lora_weights=config.lora_init_weights,
+        use_dora=config.lora_use_dora,
+        use_rslora=config.lora_use_rslora,
+    )
+    transformer.add_adapter(lora)
+    cast_training_params(transformer, dtype=torch.float32)  # LoRA weights train in float32

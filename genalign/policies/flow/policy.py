@@ -17,7 +17,8 @@ guidance 1 / FLUX's embedded guidance); latents and log-probabilities stay float
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -50,10 +51,10 @@ class FlowPolicy(Policy):
         self.capabilities = config.capabilities()
         self.model = FlowModel(config, torch.device(device))
         self.iteration = 0
-        parameters = self.model.trainable_parameters()
-        self.ema = ParameterAverage(parameters, config.ema_decay) if config.ema_decay > 0 else None
+        transformer = self.model.transformer
+        self.ema = ParameterAverage(transformer, config.ema_decay) if config.ema_decay > 0 else None
         method = config.likelihood_free.method
-        self.old = ParameterAverage(parameters, config.likelihood_free.old_decay) if method == "nft" else None
+        self.old = ParameterAverage(transformer, config.likelihood_free.old_decay) if method == "nft" else None
         self.evaluation = SDESampling(self.model, training=False)
         self.scorer: SDEStepScorer | FlowMatchingScorer
         self.sampling: SDESampling | TreeSampling | FlowMatchingSampling
@@ -74,11 +75,11 @@ class FlowPolicy(Policy):
         mode: Literal["train", "eval"] = "train",
         request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
-        """Sample ``group_size`` outputs per row. ``eval``: ODE sampling with ``eval_num_steps`` (and EMA weights)."""
+        """Sample ``group_size`` outputs per row. ``eval``: ODE sampling with ``eval_num_steps`` (under
+        :meth:`evaluation_weights`, the EMA weights)."""
         _check_rows(rows, group_size)
         if mode == "eval":
-            with self.ema.applied() if self.ema is not None else nullcontext():
-                return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
+            return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
         rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration))
         if "step_rewards" in request.structure:
             if request.reward_probe is None:
@@ -97,6 +98,17 @@ class FlowPolicy(Policy):
 
     def modules_to_train(self) -> list[nn.Module]:
         return [self.model.transformer]
+
+    def prepare_sharding(self, wrap: Callable[[nn.Module], None]) -> None:
+        """The transformer; the parameter averages restart from its (now sharded) parameters."""
+        wrap(self.model.transformer)
+        for average in (self.ema, self.old):
+            if average is not None:
+                average.reset()
+
+    def evaluation_weights(self) -> AbstractContextManager:
+        """The EMA of the weights when ``ema_decay > 0``."""
+        return self.ema.applied() if self.ema is not None else nullcontext()
 
     def save(self, directory: Path) -> None:
         self.model.save(directory)

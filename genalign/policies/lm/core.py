@@ -22,7 +22,7 @@ checkpoint or parameter plumbing again.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.structure import RolloutStructure
+from genalign.algorithms.structure import RolloutStructure, token_prefix_tree
 from genalign.engines.base import SamplingParams
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
@@ -50,7 +50,7 @@ from genalign.policies.lm.segments import SegmentBoundaries
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
 AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk", "hidden"})
 #: Rollout structure every autoregressive token family can fill.
-AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids"})
+AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
 
 
 #: Attention kernels by transformers' name (``attn_implementation``); a family's ``None`` passes nothing, so
@@ -128,12 +128,30 @@ def end_and_pad_token_ids(tokenizer, generation_config: Any, *, model_name: str)
 
 
 def completion_structure(
-    request: RolloutRequest, segments: SegmentBoundaries, truncated: Tensor, completion_ids: Tensor, mask: Tensor
+    request: RolloutRequest,
+    segments: SegmentBoundaries,
+    truncated: Tensor,
+    completion_ids: Tensor,
+    mask: Tensor,
+    group_ids: Tensor | None = None,
 ) -> RolloutStructure:
-    """The structure of autoregressive completions: ``truncated`` ``[N]`` bool always (the engines report it), and
-    ``segment_ids`` ``[N, T]`` long (:mod:`genalign.policies.lm.segments`) when ``request`` names it."""
-    wants_segments = "segment_ids" in request.structure
-    return RolloutStructure(truncated=truncated, segment_ids=segments(completion_ids, mask) if wants_segments else None)
+    """The structure of autoregressive completions: ``truncated`` ``[N]`` bool always (the engines report it),
+    ``segment_ids`` ``[N, T]`` long (:mod:`genalign.policies.lm.segments`), ``action_ids`` ``[N, T]`` long (the
+    completion token ids, 0 on padding) and ``prefix_tree`` (the token prefix tree of each group,
+    :func:`~genalign.algorithms.structure.token_prefix_tree`; needs ``group_ids`` ``[N]``) when ``request`` names
+    them."""
+    wanted = request.structure
+    tree = None
+    if "prefix_tree" in wanted:
+        if group_ids is None:
+            raise ValueError("completion_structure: the prefix tree of the groups needs group_ids [N]")
+        tree = token_prefix_tree(completion_ids, mask, group_ids)
+    return RolloutStructure(
+        truncated=truncated,
+        segment_ids=segments(completion_ids, mask) if "segment_ids" in wanted else None,
+        action_ids=torch.where(mask > 0, completion_ids, 0).long() if "action_ids" in wanted else None,
+        prefix_tree=tree,
+    )
 
 
 @contextmanager
@@ -230,6 +248,12 @@ class TokenLMPolicy(Policy):
 
     def modules_to_train(self) -> list[nn.Module]:
         return [self.model]
+
+    def prepare_sharding(self, wrap: Callable[[nn.Module], None]) -> None:
+        """The model, and the frozen reference copy when it is loaded (on the first KL request, in every process at
+        the same micro-batch)."""
+        wrap(self.model)
+        self.reference.prepare_frozen = wrap
 
     def save(self, directory: Path) -> None:
         """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), the tokenizer or

@@ -15,12 +15,14 @@ exists for one chunk at a time (recomputed in backward). Without a term, the fus
 
 Two detached token features come on request without changing how ``logp`` is computed: ``topk`` (the ``k`` largest
 next-token log-probs at the sampling temperature, from a separate no-grad pass over the head, one chunk of logits at a
-time) and ``hidden`` (the last hidden state predicting each target, which the head reads anyway).
+time), ``hidden`` (the last hidden state predicting each target, which the head reads anyway) and ``logit_stats``
+(self-certainty ``logsumexp(s) − mean(s)`` of the logits at the temperature and the target's raw logit, from the same
+kind of no-grad chunked pass).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from genalign.algorithms.scores import VocabTerm
+from genalign.policies.lm.reference import get_base_model
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
@@ -44,6 +47,8 @@ class TokenScores(NamedTuple):
         vocab_term: ``[B, C]`` float32 value of the vocabulary term.
         topk_logp: ``[B, C, k]`` float32, the ``k`` largest log-probs of ``softmax(logits / T)``, descending (detached).
         hidden: ``[B, C, H]`` the hidden state predicting each target, in the model's dtype (detached).
+        logit_stats: ``[B, C, 2]`` float32 self-certainty and raw target logit (detached), see
+            :func:`_head_logit_stats`.
     """
 
     logp: Tensor
@@ -51,6 +56,7 @@ class TokenScores(NamedTuple):
     vocab_term: Tensor | None = None
     topk_logp: Tensor | None = None
     hidden: Tensor | None = None
+    logit_stats: Tensor | None = None
 
 
 def _chunk_logprobs(
@@ -186,6 +192,23 @@ def _head_topk(hidden: Tensor, head: nn.Module, *, temperature: float, chunk_siz
     return torch.cat(values)
 
 
+@torch.no_grad()
+def _head_logit_stats(
+    hidden: Tensor, targets: Tensor, head: nn.Module, *, temperature: float, chunk_size: int
+) -> Tensor:
+    """``[n, 2]``: the self-certainty ``logsumexp(s) − mean_v(s)`` of ``s = head(hidden) / T`` (UCAS [210], equal to
+    ``KL(uniform ‖ softmax(s)) + log V``) and the raw logit (before the temperature) of ``targets`` ``[n]``; one chunk
+    of logits at a time, without gradient."""
+    values = [hidden.new_zeros(0, 2, dtype=torch.float32)]
+    for start in range(0, hidden.shape[0], chunk_size):
+        logits = head(hidden[start : start + chunk_size]).float()  # [c, V]
+        scaled = logits / temperature  # [c, V]
+        certainty = torch.logsumexp(scaled, dim=-1) - scaled.mean(dim=-1)  # [c]
+        raw = logits.gather(1, targets[start : start + chunk_size, None]).squeeze(1)  # [c]
+        values.append(torch.stack([certainty, raw], dim=1))
+    return torch.cat(values)
+
+
 def _scatter(values: Tensor, flat_index: Tensor, mask: Tensor) -> Tensor:
     """Values ``[n, ...]`` of the real tokens back to ``mask``'s shape ``[B, C, ...]`` float32, 0 elsewhere."""
     full = torch.zeros(mask.numel(), *values.shape[1:], dtype=torch.float32, device=values.device)
@@ -204,6 +227,7 @@ def token_scores_from_hidden(
     vocab_term: VocabTerm | None = None,
     topk: int = 0,
     with_hidden: bool = False,
+    with_logit_stats: bool = False,
 ) -> TokenScores:
     """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term, top-k, hidden).
 
@@ -219,6 +243,7 @@ def token_scores_from_hidden(
             fused linear-head path.
         topk: ``k > 0`` also returns the ``k`` largest log-probs of each token (a separate no-grad chunked pass).
         with_hidden: also return ``hidden`` (detached, 0 on padding).
+        with_logit_stats: also return the self-certainty and raw target logit (a separate no-grad chunked pass).
 
     Returns:
         :class:`TokenScores`.
@@ -241,13 +266,43 @@ def token_scores_from_hidden(
     top = None
     if topk > 0:
         top = _head_topk(flat_hidden, head, temperature=temperature, chunk_size=chunk_size, k=topk)  # [n, k]
+    stats = None
+    if with_logit_stats:
+        stats = _head_logit_stats(flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size)
     return TokenScores(
         logp=_scatter(logp, flat_index, mask),
         entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
         vocab_term=_scatter(term, flat_index, mask) if term is not None else None,
         topk_logp=_scatter(top, flat_index, mask) if top is not None else None,
         hidden=torch.where(mask[..., None] > 0, hidden.detach(), 0) if with_hidden else None,  # [B, C, H]
+        logit_stats=_scatter(stats, flat_index, mask) if stats is not None else None,  # [B, C, 2]
     )
+
+
+def backbone_output(module: nn.Module, **inputs: Any) -> Any:
+    """The output of the transformers backbone inside ``module`` (a ``*ForCausalLM`` or ``*ForConditionalGeneration``,
+    possibly in a peft wrapper), from one call of ``module`` itself: a model output with ``last_hidden_state`` ``[B, L,
+    H]`` (and ``hidden_states``, one ``[B, L, H]`` per layer and the embeddings, with ``output_hidden_states=True``).
+
+    Calling the outermost module (not its backbone) lets hooks on it run: under sharded training they gather the
+    module's own parameters (embeddings, final norm, output head) for the pass and its backward. The head is applied
+    at one position only (``logits_to_keep=1``); the chunked log-prob pass reads it afterwards.
+    """
+    backbone = get_base_model(module).base_model
+    captured: list[Any] = []
+    handle = backbone.register_forward_hook(lambda _module, _args, output: captured.append(output))
+    try:
+        module(**inputs, use_cache=False, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return captured[-1]
+
+
+def backbone_hidden_states(module: nn.Module, **inputs: Tensor) -> Tensor:
+    """``[B, L, H]`` last hidden state of the transformers backbone inside ``module``, from one call of ``module``
+    itself (:func:`backbone_output`)."""
+    output = backbone_output(module, **inputs)
+    return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
 
 
 def completion_scores(
@@ -263,38 +318,40 @@ def completion_scores(
     vocab_term: VocabTerm | None = None,
     topk: int = 0,
     with_hidden: bool = False,
+    with_logit_stats: bool = False,
 ) -> TokenScores:
-    """Score completions under ``causal_lm`` (a ``*ForCausalLM``; LoRA layers injected by peft apply).
+    """Score completions under ``causal_lm`` (a ``*ForCausalLM``, or the peft wrapper of one: LoRA layers apply).
 
     Args:
         prompt_ids: ``[B, P]`` left-padded prompt ids, ``prompt_mask`` ``[B, P]``.
         completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]``.
-        vocab_term, topk, with_hidden: optional features, see :func:`token_scores_from_hidden`.
+        vocab_term, topk, with_hidden, with_logit_stats: optional features, see :func:`token_scores_from_hidden`.
 
     Returns:
         :class:`TokenScores` with ``[B, C]`` (``[B, C, k]``, ``[B, C, H]``) tensors.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
     attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [B, P + C]
-    outputs = causal_lm.base_model(
+    hidden = backbone_hidden_states(
+        causal_lm,
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
+    )  # [B, P + C, H]
     width = prompt_ids.shape[1]
-    hidden = outputs.last_hidden_state[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
+    hidden = hidden[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
     return token_scores_from_hidden(
         hidden,
         completion_ids,
         completion_mask,
-        causal_lm.get_output_embeddings(),
+        get_base_model(causal_lm).get_output_embeddings(),
         temperature=temperature,
         chunk_size=chunk_size,
         with_entropy=with_entropy,
         vocab_term=vocab_term,
         topk=topk,
         with_hidden=with_hidden,
+        with_logit_stats=with_logit_stats,
     )
 
 

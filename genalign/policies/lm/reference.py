@@ -15,6 +15,8 @@ from typing import Literal, TypeVar
 import torch
 from torch import nn
 
+from genalign.policies.sharding import release_gathered
+
 ReferenceMode = Literal["auto", "lora_disabled", "frozen_copy", "none"]
 ResolvedReferenceMode = Literal["lora_disabled", "frozen_copy", "none"]
 T = TypeVar("T")
@@ -73,6 +75,8 @@ class ReferencePolicy:
         self.model = model
         self.load_frozen = load_frozen
         self._frozen: nn.Module | None = None
+        #: Applied to the frozen copy when it is loaded (sharded training shards it: ``Policy.prepare_sharding``).
+        self.prepare_frozen: Callable[[nn.Module], None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -88,7 +92,12 @@ class ReferencePolicy:
                     return score_fn(self.model)
             if self._frozen is None:  # the original weights, never a copy of the trained ones
                 self._frozen = self.load_frozen().eval().requires_grad_(False)
-            return score_fn(self._frozen)
+                if self.prepare_frozen is not None:
+                    self.prepare_frozen(self._frozen)
+            try:
+                return score_fn(self._frozen)
+            finally:
+                release_gathered(self._frozen)  # a sharded copy keeps only its shards between passes
 
 
 __all__ = [

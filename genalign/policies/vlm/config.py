@@ -6,9 +6,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genalign.policies.base import PolicyCapabilities
-from genalign.policies.lm.core import AttnImplementation, LoRAConfig, lora_reference_mode, token_capabilities
+from genalign.policies.lm.core import (
+    AUTOREGRESSIVE_FEATURES,
+    AUTOREGRESSIVE_STRUCTURE,
+    AttnImplementation,
+    LoRAConfig,
+    lora_reference_mode,
+    token_capabilities,
+)
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
+#: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
+VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity"})
 
 
 @dataclass
@@ -66,6 +75,14 @@ class VLMPolicyConfig:
         default=1024, metadata={"help": "Completion tokens sent through the output head at once when scoring."}
     )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
+    block_markers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Strings that open the 2nd, 3rd, ... text block of a completion, found in order (rollout "
+            "structure block_ids, e.g. ['<answer>']), for role-specific segment advantages (credit rule "
+            "role_segments); [] = no blocks."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler."})
 
     def validate(self) -> None:
@@ -90,13 +107,21 @@ class VLMPolicyConfig:
         lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
         if not all(self.stop):
             raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
+        if not all(isinstance(marker, str) and marker for marker in self.block_markers):
+            raise ValueError(f"policy.block_markers={self.block_markers} must hold non-empty strings")
 
     def capabilities(self) -> PolicyCapabilities:
-        """Entropy, vocabulary terms, top-k log-probs and hidden states from the chunked head pass; KL unless
-        ``reference='none'``; truncation flags and segment ids of completions (as for causal LMs)."""
-        return token_capabilities(self.reference)
+        """The token features and completion structure of causal LMs (KL unless ``reference='none'``), plus the
+        perception features ``logp_without_image`` and ``visual_similarity`` and, with ``block_markers``, the text
+        blocks ``block_ids``."""
+        blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
+        return token_capabilities(
+            self.reference,
+            features=AUTOREGRESSIVE_FEATURES | VISION_FEATURES,
+            structure=AUTOREGRESSIVE_STRUCTURE | blocks,
+        )
 
 
 CONFIG_CLASS = VLMPolicyConfig
 
-__all__ = ["CONFIG_CLASS", "LoraScope", "VLMPolicyConfig"]
+__all__ = ["CONFIG_CLASS", "VISION_FEATURES", "LoraScope", "VLMPolicyConfig"]

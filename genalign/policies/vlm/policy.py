@@ -7,11 +7,13 @@ sampler's random generator are the token-LM core's (:class:`~genalign.policies.l
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from genalign.algorithms.structure import RolloutStructure
 from genalign.assets import model_location
 from genalign.engines.base import Generation, SamplingParams
 from genalign.engines.hf import HFGenerateEngine
@@ -25,8 +27,9 @@ from genalign.policies.lm.core import (
     sampling_params,
 )
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
-from genalign.policies.lm.logprobs import token_scores_from_hidden
+from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.probes import block_ids
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
@@ -40,6 +43,7 @@ from genalign.policies.vlm.model import (
     vision_token_ids,
     vision_tower,
 )
+from genalign.policies.vlm.perception import logp_without_image, visual_similarity
 
 
 class VLMPolicy(TokenLMPolicy):
@@ -77,6 +81,7 @@ class VLMPolicy(TokenLMPolicy):
         # transformers >= 5 computes Qwen2-VL's 3-D rotary positions from mm_token_type_ids; older versions reject it
         self.needs_mm_token_type_ids = "mm_token_type_ids" in inspect.signature(self.hf_model.forward).parameters
         self.segments = SegmentBoundaries(self.tokenizer)
+        self.image_token_id = getattr(self.hf_model.config, "image_token_id", None)
 
     # --- rollout --------------------------------------------------------------------------------------------------
 
@@ -174,8 +179,8 @@ class VLMPolicy(TokenLMPolicy):
             group_ids=torch.tensor(picks, dtype=torch.long),
             old_logp=old_logp.cpu(),
             action_mask=action_mask.cpu(),
-            structure=completion_structure(
-                request, self.segments, truncated.cpu(), completion_ids.cpu(), action_mask.cpu()
+            structure=self.completion_structure(
+                request, truncated.cpu(), completion_ids.cpu(), action_mask.cpu(), picks
             ),
             per_sample={
                 "prompt_ids": prompt_ids,
@@ -191,6 +196,19 @@ class VLMPolicy(TokenLMPolicy):
                 "images_per_prompt": sum(e.image_grid_thw.shape[0] for e in encoded) / len(encoded),
             },
         )
+
+    def completion_structure(
+        self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int]
+    ) -> RolloutStructure:
+        """The causal-LM structure of the completions, plus their text blocks (``block_ids``: the number of
+        ``policy.block_markers``, found in order, that start at or before each action, as the causal-LM probes count
+        them) when the request names them."""
+        group_ids = torch.tensor(picks, dtype=torch.long)
+        structure = completion_structure(request, self.segments, truncated, completion_ids, mask, group_ids=group_ids)
+        if "block_ids" in request.structure and self.config.block_markers:
+            blocks = block_ids(self.tokenizer, completion_ids, mask, self.config.block_markers)  # [N, T]
+            structure = replace(structure, block_ids=blocks)
+        return structure
 
     # --- scoring --------------------------------------------------------------------------------------------------
 
@@ -217,30 +235,50 @@ class VLMPolicy(TokenLMPolicy):
         """``logp`` ``[n, T]`` of the stored completions under ``module`` (with grad in training mode) and the requested
         token features: one backbone pass with every processor output, then the output head, with the vision tokens
         suppressed, on the hidden states of the completion tokens only, in chunks, at the sampling temperature.
-        ``request.vocab_term`` is evaluated per token inside the chunked head pass."""
+        ``request.vocab_term`` is evaluated per token inside the chunked head pass. The perception features
+        (:mod:`genalign.policies.vlm.perception`) come from the same pass (``visual_similarity``) or a second pass with
+        the images blanked out (``logp_without_image``)."""
         inputs = self.model_inputs(rollout)
         hf_model = get_base_model(module)
-        hidden = hf_model.model(**inputs, use_cache=False).last_hidden_state  # [n, P + T, H]
         width = rollout.per_sample["prompt_ids"].shape[1]
-        hidden = hidden[:, width - 1 : width - 1 + rollout.num_actions]  # [n, T, H] states predicting the actions
+        similarity = None
+        if request.visual_similarity:  # every layer's states, from the very pass that gives the log-probs
+            output = backbone_output(module, output_hidden_states=True, **inputs)
+            full = output.last_hidden_state  # [n, P + T, H]
+            image_token = -1 if self.image_token_id is None else self.image_token_id
+            similarity = visual_similarity(
+                output.hidden_states, inputs["input_ids"], image_token, width, rollout.action_mask
+            )
+        else:
+            full = backbone_hidden_states(module, **inputs)  # [n, P + T, H]
+        hidden = full[:, width - 1 : width - 1 + rollout.num_actions]  # [n, T, H] states predicting the actions
+        head = suppressed_head(hf_model.get_output_embeddings(), self.suppressed_token_ids)
+        targets, mask = inputs["input_ids"][:, width:], rollout.action_mask.to(hidden.device)  # [n, T]
+        chunk, temperature = self.config.logprob_chunk_size, self.config.temperature
         scores = token_scores_from_hidden(
             hidden,
-            inputs["input_ids"][:, width:],
-            rollout.action_mask.to(hidden.device),
-            suppressed_head(hf_model.get_output_embeddings(), self.suppressed_token_ids),
-            temperature=self.config.temperature,
-            chunk_size=self.config.logprob_chunk_size,
+            targets,
+            mask,
+            head,
+            temperature=temperature,
+            chunk_size=chunk,
             with_entropy=request.entropy,
             vocab_term=request.vocab_term,
             topk=request.topk,
             with_hidden=request.hidden,
         )
+        without_image = None
+        if request.logp_without_image:
+            args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
+            without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
         return ScoreOutput(
             logp=scores.logp,
             entropy=scores.entropy,
             vocab_term=scores.vocab_term,
             topk_logp=scores.topk_logp,
             hidden=scores.hidden,
+            logp_without_image=without_image,
+            visual_similarity=similarity,
         )
 
 

@@ -1,0 +1,158 @@
+"""Outcome-reward shaping at the action level: an intrinsic reward for all-correct groups (Miner [28]) and the
+positive / negative rebalancing of OREAL [147] (rules of :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
+
+Both read which samples are correct from the trainer's reward table (``CreditInputs.rewards``, one column per
+configured reward function, in config order): a sample is correct when its reward in ``success_column`` exceeds
+``success_threshold`` (a missing reward is not correct). Batch statistics are taken over the rollout batch of the
+process, once, before it is split into micro-batches.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from genalign.algorithms._groups import group_sum, make_groups
+from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+
+
+def _success(inputs: CreditInputs, column: int, threshold: float, rule: str) -> tuple[Tensor, Tensor]:
+    """``(correct [N] bool, present [N] bool)`` from reward column ``column``."""
+    rewards = inputs.require("rewards", rule)  # [N, K]
+    if not -rewards.shape[1] <= column < rewards.shape[1]:
+        raise ValueError(
+            f"{rule}: success_column={column} is not a reward column; the config has {rewards.shape[1]} reward(s)"
+        )
+    value = rewards[:, column]  # [N]
+    present = ~torch.isnan(value)
+    return present & (value > threshold), present
+
+
+def _all_correct_groups(correct: Tensor, present: Tensor, group_ids: Tensor) -> Tensor:
+    """``[N]`` bool: the sample's group has at least 2 rewards and every present one is correct."""
+    groups = make_groups(group_ids, correct.shape[0])
+    counts = group_sum(torch.stack([correct, present], 1).double(), groups)  # [G, 2]
+    homogeneous = (counts[:, 0] == counts[:, 1]) & (counts[:, 1] >= 2)  # [G]
+    return homogeneous[groups.index] & present  # [N]
+
+
+@CREDIT_RULES.register(
+    "intrinsic_mastery",
+    needs=("rewards", "behaviour_logp"),
+    formula="all-correct groups: ℓ_i = mean_t logπ_old(o_it), a_i = max(0, mean_G ℓ − ℓ_i), A_it = s·a_i·(1 − p_it)^γ; "
+    "s = min(1, c·Σ|A_other| / Σ|a·(1 − p)^γ|) over valid actions; other groups keep their advantages",
+    source="[28] Miner (official recipe: focal credit γ = 2, calibration c = 0.0015, incorrect_scale 0)",
+    summary="Intrinsic reward on all-correct groups: less confident correct responses are reinforced, with focal "
+    "token credit, calibrated to a fraction of the verifiable advantages.",
+)
+def intrinsic_mastery(
+    advantages: Tensor,
+    inputs: CreditInputs,
+    *,
+    gamma: float = 2.0,
+    calibration: float = 0.0015,
+    success_column: int = 0,
+    success_threshold: float = 0.0,
+) -> Tensor:
+    """Miner [28]: positive homogeneous groups (every rollout correct) have zero advantage under any group baseline;
+    Miner mines them with the policy's own uncertainty as a self-supervised reward.
+
+    For a sample of such a group, ``ℓ_i`` is its mean token log-probability under the behaviour policy and its
+    intrinsic advantage ``a_i = max(0, mean_G ℓ − ℓ_i)``: correct responses the policy was *less* sure of are
+    reinforced, confident ones are not penalised. *Focal credit* spreads ``a_i`` over the tokens as
+    ``a_i·(1 − p_it)^γ``, amplifying uncertain tokens and suppressing confident ones. *Adaptive calibration* scales
+    all intrinsic advantages by ``s = min(1, c·M_verifiable / M_intrinsic)``, ``M`` the summed ``|A|`` over valid
+    actions (``M_verifiable`` over the samples outside all-correct groups), so the intrinsic signal never exceeds a
+    fraction ``c`` of the verifiable one (no verifiable signal: ``s = 0``; ``calibration = 0`` turns the scaling
+    off). Groups with mixed (or all-wrong) rewards keep their incoming advantages (the recipe's ``incorrect_scale``
+    is 0).
+
+    Args:
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``rewards`` ``[N, K]``, ``group_ids``, ``mask`` and ``behaviour_logp`` ``[N, T]``.
+        gamma: focal exponent ``γ >= 0`` (0 = uniform credit).
+        calibration: ``c >= 0`` (the recipe's ``scale_by_normal``).
+        success_column: reward column that says whether a response is correct.
+        success_threshold: a response is correct when that reward exceeds it.
+    Returns:
+        ``[N, T]`` per-action advantages.
+    """
+    if not (gamma >= 0 and calibration >= 0):
+        raise ValueError(f"gamma and calibration must be >= 0, got {gamma!r}, {calibration!r}")
+    correct, present = _success(inputs, success_column, success_threshold, "intrinsic_mastery")
+    mastered = _all_correct_groups(correct, present, inputs.group_ids)  # [N]
+    device = advantages.device
+    logp = inputs.require("behaviour_logp", "intrinsic_mastery").detach().to(device, advantages.dtype)  # [N, T]
+    valid = inputs.mask.to(device) > 0  # [N, T]
+    mastered = mastered.to(device) & valid.any(1)
+    mean_logp = torch.where(valid, logp, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N] ℓ_i
+    groups = make_groups(inputs.group_ids.to(device), mastered.shape[0])
+    members = mastered.to(logp.dtype)[:, None]  # [N, 1]
+    group_mean = group_sum(mean_logp[:, None] * members, groups) / group_sum(members, groups).clamp_min(1)  # [G, 1]
+    intrinsic = torch.where(mastered, (group_mean[groups.index, 0] - mean_logp).clamp_min(0.0), 0.0)  # [N] a_i
+    focal = (1.0 - torch.where(valid, logp, 0.0).exp()).clamp_min(0.0).pow(gamma)  # [N, T]
+    credit = torch.where(valid, intrinsic[:, None] * focal, 0.0)  # [N, T]
+    if calibration > 0:
+        verifiable = torch.where(valid & ~mastered[:, None], advantages, 0.0).abs().sum()
+        total = credit.abs().sum()
+        scale = (calibration * verifiable / total).clamp_max(1.0) if total > 0 else total.new_ones(())
+        credit = credit * scale
+    return torch.where(mastered[:, None], credit, advantages)  # [N, T]
+
+
+@CREDIT_RULES.register(
+    "outcome_reshaped",
+    needs=("rewards",),
+    experimental=True,
+    formula="w_i = c₊·N/N₊ for correct samples, c₋·N/N₋ otherwise (N, N₊, N₋ = valid actions of all / correct / "
+    "other samples); with token_mean aggregation L = c₊·tokmean₊(L) + c₋·tokmean₋(L)",
+    source="[147] OREAL (official recipe without the token-level reward model: rloo advantages, c₊ = 1, c₋ = 0.5)",
+    summary="OREAL's reshaping: correct and incorrect samples each normalised by their own token count, the "
+    "negative part down-weighted, for gradient consistency with best-of-N behaviour cloning.",
+)
+def outcome_reshaped(
+    advantages: Tensor,
+    inputs: CreditInputs,
+    *,
+    positive_factor: float = 1.0,
+    negative_factor: float = 0.5,
+    success_column: int = 0,
+    success_threshold: float = 0.0,
+) -> Tensor:
+    """OREAL [147]: behaviour cloning on positive best-of-N samples learns the KL-regularised optimal policy for binary
+    rewards; the negative samples' rewards are reshaped so that their gradient is consistent with it.
+
+    OREAL's published recipe (``oreal_wo_tokenrm``) trains positives with ``−A·log π`` and negatives with the
+    policy-gradient term ``−ρ·A`` (RLOO advantages), each summed over its tokens and divided by the token count of
+    its own set, with factors ``c₊ = 1`` and ``c₋ = 0.5``. This rule multiplies each sample's advantages by
+    ``c₊·N/N₊`` (correct samples) or ``c₋·N/N₋`` (the others), so that the ``token_mean`` aggregation (which divides
+    by ``N``) yields exactly ``c₊·Σ₊/N₊ + c₋·Σ₋/N₋``; at ratio 1 the gradients equal OREAL's.
+
+    Reading chosen: the counts are taken over the rollout batch of the process (exact with one process and one
+    minibatch; OREAL counts over the global batch); pair with ``advantage: rloo`` and ``aggregation: token_mean``.
+    OREAL's token-level reward model (importance weights from a separately trained token scorer) is not part of
+    this option.
+
+    Args:
+        advantages: ``[N, T]`` incoming per-action advantages.
+        inputs: reads ``rewards`` ``[N, K]`` and ``mask``.
+        positive_factor: ``c₊ >= 0``.
+        negative_factor: ``c₋ >= 0``.
+        success_column: reward column that says whether a response is correct.
+        success_threshold: a response is correct when that reward exceeds it.
+    Returns:
+        ``[N, T]`` ``advantages * w_i``.
+    """
+    if not (positive_factor >= 0 and negative_factor >= 0):
+        raise ValueError(f"the factors must be >= 0, got {positive_factor!r}, {negative_factor!r}")
+    correct, _ = _success(inputs, success_column, success_threshold, "outcome_reshaped")
+    correct = correct.to(advantages.device)
+    tokens = (inputs.mask.to(advantages.device) > 0).sum(1).to(advantages.dtype)  # [N]
+    total, positive = tokens.sum(), torch.where(correct, tokens, 0.0).sum()
+    negative = total - positive
+    weight = torch.where(
+        correct,
+        positive_factor * total / positive.clamp_min(1.0),
+        negative_factor * total / negative.clamp_min(1.0),
+    )  # [N]
+    return advantages * weight[:, None]  # [N, T]

@@ -1,0 +1,121 @@
+"""Objectives that regress the group's advantages with the policy's own implicit advantages: GVPO [139] (the centred
+implicit reward ``β·log πθ/π_old`` matched to the centred reward) and Reg-GRPO [177] (the GRPO advantage predicted
+by the centred length-normalised log-ratio). No importance ratio is clipped; the squared residual vanishes once the
+policy has moved exactly as far as the advantages ask, and reverses sign if it moves further.
+
+Both weigh samples within their group (registry meta ``whole_groups``) and write each sample's loss on its valid
+actions (:mod:`~genalign.algorithms.objectives.group_terms`): with ``aggregation: seq_mean_token_mean`` the aggregated
+loss is ``mean_i L_i``. ``n`` samples, ``T`` actions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.objectives.base import OBJECTIVES
+from genalign.algorithms.objectives.group_terms import (
+    batch_inputs,
+    group_sum,
+    on_actions,
+    sample_advantages,
+    sequence_mean,
+)
+from genalign.algorithms.scores import ScoreOutput
+
+
+def _log_ratio(logp: Tensor, context: ObjectiveContext, mask: Tensor, option: str) -> Tensor:
+    """``ℓ = logπθ − logπ_old`` ``[n, T]`` (0 on padding)."""
+    old_logp = require(context, "old_logp", f"objective {option!r}").to(logp.dtype)
+    return torch.where(mask > 0, logp - old_logp, 0.0)
+
+
+@OBJECTIVES.register(
+    "gvpo",
+    whole_groups=True,
+    formula="R_θ,i = β·Σ_t (logπθ − logπ_old); L_i = ½·((R_θ,i − sg(mean_G R_θ)) − A_i)² / (G − 1), "
+    "A_i = r_i − mean_G r (advantage: dr_grpo)",
+    source="[139] GVPO (verl recipe/gvpo, compute_policy_loss_gvpo); differs: mean of L_i over samples where the "
+    "reference sums a micro-batch (a learning-rate factor)",
+    summary="Regress the centred implicit reward β·log πθ/π_old onto the centred reward; the gradient weights "
+    "embed the KL-constrained optimum, no importance sampling or clipping.",
+)
+def gvpo(
+    score: ScoreOutput, advantages: Tensor, context: ObjectiveContext, *, beta: float = 0.1
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GVPO [139]: with the implicit reward ``R_θ(y) = β · log(πθ(y) / π_old(y))`` (sequence log-probs, summed over
+    tokens), minimise ``½ Σ_i ((R_θ,i − mean_G R_θ) − (r_i − mean_G r))² / (G − 1)``. Its gradient is
+    ``−β/(G−1) Σ_i [(r_i − r̄) − (R_θ,i − R̄_θ)] ∇logπθ(y_i)``: on-policy (``R_θ = 0``) this is REINFORCE with the
+    Dr. GRPO advantage; as the policy moves, each sample's weight shrinks by how far its implicit reward already moved,
+    and the unique fixed point is the KL-constrained optimum ``π* ∝ π_old · exp(r / β)``.
+
+    Follows the reference code (verl ``recipe/gvpo/gvpo_core_algos.py``, ``compute_policy_loss_gvpo``; paper
+    arXiv 2504.19599): the reference policy of the KL is the old policy, the group mean of ``R_θ`` is a constant
+    (detached), ``A_i`` is the sample's advantage (configure ``advantage: dr_grpo``, as the reference's
+    ``norm_adv_by_std_in_grpo=False``), ``β = 0.1``. Deliberate difference: the reference *sums* ``L_i`` over a
+    micro-batch (then divides by the number of micro-batches); genalign writes ``L_i`` on each action, so
+    ``seq_mean_token_mean`` gives ``mean_i L_i`` — a constant factor (the micro-batch size), i.e. a learning-rate
+    rescale.
+
+    Args:
+        score: ``logp`` ``[n, T]`` (with grad).
+        advantages: ``[n]`` or ``[n, T]`` (per-action advantages are averaged per sample, as the reference does).
+        context: ``mask``, ``group_ids``, ``old_logp``.
+        beta: ``β > 0``, the KL coefficient of the implicit reward.
+    Returns:
+        ``(loss [n, T], metrics)`` with ``gvpo/residual_abs`` (mean ``|(R_θ − R̄_θ) − A|``).
+    """
+    if not beta > 0:
+        raise ValueError(f"beta={beta!r} must be > 0 (GVPO's KL coefficient; the reference uses 0.1).")
+    logp, mask, groups = batch_inputs(score, context, "gvpo")
+    implicit = beta * (_log_ratio(logp, context, mask, "gvpo") * mask).sum(1)  # [n] R_θ,i
+    group_mean = (group_sum(implicit.detach(), groups) / groups.sizes.to(logp.dtype))[groups.index]  # [n]
+    residual = (implicit - group_mean) - sample_advantages(advantages, mask)  # [n]
+    dof = (groups.sizes.to(logp.dtype) - 1.0).clamp_min(1.0)[groups.index]  # [n] G − 1
+    loss = on_actions(0.5 * residual.square() / dof, mask)  # [n, T]
+    return loss, {"gvpo/residual_abs": residual.detach().abs().mean()}
+
+
+@OBJECTIVES.register(
+    "reg_grpo",
+    whole_groups=True,
+    experimental=True,
+    formula="ℓ̄_i = mean_t (logπθ − logπ_old); Â_θ,i = β·(ℓ̄_i − mean_G ℓ̄); L_i = ½·(A_i − Â_θ,i)²",
+    source="[177] Reg-GRPO (DeepVideo-R1)",
+    summary="GRPO as a regression: the policy's centred length-normalised log-ratio predicts the group advantage; "
+    "no clip, no min.",
+)
+def reg_grpo(
+    score: ScoreOutput, advantages: Tensor, context: ObjectiveContext, *, beta: float = 1.0
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Reg-GRPO [177]: GRPO's clipped surrogate is replaced by a regression whose target is the GRPO advantage and
+    whose prediction is the policy's own implicit advantage, so there is no clip or min to zero the gradient: the
+    residual pulls the policy up to the advantage and pushes it back if it overshoots.
+
+    Reading chosen: the abstract does not give the regressed quantity. genalign predicts the advantage with the
+    centred, length-normalised sequence log-ratio to the sampling policy, ``Â_θ,i = β·(ℓ̄_i − mean_G ℓ̄)``,
+    ``ℓ̄_i = mean_t (logπθ − logπ_old)``, and minimises ``½ (A_i − Â_θ,i)²`` (group mean with gradient). On-policy the
+    gradient is ``−β Σ_i A_i ∇ℓ̄_i``, GRPO's sequence-mean gradient scaled by ``β``; ``β`` sets how far the policy
+    moves before the residual vanishes (``β = 1``: when the mean token log-ratio, centred in its group, equals
+    the advantage).
+
+    Args:
+        score: ``logp`` ``[n, T]`` (with grad).
+        advantages: ``[n]`` or ``[n, T]`` (averaged per sample).
+        context: ``mask``, ``group_ids``, ``old_logp``.
+        beta: ``β > 0``, scale of the predicted advantage.
+    Returns:
+        ``(loss [n, T], metrics)`` with ``reg_grpo/residual_abs``.
+    """
+    if not beta > 0:
+        raise ValueError(f"beta={beta!r} must be > 0 (scale of the predicted advantage, e.g. 1.0).")
+    logp, mask, groups = batch_inputs(score, context, "reg_grpo")
+    mean_log_ratio = sequence_mean(_log_ratio(logp, context, mask, "reg_grpo"), mask)  # [n] ℓ̄_i
+    group_mean = (group_sum(mean_log_ratio, groups) / groups.sizes.to(logp.dtype))[groups.index]  # [n]
+    residual = sample_advantages(advantages, mask) - beta * (mean_log_ratio - group_mean)  # [n]
+    loss = on_actions(0.5 * residual.square(), mask)  # [n, T]
+    return loss, {"reg_grpo/residual_abs": residual.detach().abs().mean()}
+
+
+__all__ = ["gvpo", "reg_grpo"]

@@ -1,0 +1,148 @@
+"""Cross-field checks of a training config: registry options with their hyper-parameters, objective-specific fields,
+the policy family's capabilities against what the configured methods need, reward arguments. Each error names the
+field, the value and the fix."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Literal
+
+from genalign.config.core import ConfigError
+
+# The checked objects are the schema's AlgorithmConfig and RewardSpec (typed Any: the schema imports this module).
+AlgorithmConfig = RewardSpec = Any
+
+
+def check_algorithm_options(cfg: AlgorithmConfig) -> None:
+    """Every registry option of ``cfg`` exists and takes its hyper-parameters; the combination is consistent."""
+    from genalign import algorithms as alg
+
+    checks = [
+        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
+        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination, cfg.reward_combination_args),
+        ("aggregation", alg.AGGREGATIONS, cfg.aggregation, cfg.aggregation_args),
+    ]
+    checks += [("credit", alg.CREDIT_RULES, name, args) for name, args in cfg.credit_rules()]
+    checks += [("reward_shaping", alg.REWARD_SHAPERS, name, args) for name, args in cfg.reward_shaping_rules()]
+    if cfg.regularizer is not None:
+        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args))
+    for section, registry, name, args in checks:
+        try:
+            alg.check_hyperparameters(registry, name, args)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.{section}: {err}") from None
+    for section, names in (("credit", cfg.credit), ("reward_shaping", cfg.reward_shaping)):
+        unused = sorted(set(getattr(cfg, f"{section}_args")) - set(names))
+        if unused:
+            raise ConfigError(
+                f"algorithm.{section}_args has arguments for {unused}, which are not in algorithm.{section} = {names}; "
+                f"add them to algorithm.{section} or remove their arguments."
+            )
+    try:
+        alg.check_rule_order(cfg.credit)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.credit: {err}") from None
+    if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
+        try:
+            alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.regularizer_args: {err}") from None
+    try:
+        ratio = alg.OBJECTIVES.meta(cfg.objective).get("ratio", False)
+    except KeyError as err:
+        raise ConfigError(f"algorithm.objective: {err}") from None
+    try:
+        cfg.objective_kwargs()
+    except (KeyError, TypeError, ValueError) as err:
+        where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
+        raise ConfigError(f"{where}: {err}") from None
+    _check_objective_fields(cfg)
+
+
+def _check_objective_fields(cfg: AlgorithmConfig) -> None:
+    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives need whole
+    groups in every micro-batch."""
+    from genalign import algorithms as alg
+
+    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False):
+        defaults = type(cfg)()
+        changed = [name for name in ("ratio_level", "clip") if getattr(cfg, name) != getattr(defaults, name)]
+        if changed:
+            raise ConfigError(
+                f"algorithm.{changed[0]} = {getattr(cfg, changed[0])!r} has no effect with algorithm.objective = "
+                f"{cfg.objective!r}, which is not a ratio objective; remove it (the objective's own options go in "
+                "algorithm.objective_args)."
+            )
+    if alg.OBJECTIVES.meta(cfg.objective).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
+        raise ConfigError(
+            f"algorithm.objective = {cfg.objective!r} weighs samples within their group, so every micro-batch must "
+            f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
+            f"{cfg.group_size}."
+        )
+
+
+def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
+    """Every score feature and structure field the algorithm needs is one the policy family supplies."""
+    capabilities = policy.capabilities()
+    wanted = cfg.needs()
+    missing = capabilities.missing(wanted)
+    if missing:
+        need = missing[0]
+        raise ConfigError(
+            f"{', '.join(wanted[need])} needs {need!r}, which policy.family = {policy.family!r} with these policy "
+            f"options does not supply (it supplies score features {sorted(capabilities.score_features)} and rollout "
+            f"structure {sorted(capabilities.structure)}). Families whose default options supply {need!r}: "
+            f"{', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy options (the table "
+            "in docs/extending.md). Choose another option, or a family and options that supply it."
+        )
+
+
+def _families_supplying(need: str) -> list[str]:
+    """Policy families whose default options supply ``need``."""
+    from genalign.policies import family_names, load_family
+
+    return [name for name in family_names() if not load_family(name).CONFIG_CLASS().capabilities().missing([need])]
+
+
+def check_reward_args(index: int, spec: RewardSpec) -> None:
+    """Reject ``args`` a reward does not take, and ``Literal`` values it does not accept, before any model loads."""
+    import inspect
+
+    from genalign.config.core import _convert
+    from genalign.registry import did_you_mean
+    from genalign.rewards import reward_factory
+
+    factory = reward_factory(spec.fn)
+    target = factory.__init__ if isinstance(factory, type) else inspect.unwrap(factory)
+    params = inspect.signature(target).parameters
+    accepted = [
+        n for n, p in params.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in ("self", "prompts", "completions")
+    ]  # fmt: skip
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(target))
+    except Exception:  # annotations that cannot be resolved are simply not type-checked
+        hints = {}
+    for key, value in spec.args.items():
+        if key not in accepted:
+            raise ConfigError(
+                f"rewards[{index}].args.{key}: reward {spec.fn!r} takes no argument {key!r}.{did_you_mean(key, accepted)} "
+                f"Accepted: {', '.join(accepted) or 'none'}."
+            )
+        if typing.get_origin(hints.get(key)) is Literal:
+            _convert(value, hints[key], f"rewards[{index}].args.{key}")
+
+
+def check_reward_count(cfg: AlgorithmConfig, rewards: list) -> None:
+    """A reward combiner that reads several reward columns (meta ``min_rewards``) gets at least that many."""
+    from genalign import algorithms as alg
+
+    need = alg.REWARD_COMBINERS.meta(cfg.reward_combination).get("min_rewards", 1)
+    if len(rewards) < need:
+        raise ConfigError(
+            f"algorithm.reward_combination = {cfg.reward_combination!r} combines at least {need} reward columns, but "
+            f"rewards lists {len(rewards)}; add the missing reward(s) (see its docs row) or choose another combiner."
+        )
+
+
+__all__ = ["check_algorithm_options", "check_capabilities", "check_reward_args", "check_reward_count"]

@@ -1,0 +1,274 @@
+"""Published architecture configs of the models the full-scale presets name, for planning without the weights.
+
+A planner builds every model on the ``meta`` device from its config, so parameter counts are exact; for a model whose
+folder is on this machine the folder's own ``config.json`` / ``model_index.json`` is read (:mod:`.model_specs`).
+For the hub ids of the presets, whose folders are usually not here, this table holds the same configs, copied from
+the ``config.json`` files published with each model on huggingface.co (the file is named in each entry's ``source``;
+the total printed by ``genalign plan`` was checked against the total the model card states, quoted there too).
+
+Remote-code models (LLaDA, DiffuCoder / Dream) are entered as the transformers class with the same parameter shapes
+(``stand_in`` says which): their modules have other names but the same tensors, so counts and memory agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One model of a checkpoint: the library and class that build it and the class's config.
+
+    Attributes:
+        library: ``transformers``, ``diffusers`` or ``open_clip``.
+        class_name: e.g. ``Qwen2ForCausalLM``, ``SD3Transformer2DModel``, ``T5EncoderModel``, or an open_clip name.
+        config: the keyword config (transformers: ``model_type`` plus the config fields).
+    """
+
+    library: str
+    class_name: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """A checkpoint's components by role (``model`` for a single model; a pipeline's component names otherwise), with
+    the diffusers pipeline class of a pipeline (``_class_name`` of its model_index.json)."""
+
+    components: dict[str, ComponentSpec]
+    source: str
+    stand_in: str | None = None
+    pipeline_class: str | None = None
+
+
+def _qwen2(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, **extra: Any) -> dict[str, Any]:
+    return {"model_type": "qwen2", "hidden_size": hidden, "intermediate_size": intermediate,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "vocab_size": 152064, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, **extra}  # fmt: skip
+
+
+# CLIP / T5 text encoders of the diffusers pipelines (config.json of each pipeline's text_encoder* folder).
+_CLIP_L = {"model_type": "clip_text_model", "vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072,
+           "projection_dim": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "max_position_embeddings": 77,
+           "hidden_act": "quick_gelu"}  # fmt: skip
+_CLIP_BIG_G = {"model_type": "clip_text_model", "vocab_size": 49408, "hidden_size": 1280, "intermediate_size": 5120,
+               "projection_dim": 1280, "num_hidden_layers": 32, "num_attention_heads": 20,
+               "max_position_embeddings": 77, "hidden_act": "gelu"}  # fmt: skip
+_T5_XXL = {"model_type": "t5", "vocab_size": 32128, "d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64,
+           "num_layers": 24, "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32}  # fmt: skip
+_UMT5_XXL = {**_T5_XXL, "model_type": "umt5", "vocab_size": 256384}
+_VAE_16CH = {"in_channels": 3, "out_channels": 3, "latent_channels": 16, "block_out_channels": [128, 256, 512, 512],
+             "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+             "layers_per_block": 2, "norm_num_groups": 32, "use_quant_conv": False, "use_post_quant_conv": False}  # fmt: skip
+
+_QWEN25_7B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen2ForCausalLM", _qwen2(3584, 18944, 28, 28, 4, rope_theta=1e6))},
+    source="Qwen/Qwen2.5-7B-Instruct config.json; model card: 7.61B parameters",
+)
+_QWEN25_MATH_7B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen2ForCausalLM", _qwen2(3584, 18944, 28, 28, 4, rope_theta=1e4))},
+    source="Qwen/Qwen2.5-Math-7B config.json (the Qwen2.5-7B body, 4k positions); model card: 7.6B parameters",
+)
+_QWEN25_32B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen2ForCausalLM", _qwen2(5120, 27648, 64, 40, 8, rope_theta=1e6))},
+    source="Qwen/Qwen2.5-32B config.json; model card: 32.5B parameters, Hub safetensors total 32.8B",
+)
+_QWEN25_VL_7B = PublishedModel(
+    {
+        "model": ComponentSpec(
+            "transformers",
+            "Qwen2_5_VLForConditionalGeneration",
+            {
+                "model_type": "qwen2_5_vl",
+                "text_config": {
+                    **_qwen2(3584, 18944, 28, 28, 4, rope_theta=1e6),
+                    "model_type": "qwen2_5_vl_text",
+                    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+                },
+                "vision_config": {
+                    "depth": 32,
+                    "hidden_size": 1280,
+                    "intermediate_size": 3420,
+                    "num_heads": 16,
+                    "out_hidden_size": 3584,
+                    "patch_size": 14,
+                    "spatial_merge_size": 2,
+                    "temporal_patch_size": 2,
+                    "window_size": 112,
+                    "hidden_act": "silu",
+                    "fullatt_block_indexes": [7, 15, 23, 31],
+                    "in_chans": 3,
+                },
+                "image_token_id": 151655,
+                "video_token_id": 151656,
+            },
+        )
+    },
+    source="Qwen/Qwen2.5-VL-7B-Instruct config.json; model card: 8.29B parameters (7B language model + 675M vision)",
+)
+_LLADA_8B = PublishedModel(
+    {
+        "model": ComponentSpec(
+            "transformers",
+            "LlamaForCausalLM",
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 32,
+                "vocab_size": 126464,
+                "tie_word_embeddings": False,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 500000.0,
+                "attention_bias": False,
+                "mlp_bias": False,
+            },
+        )
+    },
+    source="GSAI-ML/LLaDA-8B-Instruct config.json (d_model 4096, n_layers 32, n_heads 32, mlp_hidden_size 12288, "
+    "vocab 126464, no weight tying, no biases); LLaDA paper: 8.02B parameters",
+    stand_in="LlamaForCausalLM with LLaDA's shapes (LLaDA's blocks hold the same q/k/v/o, gate/up/down tensors)",
+)
+_DIFFUCODER_7B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen2ForCausalLM", _qwen2(3584, 18944, 28, 28, 4, rope_theta=1e6))},
+    source="apple/DiffuCoder-7B-Instruct config.json (Dream architecture on Qwen2.5-Coder-7B: hidden 3584, 28 layers, "
+    "28/4 heads, intermediate 18944, vocab 152064); model card: 7.6B parameters",
+    stand_in="Qwen2ForCausalLM with Dream's shapes (Dream keeps the Qwen2 module layout, attention made bidirectional)",
+)
+_SD35_MEDIUM = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "SD3Transformer2DModel",
+            {
+                "sample_size": 128,
+                "patch_size": 2,
+                "in_channels": 16,
+                "num_layers": 24,
+                "attention_head_dim": 64,
+                "num_attention_heads": 24,
+                "joint_attention_dim": 4096,
+                "caption_projection_dim": 1536,
+                "pooled_projection_dim": 2048,
+                "out_channels": 16,
+                "pos_embed_max_size": 384,
+                "dual_attention_layers": list(range(13)),
+                "qk_norm": "rms_norm",
+            },
+        ),
+        "text_encoder": ComponentSpec("transformers", "CLIPTextModelWithProjection", _CLIP_L),
+        "text_encoder_2": ComponentSpec("transformers", "CLIPTextModelWithProjection", _CLIP_BIG_G),
+        "text_encoder_3": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL),
+        "vae": ComponentSpec("diffusers", "AutoencoderKL", _VAE_16CH),
+    },
+    source="stabilityai/stable-diffusion-3.5-medium model_index.json and transformer/, text_encoder*/, vae/ "
+    "config.json; model card: 2.5B parameters (the diffusers transformer of this config holds 2.24B)",
+    pipeline_class="StableDiffusion3Pipeline",
+)
+_FLUX1_DEV = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "FluxTransformer2DModel",
+            {
+                "patch_size": 1,
+                "in_channels": 64,
+                "num_layers": 19,
+                "num_single_layers": 38,
+                "attention_head_dim": 128,
+                "num_attention_heads": 24,
+                "joint_attention_dim": 4096,
+                "pooled_projection_dim": 768,
+                "guidance_embeds": True,
+                "axes_dims_rope": [16, 56, 56],
+            },
+        ),
+        "text_encoder": ComponentSpec("transformers", "CLIPTextModel", _CLIP_L),
+        "text_encoder_2": ComponentSpec("transformers", "T5EncoderModel", _T5_XXL),
+        "vae": ComponentSpec("diffusers", "AutoencoderKL", _VAE_16CH),
+    },
+    source="black-forest-labs/FLUX.1-dev model_index.json and transformer/, text_encoder*/, vae/ config.json; model "
+    "card: 12B-parameter rectified-flow transformer",
+    pipeline_class="FluxPipeline",
+)
+
+
+def _wan(heads: int, ffn: int, layers: int, source: str) -> PublishedModel:
+    transformer = {"patch_size": [1, 2, 2], "num_attention_heads": heads, "attention_head_dim": 128, "in_channels": 16,
+                   "out_channels": 16, "text_dim": 4096, "freq_dim": 256, "ffn_dim": ffn, "num_layers": layers,
+                   "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads", "eps": 1e-6}  # fmt: skip
+    vae = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+           "temperal_downsample": [False, True, True]}  # fmt: skip
+    return PublishedModel(
+        {
+            "transformer": ComponentSpec("diffusers", "WanTransformer3DModel", transformer),
+            "text_encoder": ComponentSpec("transformers", "UMT5EncoderModel", _UMT5_XXL),
+            "vae": ComponentSpec("diffusers", "AutoencoderKLWan", vae),
+        },
+        source=source,
+        pipeline_class="WanPipeline",
+    )
+
+
+_WAN21_1_3B = _wan(12, 8960, 30, "Wan-AI/Wan2.1-T2V-1.3B-Diffusers model_index.json and component config.json; "
+                   "model card: 1.3B parameters")  # fmt: skip
+_WAN21_14B = _wan(40, 13824, 40, "Wan-AI/Wan2.1-T2V-14B-Diffusers model_index.json and component config.json; "
+                  "model card: 14B parameters")  # fmt: skip
+
+#: CLIP ViT-H/14 as transformers' CLIPModel (PickScore_v1, laion/CLIP-ViT-H-14-laion2B-s32B-b79K config.json).
+CLIP_VIT_H14 = ComponentSpec(
+    "transformers",
+    "CLIPModel",
+    {
+        "model_type": "clip",
+        "projection_dim": 1024,
+        "text_config": {
+            "vocab_size": 49408,
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "max_position_embeddings": 77,
+            "hidden_act": "gelu",
+        },
+        "vision_config": {
+            "hidden_size": 1280,
+            "intermediate_size": 5120,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 16,
+            "patch_size": 14,
+            "image_size": 224,
+            "hidden_act": "gelu",
+        },
+    },
+)
+
+#: Published models by hub id; :func:`published_model` also finds them by the last path component (a local copy).
+PUBLISHED_MODELS: dict[str, PublishedModel] = {
+    "Qwen/Qwen2.5-7B-Instruct": _QWEN25_7B,
+    "Qwen/Qwen2.5-7B": _QWEN25_7B,
+    "Qwen/Qwen2.5-Math-7B": _QWEN25_MATH_7B,
+    "Qwen/Qwen2.5-32B": _QWEN25_32B,
+    "Qwen/Qwen2.5-32B-Instruct": _QWEN25_32B,
+    "Qwen/Qwen2.5-VL-7B-Instruct": _QWEN25_VL_7B,
+    "GSAI-ML/LLaDA-8B-Instruct": _LLADA_8B,
+    "apple/DiffuCoder-7B-Instruct": _DIFFUCODER_7B,
+    "stabilityai/stable-diffusion-3.5-medium": _SD35_MEDIUM,
+    "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
+    "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_1_3B,
+    "Wan-AI/Wan2.1-T2V-14B-Diffusers": _WAN21_14B,
+}
+
+
+def published_model(name: str) -> PublishedModel | None:
+    """The table entry for ``name``: a hub id, or a local path whose last component is a table entry's model name."""
+    if name in PUBLISHED_MODELS:
+        return PUBLISHED_MODELS[name]
+    tail = name.rstrip("/").rsplit("/", 1)[-1]
+    return next((model for key, model in PUBLISHED_MODELS.items() if key.rsplit("/", 1)[-1] == tail), None)
+
+
+__all__ = ["CLIP_VIT_H14", "PUBLISHED_MODELS", "ComponentSpec", "PublishedModel", "published_model"]

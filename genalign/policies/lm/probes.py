@@ -1,0 +1,322 @@
+"""Rollout-time measurements of causal-LM completions for credit rules that need an extra model pass.
+
+Each function fills one declared :class:`~genalign.algorithms.structure.RolloutStructure` field; the causal-LM family
+calls :func:`probe_structure` after sampling, for the fields the configured methods request, with the weights that
+sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` (:class:`ProbeOptions`).
+
+* ``teacher_logp`` ``[N, T]`` (RLSD [132]): the completion re-scored by the same model with the row's reference answer
+  added to the prompt (``teacher_hint``, inside the user turn of a chat prompt), at the sampling temperature.
+* ``answer_probe`` ``[N, S + 1, 3]`` (belief probing [194], SPAE [193]): for every segment state ``k`` (the prompt and
+  the first ``k`` segments of ``segment_ids``), the reference answer is teacher-forced after ``answer_prefix``; the
+  channels are the answer's log-probability, the mean probability of its tokens and the mean entropy of the next-token
+  distributions at its tokens, at temperature 1 (the model's own belief). The answer is tokenized on its own, so a
+  tokenizer that would merge it with the prefix differently sees slightly different tokens.
+* ``segment_values`` ``[N, S + 1]`` (SPO-chain [41]): ``value_samples`` continuations are sampled (training sampler
+  settings) from every inner segment state and scored with the trainer's combined reward; state 0 is the group's mean
+  reward (the group's samples are Monte-Carlo rollouts from the prompt) and state ``S_i`` the sample's own reward. A
+  continuation gets the token budget the completion had left (``max_new_tokens − prefix length``).
+* ``block_ids`` ``[N, T]`` (blockwise advantages [56]): the number of ``block_markers`` (found in order in the decoded
+  completion) whose first character lies in a token at or before each action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from genalign.policies.base import RewardProbe, Rollout, RolloutRequest
+from genalign.policies.lm.core import eval_mode
+from genalign.policies.lm.logprobs import completion_scores
+from genalign.policies.lm.prompts import encode_prompts
+
+
+class CausalLMPolicy(Protocol):
+    """What the probes use of :class:`genalign.policies.causal_lm.CausalLMPolicy`."""
+
+    config: Any  # CausalLMPolicyConfig (``probes``, ``temperature``, ``logprob_chunk_size``)
+    model: Any
+    hf_model: Any
+    tokenizer: Any
+    device: torch.device
+    pad_token_id: int
+    engine: Any
+    generator: torch.Generator
+    stop_matcher: Any
+    segments: Any
+
+    def sampling_params(self, mode: str) -> Any: ...
+
+
+#: Structure fields this module fills (``block_ids`` only with ``block_markers``).
+PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids")
+
+
+@dataclass
+class ProbeOptions:
+    """Options of the rollout-time probes (``policy.probes``); used only when a configured method needs them."""
+
+    answer_column: str = field(
+        default="answer", metadata={"help": "Row column holding the reference answer (answer_probe, teacher_logp)."}
+    )
+    answer_prefix: str = field(
+        default="\nThe answer is ",
+        metadata={"help": "Text placed after a segment state before the reference answer is teacher-forced."},
+    )
+    teacher_hint: str = field(
+        default="\nReference answer: {answer}\n",
+        metadata={
+            "help": "Appended to the prompt ({answer} = the reference answer) for the self-distillation teacher."
+        },
+    )
+    value_samples: int = field(
+        default=4, metadata={"help": "Continuations sampled from each segment state (segment_values, SPO-chain)."}
+    )
+    block_markers: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Strings that open the 2nd, 3rd, ... text block of a completion (block_ids, blockwise)."},
+    )
+    batch_size: int = field(default=16, metadata={"help": "Sequences per probe forward pass or sampling call."})
+
+    def validate(self) -> None:
+        if self.value_samples < 1:
+            raise ValueError(f"policy.probes.value_samples={self.value_samples} must be >= 1 (e.g. 4).")
+        if self.batch_size < 1:
+            raise ValueError(f"policy.probes.batch_size={self.batch_size} must be >= 1 (e.g. 16).")
+        if not all(self.block_markers):
+            raise ValueError(f"policy.probes.block_markers={self.block_markers} contains an empty string; remove it.")
+        if "{answer}" not in self.teacher_hint:
+            raise ValueError(f"policy.probes.teacher_hint={self.teacher_hint!r} must contain '{{answer}}'.")
+
+    def structure(self) -> frozenset[str]:
+        """The fields these options let the family fill."""
+        return frozenset(PROBED_FIELDS) - (frozenset() if self.block_markers else {"block_ids"})
+
+
+def segment_ends(segment_ids: Tensor, mask: Tensor) -> list[list[int]]:
+    """For each sample, ``[b_0 = 0, b_1, ..., b_S]``: state ``k`` is the completion's first ``b_k`` tokens (``b_k`` is
+    where segment ``k`` starts, ``b_S`` the completion length). ``segment_ids`` / ``mask`` ``[N, T]``."""
+    ends = []
+    for ids, valid in zip(segment_ids.tolist(), (mask > 0).tolist(), strict=True):
+        length = sum(valid)
+        starts = [t for t in range(1, length) if ids[t] != ids[t - 1]]
+        ends.append([0, *starts, length])
+    return ends
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` ``[B, L]`` long, left-padded."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(sequences), width, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+    return ids, mask
+
+
+def _answers(rows: list[dict[str, Any]], column: str) -> list[str]:
+    missing = [i for i, row in enumerate(rows) if column not in row]
+    if missing:
+        raise ValueError(
+            f"the rollout probes need the reference answer in column {column!r} (policy.probes.answer_column), "
+            f"which row {missing[0]} lacks (columns: {sorted(rows[missing[0]])})."
+        )
+    return [str(row[column]) for row in rows]
+
+
+def _sequences(rollout: Rollout) -> tuple[list[list[int]], list[list[int]]]:
+    """Real prompt ids and completion ids of every sample."""
+    data = rollout.per_sample
+    prompts = [ids[m > 0].tolist() for ids, m in zip(data["prompt_ids"].cpu(), data["prompt_mask"].cpu(), strict=True)]
+    completions = [
+        ids[m > 0].tolist() for ids, m in zip(data["completion_ids"].cpu(), data["completion_mask"].cpu(), strict=True)
+    ]
+    return prompts, completions
+
+
+@torch.no_grad()
+def _score(policy: CausalLMPolicy, contexts: list[list[int]], targets: list[list[int]], temperature: float):
+    """Teacher-forced log-probs and entropies ``[B, L]`` of ``targets`` after ``contexts`` (right-padded, with mask)."""
+    prompt_ids, prompt_mask = left_pad(contexts, policy.pad_token_id)
+    width = max(len(t) for t in targets)
+    target_ids = torch.full((len(targets), width), policy.pad_token_id, dtype=torch.long)
+    target_mask = torch.zeros(len(targets), width, dtype=torch.long)
+    for row, seq in enumerate(targets):
+        target_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        target_mask[row, : len(seq)] = 1
+    device = policy.device
+    scores = completion_scores(
+        policy.model,
+        prompt_ids.to(device),
+        prompt_mask.to(device),
+        target_ids.to(device),
+        target_mask.to(device),
+        temperature=temperature,
+        chunk_size=policy.config.logprob_chunk_size,
+        with_entropy=True,
+    )
+    return scores.logp.cpu(), scores.entropy.cpu(), target_mask.float()
+
+
+def hinted_row(row: dict[str, Any], hint: str) -> dict[str, Any]:
+    """``row`` with ``hint`` appended to its prompt: to the text, or to the last user message of a chat prompt."""
+    prompt = row["prompt"]
+    if isinstance(prompt, str):
+        return {**row, "prompt": prompt + hint}
+    messages = [dict(m) for m in prompt]
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages) - 1)
+    messages[last_user]["content"] = f"{messages[last_user]['content']}{hint}"
+    return {**row, "prompt": messages}
+
+
+def teacher_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
+    """``[N, T]`` log-probs of the sampled actions after the prompt with ``teacher_hint`` (the reference answer) added
+    to it, rendered like the policy's prompts (inside the user turn with a chat template; never truncated)."""
+    options: ProbeOptions = policy.config.probes
+    answers = _answers(rollout.rows, options.answer_column)
+    rows = [
+        hinted_row(row, options.teacher_hint.format(answer=a)) for row, a in zip(rollout.rows, answers, strict=True)
+    ]
+    cfg = policy.config
+    encoded = encode_prompts(
+        rows,
+        policy.tokenizer,
+        use_chat_template=cfg.use_chat_template,
+        system_prompt=cfg.system_prompt,
+        max_prompt_tokens=None,
+        on_long_prompt="error",
+        pad_token_id=policy.pad_token_id,
+    )
+    prompts = [ids[m > 0].tolist() for ids, m in zip(encoded.ids, encoded.mask, strict=True)]
+    _, completions = _sequences(rollout)
+    result = torch.zeros(rollout.action_mask.shape)
+    for start in range(0, len(rollout), options.batch_size):
+        part = range(start, min(start + options.batch_size, len(rollout)))
+        logp, _, mask = _score(policy, [prompts[i] for i in part], [completions[i] for i in part], cfg.temperature)
+        result[start : part.stop, : logp.shape[1]] = logp * mask
+    return result
+
+
+def answer_probe(policy: CausalLMPolicy, rollout: Rollout, segment_ids: Tensor) -> Tensor:
+    """``[N, S + 1, 3]`` answer log-prob, mean token probability and mean entropy at every segment state."""
+    options: ProbeOptions = policy.config.probes
+    answers = _answers(rollout.rows, options.answer_column)
+    prompts, completions = _sequences(rollout)
+    tokenizer = policy.tokenizer
+    prefix = tokenizer.encode(options.answer_prefix, add_special_tokens=False)
+    ends = segment_ends(segment_ids.cpu(), rollout.action_mask.cpu())
+    jobs = [(i, k, b) for i, bounds in enumerate(ends) for k, b in enumerate(bounds)]
+    answer_ids = [tokenizer.encode(a, add_special_tokens=False) for a in answers]
+    result = torch.full((len(rollout), max(len(b) for b in ends), 3), float("nan"))
+    for start in range(0, len(jobs), options.batch_size):
+        part = [job for job in jobs[start : start + options.batch_size] if answer_ids[job[0]]]
+        if not part:
+            continue
+        contexts = [prompts[i] + completions[i][:b] + prefix for i, _, b in part]
+        logp, entropy, mask = _score(policy, contexts, [answer_ids[i] for i, _, _ in part], 1.0)
+        count = mask.sum(1)  # [B]
+        values = torch.stack(
+            [(logp * mask).sum(1), (logp.exp() * mask).sum(1) / count, (entropy * mask).sum(1) / count], dim=1
+        )  # [B, 3]
+        for (i, k, _), value in zip(part, values, strict=True):
+            result[i, k] = value
+    return result
+
+
+@torch.no_grad()
+def segment_values(
+    policy: CausalLMPolicy, rollout: Rollout, segment_ids: Tensor, reward_probe: RewardProbe | None
+) -> Tensor:
+    """``[N, S + 1]`` Monte-Carlo values of the segment states (module docstring)."""
+    if reward_probe is None:
+        raise ValueError("RolloutRequest asks for segment_values without a reward_probe to measure them.")
+    options: ProbeOptions = policy.config.probes
+    prompts, completions = _sequences(rollout)
+    ends = segment_ends(segment_ids.cpu(), rollout.action_mask.cpu())
+    own = reward_probe(rollout.rows, rollout.outputs).float().cpu()  # [N]
+    groups = rollout.group_ids.cpu()
+    group_mean = torch.zeros(int(groups.max()) + 1).index_add_(0, groups, own)
+    group_mean = group_mean / torch.bincount(groups).float().clamp_min(1)  # [G]
+    values = torch.full((len(rollout), max(len(b) for b in ends)), float("nan"))
+    for i, bounds in enumerate(ends):
+        values[i, 0], values[i, len(bounds) - 1] = group_mean[groups[i]], own[i]
+    jobs = [(i, k, b) for i, bounds in enumerate(ends) for k, b in enumerate(bounds[:-1]) if k > 0]
+    params = policy.sampling_params("train")
+    per_call = max(1, options.batch_size // options.value_samples)
+    for start in range(0, len(jobs), per_call):
+        part = jobs[start : start + per_call]
+        budget = params.max_new_tokens - min(b for _, _, b in part)
+        contexts = [prompts[i] + completions[i][:b] for i, _, b in part for _ in range(options.value_samples)]
+        ids, mask = left_pad(contexts, policy.pad_token_id)
+        generation = policy.engine.generate(
+            ids.to(policy.device), mask.to(policy.device), replace(params, max_new_tokens=budget), policy.generator
+        )
+        lengths = generation.completion_mask.sum(1).long().tolist()
+        outputs, rows = [], []
+        for j, (i, _, b) in enumerate(job for job in part for _ in range(options.value_samples)):
+            keep = min(lengths[j], params.max_new_tokens - b)
+            tokens = completions[i][:b] + generation.completion_ids[j, :keep].tolist()
+            outputs.append(policy.stop_matcher.cut(policy.tokenizer.decode(tokens, skip_special_tokens=True)))
+            rows.append(rollout.rows[i])
+        rewards = reward_probe(rows, outputs).float().cpu().view(len(part), options.value_samples)
+        for (i, k, _), mean in zip(part, rewards.mean(1), strict=True):
+            values[i, k] = mean
+    return values
+
+
+def block_ids(tokenizer, completion_ids: Tensor, mask: Tensor, markers: list[str]) -> Tensor:
+    """``[N, T]`` long block index of every action (module docstring); padding continues the last block."""
+    result = torch.zeros(completion_ids.shape, dtype=torch.long)
+    for row, (ids, valid) in enumerate(zip(completion_ids.cpu().tolist(), (mask.cpu() > 0).tolist(), strict=True)):
+        pieces = [tokenizer.decode([token], skip_special_tokens=True) for token, v in zip(ids, valid, strict=True) if v]
+        ends = torch.tensor([len(p) for p in pieces]).cumsum(0).tolist() if pieces else []
+        text, position = "".join(pieces), 0
+        for marker in markers:
+            found = text.find(marker, position)
+            if found < 0:
+                break
+            token = next(t for t, end in enumerate(ends) if end > found)
+            result[row, token:] += 1
+            position = found + len(marker)
+    return result
+
+
+def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRequest) -> Rollout:
+    """``rollout`` with the probe fields that ``request`` names filled in (module docstring), measured in eval mode."""
+    wanted = set(request.structure) & set(PROBED_FIELDS)
+    if not wanted or not len(rollout):
+        return rollout
+    segments = rollout.structure.segment_ids
+    if segments is None and wanted & {"segment_values", "answer_probe"}:
+        segments = policy.segments(rollout.per_sample["completion_ids"], rollout.action_mask)
+    values: dict[str, Tensor] = {}
+    with eval_mode(policy.model):
+        if "teacher_logp" in wanted:
+            values["teacher_logp"] = teacher_logprobs(policy, rollout)
+        if "answer_probe" in wanted:
+            values["answer_probe"] = answer_probe(policy, rollout, segments)
+        if "segment_values" in wanted:
+            values["segment_values"] = segment_values(policy, rollout, segments, request.reward_probe)
+    if "block_ids" in wanted:
+        ids = rollout.per_sample["completion_ids"]
+        values["block_ids"] = block_ids(policy.tokenizer, ids, rollout.action_mask, policy.config.probes.block_markers)
+    rollout.structure = replace(rollout.structure, **values)
+    return rollout
+
+
+__all__ = [
+    "PROBED_FIELDS",
+    "ProbeOptions",
+    "answer_probe",
+    "block_ids",
+    "hinted_row",
+    "left_pad",
+    "probe_structure",
+    "segment_ends",
+    "segment_values",
+    "teacher_logprobs",
+]

@@ -1,0 +1,36 @@
+"""Family facts the plan reads from the configured methods: forwards with gradient per micro-batch (flow) and
+noisy copies per sample (diffusion LM), by hand."""
+
+from __future__ import annotations
+
+from genalign.config import load_config
+from genalign.planning.dlm_workload import forwards_per_sample
+from genalign.planning.flow_workload import steps_with_gradient
+
+FLOW_DEMO, DLM_DEMO = "configs/demo_shapes_flow_grpo.yaml", "configs/demo_arith_dlm_espo.yaml"
+
+
+def flow(*overrides):
+    return load_config(FLOW_DEMO, list(overrides)).policy
+
+
+def test_flow_forwards_with_gradient_per_micro_batch():
+    assert steps_with_gradient(flow(), 8) == 5  # first_fraction 0.5 of 10 steps
+    assert steps_with_gradient(flow("policy.train_steps.strategy=all"), 8) == 10
+    random = flow(
+        "policy.num_steps=16", "policy.train_steps.strategy=random_subset", "policy.train_steps.fraction=0.25"
+    )
+    assert steps_with_gradient(random, 1) == 4 and steps_with_gradient(random, 8) == 16  # union over the micro-batch
+    tree = flow("policy.tree.enabled=true", "policy.tree.split_steps=[0,3]", "policy.tree.branching=2")
+    assert steps_with_gradient(tree, 4) == 2  # the split steps
+    nft = flow("policy.likelihood_free.method=nft", "policy.likelihood_free.num_timesteps=3")
+    assert steps_with_gradient(nft, 4) == 3  # flow-matching points
+
+
+def test_diffusion_lm_noisy_copies_come_from_the_proxy():
+    def copies(*overrides):
+        return forwards_per_sample(load_config(DLM_DEMO, list(overrides)).policy)
+
+    assert copies() == 2  # coupled: one complementary pair
+    assert copies("policy.proxy_args={level: sequence, num_samples: 2}") == 4
+    assert copies("policy.likelihood_proxy=one_step", "policy.proxy_args={}") == 1
