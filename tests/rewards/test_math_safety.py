@@ -9,14 +9,14 @@ import time
 
 import pytest
 import sympy
+
+from genalign.rewards import REWARDS
 from genalign.rewards.math_answers import equivalence, parser, symbolic, sympy_worker, syntax, tokenizer
 from genalign.rewards.math_answers.equivalence import MathEquivalence, compare_math_answers
 from genalign.rewards.math_answers.parser import parse_math
 from genalign.rewards.math_answers.symbolic import parse_to_sympy
 from genalign.rewards.math_answers.sympy_worker import symbolic_equal
 from genalign.rewards.math_answers.syntax import MathParseError
-
-from genalign.rewards import REWARDS
 
 x, y = sympy.symbols("x y")
 

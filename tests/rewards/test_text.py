@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from genalign.rewards.math_answers.equivalence import math_answers_equal, math_equivalence
-from genalign.rewards.math_answers.sympy_worker import symbolic_equal
 
 from genalign.rewards import REWARDS
 from genalign.rewards.answers import extract_answer
+from genalign.rewards.math_answers.equivalence import math_answers_equal, math_equivalence
+from genalign.rewards.math_answers.sympy_worker import symbolic_equal
 from genalign.rewards.text import exact_match, format_regex, length_penalty, reasoning_gym_score, soft_overlong_penalty
 
 
