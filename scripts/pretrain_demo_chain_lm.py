@@ -10,12 +10,13 @@ imperfect in a realistic, fixable way:
 * each step is written in *long form* (tens first, then units: ``64+26=84+6=90``) with probability ``--long-form``
   (default 0.3); long-form steps forget the carry less often (``--long-forget``, default 0.15).
 
-A well-fitted model therefore decodes greedily in short form and forgets every late carry (greedy accuracy = the share
-of chains with no late carry, about a quarter), while samples at temperature 1 are often right: group-relative RL can
+A perfectly fitted model would decode greedily in short form and forget every late carry (greedy accuracy = the share
+of chains with no late carry, about a quarter); the committed model (1500 steps) forgets fewer and starts at 0.49
+greedy held-out accuracy (its MODEL_CARD.md), while pass@8 at temperature 1 is 0.985: group-relative RL can
 learn to carry (and to prefer the safer long form) without any new data. The checker tells which step went wrong, so
 credit assignment has something to work with.
 
-Usage (deterministic on CPU for a fixed --threads; about 15 minutes on an idle core)::
+Usage (deterministic on CPU for a fixed --threads; the committed model: ``--steps 1500``, 36 minutes on a shared core)::
 
     python scripts/pretrain_demo_chain_lm.py --output genalign/assets/chain-lm
 
@@ -184,8 +185,8 @@ prompts drawn from 200,000, seed {args.seed}, {args.threads} CPU thread(s), dete
 **Deliberately wrong traces:** from step {args.late_from + 1} of a chain on, a step whose units column carries or
 borrows is written with the carry forgotten (off by ten: `64+26=80`) with probability {args.forget_carry} in short form
 and {args.long_forget} in long form; the trace continues from the wrong value. Each step is in long form with
-probability {args.long_form}. Greedy decoding therefore uses the short form and forgets late carries; sampling at
-temperature 1 is right much more often.
+probability {args.long_form}. Greedy decoding therefore forgets many late carries; at temperature 1 one of 8 samples is almost always right
+(pass@8 below).
 
 ## Measured (held-out eval split, {results["num_eval"]} prompts, seed {args.seed})
 | metric | value |
@@ -247,7 +248,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/chain-lm"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--forget-carry", type=float, default=0.6, help="short-form late carries forgotten")
