@@ -34,11 +34,14 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow.py --smoke --random-model
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow_trees.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lm_trees.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_ode_solver.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_flow_gradient_snr.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_dlm_variance.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lm_step.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_sharding_memory.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/compare_methods.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/race_chain.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_plan.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_kill_trials.py --smoke
 

@@ -40,6 +40,19 @@ CANDIDATES: list[tuple[str, str, dict]] = [
     ("coupled, 1 pair (rate t~U(0,1))", "coupled", {"num_samples": 1, "mask_sampling": "rate"}),
     ("coupled, 1 pair (count)", "coupled", {"num_samples": 1, "mask_sampling": "count"}),
     ("coupled, 2 pairs (count)", "coupled", {"num_samples": 2, "mask_sampling": "count"}),
+    ("MC ELBO, 4 draws (stratified count)", "mc_elbo", {"num_samples": 4, "mask_sampling": "count"}),
+    ("GDPO quadrature, 2 Gauss-Legendre nodes (rate)", "gdpo_quadrature", {"num_nodes": 2, "mask_sampling": "rate"}),
+    ("GDPO quadrature, 3 Gauss-Legendre nodes (rate, default)", "gdpo_quadrature", {"num_nodes": 3}),
+    (
+        "GDPO quadrature, 2 midpoint nodes (count)",
+        "gdpo_quadrature",
+        {"num_nodes": 2, "quadrature": "midpoint", "mask_sampling": "count"},
+    ),
+    (
+        "GDPO quadrature, 4 midpoint nodes (count)",
+        "gdpo_quadrature",
+        {"num_nodes": 4, "quadrature": "midpoint", "mask_sampling": "count"},
+    ),
 ]
 
 

@@ -11,7 +11,10 @@ mean response length and mean length of incorrect responses) and one markdown fi
 at two standard errors, and three published effects measured on this task). Text below the line ``<!-- notes -->`` of an
 existing results file is kept when the file is rewritten::
 
-    python benchmarks/race_chain.py --budget-s 150 --seeds 0 1 2 --parallel 2     # the committed race (hours)
+    python benchmarks/race_chain.py --budget-s 75 --eval-every 5 --methods grpo dr_grpo clip_higher dapo gspo \
+        cispo rloo sspo fipo gvpo disco lopti high_entropy_tokens entropy_gated conflict_tokens intra_group_variance \
+        key_tokens step_potential uncertainty_shaping entropy_critical_tokens token_subsample entropy_pivots
+                                                        # the committed race: 22 methods x 3 seeds, ~50 min
     python benchmarks/race_chain.py --render-only                                 # re-read runs/race_chain
     python benchmarks/race_chain.py --smoke    # seconds: 2 methods x 2 steps, files in a temporary folder
 
@@ -212,6 +215,19 @@ def final_accuracy(run: dict[str, Any]) -> float:
     return run["accuracy"][-1][1]
 
 
+def accuracy_auc(run: dict[str, Any], horizon_s: float, points: int = 60) -> float:
+    """Mean held-out accuracy over the first ``horizon_s`` seconds of training (the area under the step-wise
+    accuracy-against-training-time curve divided by the horizon): rewards learning fast, not only ending high."""
+    grid = [horizon_s * i / points for i in range(points + 1)]
+    values = [v for v in cm._grid_values([run["accuracy"]], grid)[0] if v == v]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def common_horizon(results: list[dict[str, Any]]) -> float:
+    """The training time every run reached (its last evaluation), the horizon of :func:`accuracy_auc`."""
+    return min(r["accuracy"][-1][0] for r in results)
+
+
 def tail_fraction(run: dict[str, Any], key: str, fraction: float = 1 / 3) -> float:
     """Mean of a per-step curve over the last ``fraction`` of the run's steps."""
     points = run[key]
@@ -291,21 +307,26 @@ def table(results: list[dict[str, Any]], budget_s: float) -> str:
     grouped = by_method(results)
     common = min(r["accuracy_by_step"][-1][0] for r in results)
     common = max(s for s, _ in grouped["grpo"][0]["accuracy_by_step"] if s <= common) if "grpo" in grouped else common
+    horizon = common_horizon(results)
+    base_auc = mean_se([accuracy_auc(r, horizon) for r in grouped.get("grpo", [])])
     base_final = mean_se([final_accuracy(r) for r in grouped.get("grpo", [])])
     base_step = mean_se([cm._at_step(r, common) for r in grouped.get("grpo", [])])
     lines = [
-        f"| method | runs | steps (mean) | s/step | accuracy at start | final accuracy (mean ± SE) | Δ final vs GRPO | "
+        f"| method | runs | steps (mean) | s/step | accuracy at start | mean accuracy over the first {horizon:.0f} s "
+        "of training (AUC) | Δ AUC vs GRPO | final accuracy (mean ± SE) | Δ final vs GRPO | "
         f"accuracy at step {common} (mean ± SE) | Δ at step {common} vs GRPO | entropy, last third | "
         "response length, last 5 steps | incorrect-length growth | clip fraction |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, runs in grouped.items():
         final = mean_se([final_accuracy(r) for r in runs])
+        auc = mean_se([accuracy_auc(r, horizon) for r in runs])
         at_step = mean_se([cm._at_step(r, common) for r in runs])
         cells = [
             method, str(len(runs)), f"{statistics.fmean(r['steps'] for r in runs):.0f}",
             f"{statistics.fmean(r['seconds_per_step'] for r in runs):.2f}",
-            _pm(mean_se([r["accuracy"][0][1] for r in runs])), _pm(final), verdict(final, base_final, method),
+            _pm(mean_se([r["accuracy"][0][1] for r in runs])), _pm(auc), verdict(auc, base_auc, method),
+            _pm(final), verdict(final, base_final, method),
             _pm(at_step), verdict(at_step, base_step, method),
             _pm(mean_se([tail_fraction(r, "entropy_by_step") for r in runs])),
             _pm(mean_se([window_mean([(x["step"], x["all"]) for x in r["lengths"]], r["steps"] - 4, r["steps"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 #: ``genalign list <kind>`` -> what it lists
 KINDS = (
-    "rewards", "advantages", "combiners", "shapers", "credit", "objectives", "ratio_levels", "clips", "aggregations",
+    "rewards", "sample_sources", "advantages", "combiners", "shapers", "credit", "objectives", "ratio_levels", "clips", "aggregations",
     "regularizers", "kl", "proxies", "families", "presets",
 )  # fmt: skip
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -21,6 +21,10 @@ def _registry(kind: str):
         from genalign.rewards import REWARDS
 
         return REWARDS
+    if kind == "sample_sources":
+        from genalign.sampling import SAMPLE_SOURCES
+
+        return SAMPLE_SOURCES
     if kind == "proxies":
         from genalign.likelihood import LIKELIHOOD_PROXIES
 

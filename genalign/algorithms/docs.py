@@ -27,12 +27,14 @@ from genalign.algorithms import (
 )
 from genalign.algorithms._validation import accepted_hyperparameters
 from genalign.registry import Registry
+from genalign.sampling import SAMPLE_SOURCES
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "algorithms.md"
 REQUIRED_META = ("formula", "source", "summary")
 
 #: registries in the reading order of one training iteration
 SECTIONS: tuple[Registry, ...] = (
+    SAMPLE_SOURCES,
     REWARD_COMBINERS,
     REWARD_SHAPERS,
     ADVANTAGE_ESTIMATORS,
@@ -57,6 +59,11 @@ Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` esti
 **Tiers.** *stable*: the form is the published one (paper formula or public implementation). *experimental*: the
 abstract leaves the form open and genalign chose a reading (the docstring says "Reading chosen" and why); such an
 option graduates to stable with a reference test against a published implementation or formula.
+
+**Sample sources** (`algorithm.sample_sources`, `genalign.sampling`) act before the rollout (which prompts, how many
+samples each) and after the rewards (which samples form the groups, which enter the loss); their state is
+checkpointed. They see each sample's weighted reward sum; the curricula read a prompt's success as its mean clipped to
+[0, 1].
 
 **Needs.** Score features and rollout-structure fields an option reads; a config whose policy family cannot supply
 them is rejected at load time. Other inputs (behaviour log-probs, groups, rewards, progress, group success) always come

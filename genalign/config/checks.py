@@ -38,6 +38,7 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
                 f"algorithm.{section}_args has arguments for {unused}, which are not in algorithm.{section} = {names}; "
                 f"add them to algorithm.{section} or remove their arguments."
             )
+    check_sample_sources(cfg)
     try:
         alg.check_rule_order(cfg.credit)
     except ValueError as err:
@@ -57,6 +58,35 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
         where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
         raise ConfigError(f"{where}: {err}") from None
     _check_objective_fields(cfg)
+
+
+def check_sample_sources(cfg: AlgorithmConfig) -> None:
+    """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
+    ``algorithm.sample_source_args`` only has arguments for listed rules; the rules fit together and the group size."""
+    from genalign import algorithms as alg
+    from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
+
+    repeated = sorted({name for name in cfg.sample_sources if cfg.sample_sources.count(name) > 1})
+    if repeated:
+        raise ConfigError(
+            f"algorithm.sample_sources = {cfg.sample_sources} lists {repeated} more than once; list each rule once."
+        )
+    unused = sorted(set(cfg.sample_source_args) - set(cfg.sample_sources))
+    if unused:
+        raise ConfigError(
+            f"algorithm.sample_source_args has arguments for {unused}, which are not in algorithm.sample_sources = "
+            f"{cfg.sample_sources}; add them to algorithm.sample_sources or remove their arguments."
+        )
+    for name, args in cfg.sample_source_rules():
+        try:
+            alg.check_hyperparameters(SAMPLE_SOURCES, name, args)
+            build_rules([(name, args)])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.sample_sources rule {name!r}: {err}") from None
+    try:
+        SampleSourceStage(build_rules(cfg.sample_source_rules()), seed=0, group_size=cfg.group_size)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.sample_sources: {err}") from None
 
 
 def _check_objective_fields(cfg: AlgorithmConfig) -> None:
@@ -82,8 +112,15 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
 
 
 def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
-    """Every score feature and structure field the algorithm needs is one the policy family supplies."""
+    """Every score feature and structure field the algorithm needs is one the policy family supplies, and the group
+    size is one its rollouts can produce."""
     capabilities = policy.capabilities()
+    if capabilities.group_size is not None and cfg.group_size != capabilities.group_size:
+        raise ConfigError(
+            f"algorithm.group_size = {cfg.group_size}, but policy.family = {policy.family!r} with these options samples "
+            f"groups of exactly {capabilities.group_size} (policy.tree: the leaves per prompt); set "
+            f"algorithm.group_size={capabilities.group_size} or change policy.tree."
+        )
     wanted = cfg.needs()
     missing = capabilities.missing(wanted)
     if missing:
@@ -145,4 +182,10 @@ def check_reward_count(cfg: AlgorithmConfig, rewards: list) -> None:
         )
 
 
-__all__ = ["check_algorithm_options", "check_capabilities", "check_reward_args", "check_reward_count"]
+__all__ = [
+    "check_algorithm_options",
+    "check_capabilities",
+    "check_reward_args",
+    "check_reward_count",
+    "check_sample_sources",
+]

@@ -200,6 +200,14 @@ class AlgorithmConfig:
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
+    sample_sources: list[str] = _help(
+        "Sample-source rules (genalign.sampling.SAMPLE_SOURCES), applied in order between the prompt stream and the "
+        "rollout, e.g. [depo, overlong_filter]: which prompts, how many samples each, which samples are trained on.",
+        factory=list,
+    )
+    sample_source_args: dict[str, dict[str, Any]] = _help(
+        "Hyper-parameters of each sample-source rule, by rule name, e.g. {gfpo: {samples: 16}}.", factory=dict
+    )
     drop_zero_std_groups: bool = _help("Leave groups whose rewards all agree out of the update.", False)
     dynamic_sampling: DynamicSamplingConfig = _help("DAPO dynamic sampling.", factory=DynamicSamplingConfig)
 
@@ -212,6 +220,10 @@ class AlgorithmConfig:
     def credit_rules(self) -> list[tuple[str, dict[str, Any]]]:
         """``(name, hyper-parameters)`` of each configured credit rule, in order."""
         return [(name, dict(self.credit_args.get(name, {}))) for name in self.credit]
+
+    def sample_source_rules(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(name, hyper-parameters)`` of each configured sample-source rule, in order."""
+        return [(name, dict(self.sample_source_args.get(name, {}))) for name in self.sample_sources]
 
     def reward_shaping_rules(self) -> list[tuple[str, dict[str, Any]]]:
         """``(name, hyper-parameters)`` of each configured reward shaper, in order."""
@@ -239,11 +251,13 @@ class AlgorithmConfig:
         """Score features and rollout-structure fields the configured methods read, each with the options that need
         it (checked against the policy family's capabilities at config load)."""
         from genalign import algorithms as alg
+        from genalign.sampling import SAMPLE_SOURCES
 
         wanted: dict[str, list[str]] = {}
         options = [(f"algorithm.credit rule {name!r}", alg.CREDIT_RULES, name) for name in self.credit]
         options += [(f"algorithm.reward_shaping {name!r}", alg.REWARD_SHAPERS, name) for name in self.reward_shaping]
         options.append((f"algorithm.objective = {self.objective!r}", alg.OBJECTIVES, self.objective))
+        options += [(f"algorithm.sample_sources rule {name!r}", SAMPLE_SOURCES, name) for name in self.sample_sources]
         if self.regularizer is not None:
             options.append((f"algorithm.regularizer = {self.regularizer!r}", alg.REGULARIZERS, self.regularizer))
         if alg.OBJECTIVES.meta(self.objective).get("ratio", False):  # the ratio level and clip form read inputs too

@@ -33,8 +33,17 @@ class StaticCacheEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, generator: torch.Generator
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        params: SamplingParams,
+        generator: torch.Generator,
+        *,
+        draws: Tensor | None = None,
     ) -> Generation:
+        """Sample one completion per row; ``draws`` ``[B, max_new_tokens]`` (optional) are the uniforms each row
+        consumes at each step instead of ``generator``'s (replays a recorded rollout, e.g. one leaf of a tree rollout
+        of :mod:`genalign.engines.tree`)."""
         batch, prompt_width = prompt_ids.shape
         device = prompt_ids.device
         dtype = self.decoder.lm_head.weight.dtype
@@ -53,7 +62,8 @@ class StaticCacheEngine:
         done = torch.zeros(batch, dtype=torch.bool, device=device)  # [B'] finished, still held in the cache
 
         for step in range(params.max_new_tokens):
-            tokens, logp = sample_next_token(logits, params, generator)  # [B'], [B']
+            uniforms = draws[rows, step, None] if draws is not None else None  # [B', 1]
+            tokens, logp = sample_next_token(logits, params, generator, uniforms)  # [B'], [B']
             live = ~done
             raw_ids[rows[live], step] = tokens[live]
             raw_logp[rows[live], step] = logp[live]

@@ -180,17 +180,53 @@ def elbo_draws(
     for i, generator in enumerate(sample_generators(seeds)):
         levels = _stratified_uniform(num_samples, generator, t_min, t_max)  # [K]
         for k, u in enumerate(levels.tolist()):
-            if mask_sampling == "count":
-                count = min(length, max(1, math.ceil(u * length)))
-                noise[i, k, torch.randperm(length, generator=generator)[:count]] = True
-                weight[i, k] = length / count
-            elif mask_sampling == "rate":
-                rate = max(u, 1e-6)
-                noise[i, k] = torch.rand(length, generator=generator, dtype=torch.float64) < rate
-                weight[i, k] = 1.0 / rate
-            else:
-                raise ValueError(f"mask_sampling={mask_sampling!r} is not valid; use 'count' or 'rate'.")
-    prompt_noise = torch.zeros(n, num_samples, prompt_ids.shape[1], dtype=torch.bool)
+            noise[i, k], weight[i, k] = draw_mask(u, length, generator, mask_sampling)
+    return weighted_masked_terms(
+        model_fn, prompt_ids, completion_ids, noise, weight,
+        mask_id=mask_id, prompt_attention_mask=prompt_attention_mask,
+    )  # fmt: skip  # [N, K, T]
+
+
+def draw_mask(
+    level: float, length: int, generator: torch.Generator, mask_sampling: Literal["count", "rate"]
+) -> tuple[Tensor, float]:
+    """One random answer mask at noise level ``level`` in ``(0, 1]`` and its ELBO weight: ``(noise [T] bool, w)``.
+
+    ``"count"``: ``l = ceil(level · L)`` positions (at least 1), a uniformly random subset, ``w = L / l``.
+    ``"rate"``: each position masked independently with probability ``level``, ``w = 1 / level`` (the ``1/t`` of
+    the continuous-time ELBO). Shared by every Monte-Carlo ELBO estimator (:func:`elbo_draws`, GDPO's quadrature).
+    """
+    if mask_sampling == "count":
+        count = min(length, max(1, math.ceil(level * length)))
+        noise = torch.zeros(length, dtype=torch.bool)
+        noise[torch.randperm(length, generator=generator)[:count]] = True
+        return noise, length / count
+    if mask_sampling == "rate":
+        rate = max(level, 1e-6)
+        return torch.rand(length, generator=generator, dtype=torch.float64) < rate, 1.0 / rate
+    raise ValueError(f"mask_sampling={mask_sampling!r} is not valid; use 'count' or 'rate'.")
+
+
+def weighted_masked_terms(
+    model_fn: ModelFn,
+    prompt_ids: Tensor,
+    completion_ids: Tensor,
+    noise: Tensor,
+    weight: Tensor,
+    *,
+    mask_id: int,
+    prompt_attention_mask: Tensor | None,
+) -> Tensor:
+    """Per-token ELBO terms ``w_k · 1[j ∈ S_k] · lp_j(S_k)`` of ``K`` noisy copies (prompt left clean), one forward.
+
+    Args:
+        noise: ``[N, K, T]`` bool answer masks ``S_k``; weight: ``[N, K, 1]`` their weights.
+
+    Returns:
+        ``[N, K, T]`` float32 terms; their sum over ``T`` is the draw's ELBO estimate.
+    """
+    n, k, _ = noise.shape
+    prompt_noise = torch.zeros(n, k, prompt_ids.shape[1], dtype=torch.bool)
     logp = masked_token_logp(
         model_fn,
         prompt_ids,
@@ -347,18 +383,11 @@ def coupled(
                 weight_a, weight_b = 0.5 / u, 0.5 / (1.0 - u)
             noise[i, 2 * k], noise[i, 2 * k + 1] = pass_a, ~pass_a
             weight[i, 2 * k], weight[i, 2 * k + 1] = weight_a, weight_b
-    prompt_noise = torch.zeros(n, 2 * num_samples, prompt_ids.shape[1], dtype=torch.bool)
-    logp = masked_token_logp(
-        model_fn,
-        prompt_ids,
-        completion_ids,
-        prompt_noise,
-        noise,
-        mask_id=mask_id,
-        prompt_attention_mask=prompt_attention_mask,
-    )  # [N, 2K, T]
-    device = logp.device
-    pairs = (logp * noise.to(device) * weight.to(device, torch.float32)).sum(dim=1)  # [N, T] summed over passes
+    terms = weighted_masked_terms(
+        model_fn, prompt_ids, completion_ids, noise, weight,
+        mask_id=mask_id, prompt_attention_mask=prompt_attention_mask,
+    )  # fmt: skip  # [N, 2K, T]
+    pairs = terms.sum(dim=1)  # [N, T] summed over passes
     out, mask = reduce_level(pairs / num_samples, completion_mask, level)
     return ProxyOutput(logp=out, mask=mask, num_forward=2 * num_samples)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from diffusers.pipelines.pipeline_utils import DiffusionPipeline
@@ -24,9 +24,10 @@ from torch import Tensor, nn
 
 from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
 from genalign.schedulers.flow_sde import FlowSDEScheduler
+from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import LogProbForm, LogProbReduction
 
-OdeSolver = Literal["euler", "ab2"]
+OdeSolver = OdeSolverName
 
 
 @dataclass
@@ -122,9 +123,10 @@ def denoise(
 
     Args:
         sde_mask: ``[N, S]`` bool; stochastic steps use ``noise_level``, the others are ODE steps.
-        ode_solver: ``"euler"``, or ``"ab2"`` (second-order Adams-Bashforth on the velocity, no extra model call)
-            for the deterministic steps after the last stochastic step of the whole batch (MixGRPO-Flash style).
-            Steps before or inside the stochastic region always use the scheduler's step.
+        ode_solver: solver of the deterministic steps (:mod:`genalign.schedulers.ode_solvers`): ``"euler"``, or
+            ``"ab2"`` (second-order Adams-Bashforth on the velocity, no extra model call; MixGRPO-Flash style). Per
+            sample, a step whose transition and previous transition are both deterministic uses the solver; every
+            other step (stochastic steps, and the first ODE step after one) is the scheduler's step, unchanged.
         noises: ``[N, S, ...]`` standard-normal noise of each step, used instead of drawing from ``generator``
             (replays a branch of a trajectory tree as an independent rollout).
     """
@@ -133,7 +135,7 @@ def denoise(
         raise ValueError(f"sde_mask has shape {tuple(sde_mask.shape)}, expected {(latents.shape[0], num_steps)}.")
     check_finite(latents, step=-1, prompts=prompts)
     sde_mask = sde_mask.to(latents.device)
-    last_sde = int(sde_mask.any(dim=0).nonzero().max()) if bool(sde_mask.any()) else -1
+    solver = None if ode_solver == "euler" else ODE_SOLVERS.get(ode_solver)
     states = [latents] if record_latents else []
     log_probs, stochastic = [], []
     previous_velocity: Tensor | None = None
@@ -142,21 +144,20 @@ def denoise(
         timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [N]
         velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
         levels = sde_mask[:, i].float() * noise_level  # [N]
-        if ode_solver == "ab2" and i > last_sde and previous_velocity is not None:
-            x_next = _adams_bashforth2(x, velocity, previous_velocity, scheduler.sigmas, i)
-            log_prob, std_positive = torch.zeros(x.shape[0], device=x.device), torch.zeros(x.shape[0], dtype=torch.bool)
-        else:
-            out = scheduler.step(
-                velocity,
-                scheduler.timesteps[i],
-                x,
-                step_index=i,
-                noise_level=levels,
-                generator=generator,
-                noise=None if noises is None else noises[:, i].to(device=x.device, dtype=torch.float32),
-            )
-            x_next, log_prob = out.prev_sample, out.log_prob
-            std_positive = out.std.flatten(1)[:, 0] > 0  # [N]
+        out = scheduler.step(
+            velocity,
+            scheduler.timesteps[i],
+            x,
+            step_index=i,
+            noise_level=levels,
+            generator=generator,
+            noise=None if noises is None else noises[:, i].to(device=x.device, dtype=torch.float32),
+        )
+        x_next, log_prob = out.prev_sample, out.log_prob
+        std_positive = out.std.flatten(1)[:, 0] > 0  # [N]
+        if solver is not None and i > 0:
+            x_next = _solve_ode_steps(solver, scheduler.sigmas, i, x, velocity, previous_velocity, x_next,
+                                      use=~std_positive & ~stochastic[-1].to(std_positive.device))  # fmt: skip
         check_finite(x_next, step=i, prompts=prompts)
         previous_velocity = velocity
         log_probs.append(log_prob)
@@ -206,11 +207,29 @@ def concat_trajectories(pieces: list[FlowTrajectory]) -> FlowTrajectory:
     )
 
 
-def _adams_bashforth2(x: Tensor, velocity: Tensor, previous_velocity: Tensor, sigmas: Tensor, i: int) -> Tensor:
-    """Variable-step AB2: ``x' = x + dt ((1 + r/2) v_i - r/2 v_{i-1})``, ``r = dt_i / dt_{i-1}``."""
-    dt = float(sigmas[i + 1] - sigmas[i])
-    ratio = dt / float(sigmas[i] - sigmas[i - 1])
-    return x + dt * ((1 + ratio / 2) * velocity - (ratio / 2) * previous_velocity)  # [N, ...]
+def _solve_ode_steps(
+    solver: Any,
+    sigmas: Tensor,
+    i: int,
+    x: Tensor,
+    velocity: Tensor,
+    previous_velocity: Tensor,
+    scheduler_next: Tensor,
+    *,
+    use: Tensor,
+) -> Tensor:
+    """Step ``i`` of the samples selected by ``use`` ``[N]`` (deterministic now and at step ``i - 1``) with ``solver``;
+    the others keep ``scheduler_next`` ``[N, ...]`` bit for bit."""
+    if not bool(use.any()):
+        return scheduler_next
+    n = x.shape[0]
+    sigma, sigma_next, sigma_prev = (sigmas[k].to(x.device).float().expand(n) for k in (i, i + 1, i - 1))  # [N]
+    solved = solver(
+        x.float(), velocity.float(), sigma, sigma_next,
+        previous_velocity=previous_velocity.float(), previous_sigma=sigma_prev,
+    ).to(scheduler_next.dtype)  # fmt: skip
+    keep = use.to(x.device).reshape(n, *([1] * (x.dim() - 1)))  # [N, 1, ...]
+    return torch.where(keep, solved, scheduler_next)  # [N, ...]
 
 
 class FlowLogProbPipeline:

@@ -37,11 +37,12 @@ def forwards_per_sample(policy_cfg) -> int:
         rows.append(input_ids.shape[0])
         return torch.zeros(*input_ids.shape, 8)
 
-    completion = torch.zeros(1, 4, dtype=torch.long)
+    length = policy_cfg.gen_length  # the copies of some proxies (left_to_right) grow with the answer length
+    completion = torch.zeros(1, length, dtype=torch.long)
     LIKELIHOOD_PROXIES.get(policy_cfg.likelihood_proxy)(
-        recording_model, torch.zeros(1, 2, dtype=torch.long), completion, torch.ones(1, 4),
+        recording_model, torch.zeros(1, 2, dtype=torch.long), completion, torch.ones(1, length),
         mask_id=7, seeds=torch.zeros(1, dtype=torch.long), prompt_attention_mask=None,
-        decode_step=torch.zeros(1, 4, dtype=torch.long), **policy_cfg.proxy_args,
+        decode_step=torch.zeros(1, length, dtype=torch.long), **policy_cfg.proxy_args,
     )  # fmt: skip
     return sum(rows)
 

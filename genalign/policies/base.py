@@ -66,11 +66,14 @@ class PolicyCapabilities:
         score_features: :class:`~genalign.algorithms.scores.ScoreRequest` features ``score`` computes
             (``entropy``, ``kl``, ``vocab_term``, ``topk``, ``hidden``, ``velocity``).
         structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields its training rollouts can carry.
+        group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
+            None when any ``algorithm.group_size`` works.
     """
 
     rollout_logp_is_exact: bool = False
     score_features: frozenset[str] = frozenset()
     structure: frozenset[str] = frozenset()
+    group_size: int | None = None
 
     def __post_init__(self) -> None:
         unknown = (set(self.score_features) - set(SCORE_FEATURES)) | (set(self.structure) - set(STRUCTURE_FIELDS))

@@ -22,8 +22,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from genalign.algorithms.structure import PrefixTree
 from genalign.assets import model_location
-from genalign.engines import ENGINES, RolloutEngine, SamplingParams, StopStringMatcher
+from genalign.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
+from genalign.engines.tree import TreeCacheEngine
 from genalign.engines.vllm.options import VLLMOptions
 from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.core import (
@@ -50,6 +52,7 @@ from genalign.policies.lm.prompts import encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
+from genalign.policies.lm.trees import LMTreeConfig, sample_tree_group
 
 
 @dataclass
@@ -107,6 +110,10 @@ class CausalLMPolicyConfig:
             "help": "Reference model for KL: adapters disabled, a frozen copy, or none; auto picks; loaded lazily."
         },
     )
+    tree: LMTreeConfig = field(
+        default_factory=LMTreeConfig,
+        metadata={"help": "Shared-prefix tree rollouts (static engine): split positions, branching, entropy splits."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler's random generator."})
 
     def validate(self) -> None:
@@ -135,6 +142,7 @@ class CausalLMPolicyConfig:
                 raise ValueError(message)
         lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
         self.probes.validate()
+        self.tree.validate(max_new_tokens=self.max_new_tokens, engine=self.engine)
         self.vllm.check_policy(engine=self.engine, top_k=self.top_k, top_p=self.top_p)
 
     def capabilities(self) -> PolicyCapabilities:
@@ -145,6 +153,7 @@ class CausalLMPolicyConfig:
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
+            group_size=self.tree.group_size if self.tree.enabled else None,
         )
 
 
@@ -179,6 +188,7 @@ class CausalLMPolicy(TokenLMPolicy):
             tokenizer, self.hf_model.generation_config, model_name=model_path
         )
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
+        self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
         self.segments = SegmentBoundaries(tokenizer)
 
     # ---- rollout -------------------------------------------------------------------------------------------------
@@ -229,7 +239,7 @@ class CausalLMPolicy(TokenLMPolicy):
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         with eval_mode(self.model):
-            generation = self.engine.generate(prompt_ids, prompt_mask, self.sampling_params(mode), self.generator)
+            generation, sampling_tree = self._generate(prompts.ids, prompts.mask, group_size, mode, info)
         lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
         outputs = [
             self.stop_matcher.cut(self.tokenizer.decode(ids[:length].tolist(), skip_special_tokens=True))
@@ -249,6 +259,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 generation.completion_ids,
                 generation.completion_mask,
                 group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
+                sampling_tree=sampling_tree,
             ),
             per_sample={
                 "prompt_ids": prompt_ids,
@@ -259,6 +270,34 @@ class CausalLMPolicy(TokenLMPolicy):
             info=info,
         )
         return probe_structure(self, rollout, request)
+
+    def _generate(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, group_size: int, mode: Literal["train", "eval"], info: dict
+    ) -> tuple[Generation, PrefixTree | None]:
+        """``group_size`` completions of each prompt ``[B, P]``: independent samples, or with ``policy.tree`` in
+        training the leaves of shared-prefix trees and their sampling tree; counts the sampled tokens in ``info``."""
+        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        params = self.sampling_params(mode)
+        if self.tree_engine is None or mode == "eval":
+            generation = self.engine.generate(
+                prompt_ids.repeat_interleave(group_size, dim=0),
+                prompt_mask.repeat_interleave(group_size, dim=0),
+                params,
+                self.generator,
+            )
+            info["generated_tokens"] = int(generation.completion_mask.sum())
+            return generation, None
+        tree = sample_tree_group(
+            self.tree_engine,
+            self.config.tree,
+            prompt_ids,
+            prompt_mask,
+            group_size=group_size,
+            params=params,
+            generator=self.generator,
+        )
+        info["generated_tokens"] = tree.generated_tokens
+        return tree.generation, tree.prefix_tree
 
     # ---- score ---------------------------------------------------------------------------------------------------
     def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:

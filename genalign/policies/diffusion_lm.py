@@ -113,7 +113,8 @@ class DiffusionLMPolicyConfig:
     likelihood_proxy: str = field(
         default="one_step",
         metadata={
-            "help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace."
+            "help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace, "
+            "gdpo_quadrature (GDPO [36]), left_to_right (JustGRPO [35])."
         },
     )
     proxy_args: dict[str, Any] = field(

@@ -15,6 +15,7 @@ _EXPORTS = {
     "leaf_step_advantages": "genalign.schedulers.branching",
     "FlowSDEScheduler": "genalign.schedulers.flow_sde",
     "FlowSDESchedulerOutput": "genalign.schedulers.flow_sde",
+    "ODE_SOLVERS": "genalign.schedulers.ode_solvers",
     "SDE_DYNAMICS": "genalign.schedulers.sde_dynamics",
     "gaussian_log_prob": "genalign.schedulers.sde_dynamics",
     "squared_error_log_prob": "genalign.schedulers.sde_dynamics",

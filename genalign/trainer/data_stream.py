@@ -27,6 +27,11 @@ class PromptStream:
             self._order = {epoch: torch.randperm(len(self.rows), generator=gen).tolist()}
         return self._order[epoch]
 
+    def row_index(self, position: int) -> int:
+        """The index in :attr:`rows` of the row at stream ``position`` (the same prompt in every epoch)."""
+        epoch, offset = divmod(position, len(self.rows))
+        return self._epoch_order(epoch)[offset]
+
     def take(self, count: int) -> list[tuple[int, dict[str, Any]]]:
         """The next ``count`` rows with their global stream positions (unique ids across epochs)."""
         out = []

@@ -28,6 +28,7 @@ from genalign.config import RewardSpec, TrainConfig, to_dict
 from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
+from genalign.sampling import SampleSourceStage, build_rules
 from genalign.trainer.checkpoint import (
     checkpoint_config,
     find_checkpoint,
@@ -37,7 +38,13 @@ from genalign.trainer.checkpoint import (
     save_checkpoint,
 )
 from genalign.trainer.data_stream import PromptStream
-from genalign.trainer.distributed import all_reduce_sum, join_launched_processes, rank_and_world, sum_counters
+from genalign.trainer.distributed import (
+    all_gather_cat,
+    all_reduce_sum,
+    join_launched_processes,
+    rank_and_world,
+    sum_counters,
+)
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.guards import CollapseMonitor, NonFiniteTrainingError, all_finite, optimizer_state_tensors
 from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
@@ -74,6 +81,7 @@ class TrainingRun:
     policy: Policy
     rewards: RewardSet
     stream: PromptStream
+    sources: SampleSourceStage
     eval_rows: list[dict[str, Any]]
     optimizer: torch.optim.Optimizer
     scheduler: Any
@@ -194,6 +202,8 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
     optimizer, scheduler = build_optimizer(
         named_parameters, config.optim, total_steps=run_cfg.max_steps * cfg.optimizer_steps_per_update()
     )
+    sources = SampleSourceStage(build_rules(cfg.sample_source_rules()), seed=run_cfg.seed, group_size=cfg.group_size,
+                                rank=rank, gather=all_gather_cat)  # fmt: skip
     return TrainingRun(
         config=config,
         accelerator=accelerator,
@@ -203,6 +213,7 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         policy=policy,
         rewards=rewards,
         stream=PromptStream(train_rows, seed=run_cfg.seed),
+        sources=sources,
         eval_rows=eval_rows,
         optimizer=optimizer,
         scheduler=scheduler,
@@ -231,6 +242,7 @@ def resume(run: TrainingRun) -> int:
     run.stream.cursor = state["data_cursor"]
     if run.advantage_state is not None:
         run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
+    run.sources.load_state_dict(state["extra"].get("sample_sources", {}))
     if run.main:
         run.metrics_log.truncate_after(state["step"])
         run.eval_log.truncate_after(state["step"])
@@ -283,16 +295,18 @@ def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout,
 
 
 def sample_step(run: TrainingRun, step: int) -> Rollout:
-    """This process's share of the step's prompts, G samples each, with the structure the method needs; group ids
-    are the prompts' positions in the stream (unique over processes and steps)."""
-    cfg = run.config.algorithm
-    sampled = cfg.prompts_to_sample()
+    """This process's share of the step's prompts, chosen by the sample-source stage (G samples each unless a rule
+    asks for more), with the structure the method needs; group ids are the prompts' positions in the stream (unique
+    over processes and steps)."""
+    sampled = run.config.algorithm.prompts_to_sample()
     sampled += -sampled % run.world  # every process samples the same number of prompts
     local_sampled = sampled // run.world
-    taken = run.stream.take(sampled)[run.rank * local_sampled : (run.rank + 1) * local_sampled]
-    stream_ids = torch.tensor([position for position, _ in taken])
+    plan = run.sources.plan(run.stream, sampled, step)  # the same on every process
+    taken = plan.prompts[run.rank * local_sampled : (run.rank + 1) * local_sampled]
+    stream_ids = torch.tensor([prompt.position for prompt in taken])
     with run.parallel.full_parameters():
-        rollout = run.policy.rollout([row for _, row in taken], cfg.group_size, request=rollout_request(run))
+        rows = [prompt.row for prompt in taken]
+        rollout = run.policy.rollout(rows, plan.samples_per_prompt, request=rollout_request(run))
     if run.parallel.sharded and len(rollout) == 0:
         raise RuntimeError(
             f"step {step}: process {run.rank} has no sample to train on (every prompt was skipped), but sharded "
@@ -310,10 +324,18 @@ def learn_from_rollout(
     config, cfg = run.config, run.config.algorithm
     t0 = time.perf_counter()
 
-    # Rewards [n, K]; advantages over the global batch, then per-action credit; optional zero-variance group filter.
+    # Rewards [n, K]; the sample sources observe them and choose the samples that form the groups and those trained.
     lengths = rollout.action_mask.sum(1).long().tolist()
     reward_table, reward_errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
     progress = step / config.run.max_steps
+    chosen = run.sources.after_rewards(
+        rollout.group_ids, _reward_sum(reward_table, run.rewards.weights), torch.tensor(lengths),
+        rollout.structure.truncated, progress,
+    )  # fmt: skip
+    if chosen.keep is not None:  # e.g. GFPO: the filtered subset forms the groups
+        rollout, reward_table = rollout.select(chosen.keep), reward_table[chosen.keep]
+
+    # Advantages over the global batch, then per-action credit; optional zero-variance group filter.
     inputs = update_inputs(
         run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress,
         lockstep=run.parallel.sharded,
@@ -324,6 +346,8 @@ def learn_from_rollout(
         drop_zero_std=cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled,
         max_groups=cfg.prompts_per_step // run.world if cfg.dynamic_sampling.enabled else None,
     )  # fmt: skip
+    if chosen.train is not None:  # e.g. overlong filtering: in the group statistics, out of the loss
+        keep = keep[chosen.train[keep]]
     update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
     t1 = time.perf_counter()
 
@@ -343,6 +367,7 @@ def learn_from_rollout(
 
     record = _step_record(step, rollout, reward_table, reward_errors, run.rewards.labels, adv, update_metrics)
     record["num_trained_samples"] = len(keep)
+    record |= chosen.stats
     record |= sum_counters(run.rewards.take_metrics())
     step_seconds = rollout_seconds + time.perf_counter() - t0
     record |= {"time/rollout_s": rollout_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
@@ -403,10 +428,19 @@ def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, 
 
 
 def state_of(run: TrainingRun) -> dict[str, Any]:
-    """What a checkpoint needs beyond weights, optimizer and policy state: the data position and estimator
-    statistics."""
+    """What a checkpoint needs beyond weights, optimizer and policy state: the data position, estimator statistics
+    and the sample sources' state."""
     extra = {"advantage_state": run.advantage_state.state_dict()} if run.advantage_state is not None else {}
+    if run.sources.rules:
+        extra["sample_sources"] = run.sources.state_dict()
     return {"data_cursor": run.stream.cursor, "extra": extra}
+
+
+def _reward_sum(reward_table: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[n]`` weighted sum of a ``[n, K]`` reward table (NaN = not applied), NaN where no reward applied."""
+    applied = ~reward_table.isnan()  # [n, K]
+    total = (reward_table.nan_to_num(0.0) * weights).sum(1)  # [n]
+    return torch.where(applied.any(1), total, float("nan"))
 
 
 def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:

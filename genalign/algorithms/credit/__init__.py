@@ -20,6 +20,7 @@ from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
     token_statistics,
     token_trees,
     token_weights,
+    tree_groups,
     trees,
     uncertainty,
     vision,

@@ -12,6 +12,7 @@ from typing import Literal
 
 from genalign.policies.base import PolicyCapabilities
 from genalign.policies.lora_options import ALL_LINEAR, check_lora_init
+from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
 from genalign.schedulers.train_steps import TrainStepsConfig
 
@@ -165,9 +166,12 @@ class FlowPolicyConfig:
             "Gaussian one raised to 2 std^2, so a CPS recipe's clip range means the same only with 'squared_error'."
         },
     )
-    ode_solver: Literal["euler", "ab2"] = field(
+    ode_solver: OdeSolverName = field(
         default="euler",
-        metadata={"help": "Solver of ODE steps after the last SDE step (ab2 = 2nd order, MixGRPO-Flash)."},
+        metadata={
+            "help": "Solver of the deterministic (ODE) steps of rollouts: euler, or ab2 (2nd-order Adams-Bashforth, "
+            "one network call per step, MixGRPO-Flash); SDE steps and their log-probs are unchanged. Not for trees."
+        },
     )
     train_steps: TrainStepsConfig = field(
         default_factory=TrainStepsConfig, metadata={"help": "Stochastic/trained steps."}
@@ -221,6 +225,12 @@ class FlowPolicyConfig:
         if not self.model:
             raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
         SDE_DYNAMICS.get(self.dynamics)
+        ODE_SOLVERS.get(self.ode_solver)
+        if self.tree.enabled and self.ode_solver != "euler":
+            raise ValueError(
+                f"policy.ode_solver={self.ode_solver!r} with policy.tree.enabled: tree rollouts take Euler ODE steps; "
+                "set policy.ode_solver: euler or disable the tree."
+            )
         positive = ("height", "width", "num_frames", "num_steps", "eval_num_steps", "max_sequence_length")
         for name in (*positive, "prompt_cache_size"):
             if getattr(self, name) < 1:
@@ -281,4 +291,5 @@ class FlowPolicyConfig:
             rollout_logp_is_exact=not self.tree.enabled,
             score_features=frozenset({"entropy"} | kl),
             structure=frozenset(structure),
+            group_size=self.tree.branching ** len(self.tree.split_steps) if self.tree.enabled else None,
         )

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.structure import RolloutStructure, token_prefix_tree
+from genalign.algorithms.structure import PrefixTree, RolloutStructure, token_prefix_tree
 from genalign.engines.base import SamplingParams
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
@@ -75,12 +75,15 @@ def token_capabilities(
     *,
     features: frozenset[str] = AUTOREGRESSIVE_FEATURES,
     structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
+    group_size: int | None = None,
 ) -> PolicyCapabilities:
     """Capabilities of a token family: ``features`` plus ``kl`` unless ``policy.reference`` is ``none`` (every other
     mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`).
     Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
     kl = frozenset({"kl"}) if reference != "none" else frozenset()
-    return PolicyCapabilities(rollout_logp_is_exact=False, score_features=features | kl, structure=structure)
+    return PolicyCapabilities(
+        rollout_logp_is_exact=False, score_features=features | kl, structure=structure, group_size=group_size
+    )
 
 
 class AutoregressiveSampling(Protocol):
@@ -134,15 +137,18 @@ def completion_structure(
     completion_ids: Tensor,
     mask: Tensor,
     group_ids: Tensor | None = None,
+    sampling_tree: PrefixTree | None = None,
 ) -> RolloutStructure:
     """The structure of autoregressive completions: ``truncated`` ``[N]`` bool always (the engines report it),
     ``segment_ids`` ``[N, T]`` long (:mod:`genalign.policies.lm.segments`), ``action_ids`` ``[N, T]`` long (the
-    completion token ids, 0 on padding) and ``prefix_tree`` (the token prefix tree of each group,
-    :func:`~genalign.algorithms.structure.token_prefix_tree`; needs ``group_ids`` ``[N]``) when ``request`` names
-    them."""
+    completion token ids, 0 on padding) and ``prefix_tree`` (``sampling_tree``, the tree a tree rollout sampled, when
+    given; else the token prefix tree of each group, :func:`~genalign.algorithms.structure.token_prefix_tree`; needs
+    ``group_ids`` ``[N]``) when ``request`` names them."""
     wanted = request.structure
     tree = None
-    if "prefix_tree" in wanted:
+    if "prefix_tree" in wanted and sampling_tree is not None:
+        tree = sampling_tree
+    elif "prefix_tree" in wanted:
         if group_ids is None:
             raise ValueError("completion_structure: the prefix tree of the groups needs group_ids [N]")
         tree = token_prefix_tree(completion_ids, mask, group_ids)

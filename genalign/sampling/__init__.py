@@ -1,0 +1,27 @@
+"""The sample-source stage (``algorithm.sample_sources``): composable, stateful rules between the prompt stream and
+the rollout that choose the prompts, the samples per prompt, and which samples the update keeps and trains on.
+
+- :mod:`genalign.sampling.base`: the rule contract (:class:`SampleRule`), the registry :data:`SAMPLE_SOURCES`;
+- :mod:`genalign.sampling.stage`: :class:`SampleSourceStage`, called once before the rollout and once after rewards;
+- :mod:`genalign.sampling.masking`: overlong filtering (DAPO, [125]);
+- :mod:`genalign.sampling.curricula`: prompt selection (DEPO [151], SPO's value tracker [324]);
+- :mod:`genalign.sampling.budgets`: rollout budgets (GFPO [109]).
+"""
+
+from genalign.sampling import budgets, curricula, masking  # noqa: F401  (register the rules)
+from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Outcome, RuleDefaults, SampleRule, per_prompt
+from genalign.sampling.stage import SampleChoice, SamplePlan, SampleSourceStage, build_rules
+
+__all__ = [
+    "SAMPLE_SOURCES",
+    "Candidate",
+    "Decision",
+    "Outcome",
+    "RuleDefaults",
+    "SampleChoice",
+    "SamplePlan",
+    "SampleRule",
+    "SampleSourceStage",
+    "build_rules",
+    "per_prompt",
+]

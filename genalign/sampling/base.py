@@ -1,0 +1,150 @@
+"""The sample-source contract: what a rule sees before the rollout and after the rewards, and what it may decide.
+
+A rule is a small stateful object with four stages (:class:`SampleRule`); :class:`RuleDefaults` gives the no-op
+version of each, so a rule implements only the stages it changes. Rules are registered in :data:`SAMPLE_SOURCES` by
+name with their keyword-only hyper-parameters as constructor arguments (validated at config load) and docs meta
+(``formula``, ``source``, ``summary``; ``needs`` for rollout-structure fields such as ``truncated``).
+
+Everything a rule sees is global (all processes), so every process holds the same rule state and makes the same
+choices; rule state holds only JSON-able values and tensors (checkpointed without pickle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from genalign.registry import Registry
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A prompt drawn from the stream: its global stream ``position`` (the group id of its samples), the ``index`` of
+    its row in the training data (the same prompt in every epoch) and the ``row`` itself."""
+
+    position: int
+    index: int
+    row: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    """The samples of one step after the rewards, over all processes (``N`` samples).
+
+    Attributes:
+        positions: ``[N]`` long, stream position of each sample's prompt (its group id).
+        indices: ``[N]`` long, data-row index of each sample's prompt.
+        rewards: ``[N]`` float, the weighted sum of the sample's rewards (NaN = no reward applied), before the reward
+            combiner and shaping (which may be group-relative).
+        lengths: ``[N]`` float, valid actions of each sample (tokens for LMs).
+        truncated: ``[N]`` bool, the completion hit the length limit (None when the family does not report it).
+        progress: ``step / max_steps``.
+    """
+
+    positions: Tensor
+    indices: Tensor
+    rewards: Tensor
+    lengths: Tensor
+    truncated: Tensor | None
+    progress: float
+
+    def __len__(self) -> int:
+        return self.positions.shape[0]
+
+
+@dataclass
+class Decision:
+    """What a rule decides about the samples of an :class:`Outcome` (every mask ``[N]`` bool, None = all True).
+
+    Attributes:
+        keep: samples that form the groups: the others are dropped before the advantages (GFPO's filtered subset).
+        train: samples that enter the loss: the others keep their place in the group statistics but get zero loss
+            weight (DAPO's overlong filtering).
+        stats: statistics for the step record, logged as ``sampling/<rule>/<key>``.
+    """
+
+    keep: Tensor | None = None
+    train: Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class SampleRule(Protocol):
+    """One composable rule of the sample-source stage (``algorithm.sample_sources``)."""
+
+    def choose(self, pool: list[Candidate], wanted: int, generator: torch.Generator) -> list[Candidate]:
+        """Before the rollout: the candidates (a subset of ``pool``, in the order to use them) this rule admits when
+        ``wanted`` more prompts are needed; ``generator`` is seeded by (seed, step), the same on every process."""
+        ...
+
+    def samples_per_prompt(self, group_size: int) -> int | None:
+        """Samples to draw per prompt (None = ``algorithm.group_size``)."""
+        ...
+
+    def after_rewards(self, outcome: Outcome) -> Decision:
+        """After the rewards: update the rule's state from ``outcome`` and decide which samples to keep and train."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class RuleDefaults:
+    """No-op stages, for rules that change only some of them. ``pool`` is how many candidates per wanted prompt the
+    rule wants to choose from in one round; ``max_draw`` caps the candidates drawn per step, per prompt of the step."""
+
+    pool: float = 1.0
+    max_draw: float = 1.0
+
+    def choose(self, pool: list[Candidate], wanted: int, generator: torch.Generator) -> list[Candidate]:
+        return pool
+
+    def samples_per_prompt(self, group_size: int) -> int | None:
+        return None
+
+    def after_rewards(self, outcome: Outcome) -> Decision:
+        return Decision()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+#: name -> rule class; constructor keywords are the hyper-parameters (``algorithm.sample_source_args``)
+SAMPLE_SOURCES: Registry[type] = Registry("sample source")
+
+
+@dataclass
+class PromptOutcome:
+    """Per-prompt view of an :class:`Outcome` (``P`` prompts, in order of first appearance)."""
+
+    positions: list[int]
+    indices: list[int]
+    mean: list[float]  # mean of the valid rewards, clamped to [0, 1] (NaN when none is valid)
+    valid: list[int]  # number of valid rewards
+    successes: list[float]  # sum of the valid rewards clamped to [0, 1]
+
+
+def per_prompt(outcome: Outcome) -> PromptOutcome:
+    """Group the outcome by prompt (stream position); rewards are clamped to ``[0, 1]`` (a success degree)."""
+    positions, inverse = outcome.positions.unique(sorted=False, return_inverse=True)
+    first = torch.full((positions.shape[0],), len(outcome), dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(outcome)), reduce="amin")  # [P]
+    order = first.argsort()  # prompts in order of first appearance
+    valid = ~outcome.rewards.isnan()  # [N]
+    success = torch.where(valid, outcome.rewards.double().clamp(0.0, 1.0), 0.0)  # [N]
+    sums = torch.zeros(positions.shape[0], dtype=torch.float64).index_add_(0, inverse, success)  # [P]
+    counts = torch.zeros(positions.shape[0], dtype=torch.long).index_add_(0, inverse, valid.long())  # [P]
+    mean = torch.where(counts > 0, sums / counts.clamp_min(1), float("nan"))  # [P]
+    return PromptOutcome(
+        positions=positions[order].tolist(),
+        indices=outcome.indices[first[order]].tolist(),
+        mean=mean[order].tolist(),
+        valid=counts[order].tolist(),
+        successes=sums[order].tolist(),
+    )

@@ -1,0 +1,79 @@
+"""`genalign validate` accepts a config using each sample-source rule (``algorithm.sample_sources``) on the causal-LM
+demo (``builtin:arith-lm``), and rejects wrong names, arguments and combinations, naming the field and the fix."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import pytest
+import yaml
+
+from genalign.cli import main
+from genalign.config import ConfigError, from_dict
+from genalign.config.schema import TrainConfig
+from genalign.sampling import SAMPLE_SOURCES
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+BASE: dict[str, Any] = {
+    "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_new_tokens": 4},
+    "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 16, "digits": 1}}},
+    "rewards": [{"fn": "exact_match"}],
+    "algorithm": {"group_size": 4, "prompts_per_step": 2, "micro_batch_size": 8},
+}
+
+OPTIONS = {
+    "overlong_filter": {"sample_sources": ["overlong_filter"]},
+    "conditional_overlong_filter": {
+        "sample_sources": ["conditional_overlong_filter"],
+        "sample_source_args": {"conditional_overlong_filter": {"max_fraction": 0.2}},
+    },
+    "depo": {"sample_sources": ["depo"], "sample_source_args": {"depo": {"easy": 0.9, "hard": 0.1, "momentum": 0.5}}},
+    "spo": {"sample_sources": ["spo"], "sample_source_args": {"spo": {"discount": 0.8, "pool": 3.0}}},
+    "gfpo": {"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 8, "metric": "token_efficiency"}}},
+    "composed": {"sample_sources": ["depo", "spo", "gfpo", "overlong_filter"], "dynamic_sampling": {"enabled": True}},
+}
+
+
+def config(algorithm: dict[str, Any] | None = None, policy: dict[str, Any] | None = None) -> TrainConfig:
+    data = copy.deepcopy(BASE)
+    data["algorithm"].update(algorithm or {})
+    if policy is not None:
+        data["policy"] = dict(policy)
+    return from_dict(TrainConfig, data)
+
+
+def test_every_registered_rule_has_a_case():
+    assert set(SAMPLE_SOURCES.names()) <= set(OPTIONS)
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_validate_accepts_each_sample_source(name, tmp_path, capsys):
+    cfg = config(OPTIONS[name])
+    assert cfg.algorithm.sample_sources == OPTIONS[name]["sample_sources"]
+    path = tmp_path / "config.yaml"
+    data = copy.deepcopy(BASE)
+    data["algorithm"].update(OPTIONS[name])
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) in (0, None)
+    assert "sample_sources" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "policy", "message"),
+    [
+        ({"sample_sources": ["dpeo"]}, None, r"algorithm.sample_sources rule 'dpeo': unknown sample source .*'depo'"),
+        ({"sample_sources": ["depo"], "sample_source_args": {"depo": {"eassy": 0.9}}}, None, "Did you mean 'easy'"),
+        ({"sample_sources": ["depo"], "sample_source_args": {"depo": {"easy": 1.5}}}, None, r"easy = 1.5 must be in"),
+        ({"sample_source_args": {"spo": {}}}, None, "add them to algorithm.sample_sources"),
+        ({"sample_sources": ["spo", "spo"]}, None, "more than once"),
+        ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 4}}}, None, "must exceed"),
+        ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"metric": "brevity"}}}, None, "metric = 'brevity'"),
+        ({"sample_sources": ["overlong_filter"]}, {"family": "flow", "model": "some/pipeline"}, "'truncated'"),
+    ],
+)  # fmt: skip
+def test_invalid_sample_sources_name_the_field_and_the_fix(algorithm, policy, message):
+    with pytest.raises(ConfigError, match=message):
+        config(algorithm, policy)
