@@ -15,6 +15,7 @@ from torch import nn
 
 from genalign.planning.tracing import TracedPeak
 from genalign.planning.vllm_share import VLLMShare
+from genalign.sampling import SampleSourceStage, build_rules
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class BatchShape:
     """How many samples one process handles in each stage of a training step.
 
     Attributes:
-        samples: rollout samples per process per step (prompts sampled per process x group size).
+        samples: rollout samples per process per step (prompts sampled per process x samples per prompt).
         prompts: prompts per process per step.
         micro_batch: samples per forward/backward of the update.
     """
@@ -32,12 +33,20 @@ class BatchShape:
     micro_batch: int
 
 
+def samples_per_prompt(cfg) -> int:
+    """Samples the rollout draws per prompt: ``group_size``, or more when a sample-source rule asks for it (GFPO
+    samples more and trains on a filtered subset; the plan sizes the rollout, its largest batch)."""
+    return SampleSourceStage(
+        build_rules(cfg.sample_source_rules()), seed=0, group_size=cfg.group_size
+    ).samples_per_prompt
+
+
 def batch_shape(config, gpus: int) -> BatchShape:
     """:class:`BatchShape` of ``config`` on ``gpus`` processes (the trainer rounds prompts up to a multiple of them,
     ``genalign.trainer.recipe.training_step``; the update splits the local batch into minibatches, then micro-batches)."""
     cfg = config.algorithm
     prompts = math.ceil(cfg.prompts_to_sample() / gpus)
-    samples = prompts * cfg.group_size
+    samples = prompts * samples_per_prompt(cfg)
     per_minibatch = math.ceil(samples / cfg.minibatches)
     return BatchShape(samples=samples, prompts=prompts, micro_batch=max(1, min(cfg.micro_batch_size, per_minibatch)))
 

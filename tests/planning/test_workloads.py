@@ -36,3 +36,13 @@ def test_diffusion_lm_noisy_copies_come_from_the_proxy():
     assert copies() == 2  # coupled: one complementary pair
     assert copies("policy.proxy_args={level: sequence, num_samples: 2}") == 4
     assert copies("policy.likelihood_proxy=one_step", "policy.proxy_args={}") == 1
+
+
+def test_rollout_batch_counts_the_samples_a_sample_source_draws():
+    from genalign.planning.workload import batch_shape
+
+    plain = load_config("configs/demo_arith_grpo.yaml")
+    gfpo = load_config("configs/demo_arith_grpo.yaml", ["algorithm.sample_sources=[gfpo]"])
+    assert batch_shape(plain, 1).samples == 32 * 8  # prompts x group_size
+    assert batch_shape(gfpo, 1).samples == 32 * 16  # GFPO samples 16 per prompt, trains on the best 8
+    assert batch_shape(gfpo, 2).samples == 16 * 16
