@@ -31,6 +31,8 @@ def test_checkpoints_hold_no_pickle_and_a_planted_pickle_never_runs(tmp_path):
     for name in ("optimizer.pt", "rng.pt", "policy_state.pt", "trainer_extra.pt", "scheduler.pt"):
         (checkpoint / name).write_bytes(pickle.dumps(Payload(marker)))
         torch.save(Payload(marker), checkpoint / f"torch-{name}")
+    assert (checkpoint / "train_state").is_dir()  # the distributed-checkpoint folder: torch's default reader unpickles
+    (checkpoint / "train_state" / ".metadata").write_bytes(pickle.dumps(Payload(marker)))  # this file; ours never
     train(toy_config(tmp_path, run={"max_steps": 3, "resume": "latest"}))
     assert not marker.exists()
     # an old-style checkpoint (pickles only) is refused unless the user opts in, naming the risk
