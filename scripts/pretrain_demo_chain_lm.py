@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,7 +40,7 @@ sys.path.insert(0, str(ROOT))  # run from a clone without installing genalign
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
-from pretrain_demo_lm import SPECIAL_TOKENS, build_model, build_tokenizer  # noqa: E402
+from pretrain_demo_lm import SPECIAL_TOKENS, build_model, build_tokenizer, train_causal_lm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 
 from genalign.data.chains import (  # noqa: E402
@@ -218,30 +216,11 @@ def pretrain(model, tokenizer, args: argparse.Namespace) -> tuple[float, list[fl
     """Train ``model`` in place; returns the wall time and the loss of every step."""
     rng = random.Random(args.seed)
     train_prompts = [r["prompt"] for r in arithmetic_chain(200_000, seed=args.seed, split="train")]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, args.steps // 20)
 
-    def lr_factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_batch(rng.sample(train_prompts, args.batch_size), tokenizer, rng, args)
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    start, losses = time.perf_counter(), []
-    model.train()
-    for step in range(args.steps):
-        input_ids, labels = make_batch(rng.sample(train_prompts, args.batch_size), tokenizer, rng, args)
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()  # [B, L]
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:7.1f}s", flush=True)
-    return time.perf_counter() - start, losses
+    return train_causal_lm(model, batch, steps=args.steps, lr=args.lr, pad_id=tokenizer.pad_token_id)
 
 
 def main() -> None:

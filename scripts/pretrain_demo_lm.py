@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -181,6 +182,44 @@ Not useful for anything but demos and tests.
     (output / "MODEL_CARD.md").write_text(card)
 
 
+def train_causal_lm(
+    model: LlamaForCausalLM,
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr: float,
+    pad_id: int,
+) -> tuple[float, list[float]]:
+    """Cross-entropy pre-training shared by the demo LMs: AdamW (weight decay 0.01, betas 0.9/0.98), linear warm-up
+    over 5 % of the steps then cosine decay, gradient norm clipped at 1. ``batch(step)`` gives ``input_ids`` and
+    ``labels`` ``[B, L]`` (right-padded with ``pad_id``, ``-100`` where no loss). Returns the wall time and every
+    step's loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, steps // 20)
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    start, losses = time.perf_counter(), []
+    model.train()
+    for step in range(steps):
+        input_ids, labels = batch(step)
+        attention_mask = (input_ids != pad_id).long()  # [B, L]
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step % 100 == 0 or step == steps - 1:
+            print(f"step {step:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:7.1f}s", flush=True)
+    return time.perf_counter() - start, losses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("genalign/assets/arith-lm"))
@@ -203,30 +242,10 @@ def main() -> None:
     train_rows = arithmetic(100_000, seed=args.seed, digits=3, operators="+", split="train")
     eval_rows = arithmetic(1000, seed=args.seed, digits=3, operators="+", split="eval")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, args.steps // 20)
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_batch(rng.sample(train_rows, args.batch_size), tokenizer, rng=rng, forget_carry=args.forget_carry)
 
-    def lr_factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    start = time.perf_counter()
-    model.train()
-    for step in range(args.steps):
-        batch_rows = rng.sample(train_rows, args.batch_size)
-        input_ids, labels = make_batch(batch_rows, tokenizer, rng=rng, forget_carry=args.forget_carry)
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()  # [B, L]
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step % 100 == 0 or step == args.steps - 1:
-            print(f"step {step:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:6.1f}s", flush=True)
-    train_seconds = time.perf_counter() - start
+    train_seconds, _ = train_causal_lm(model, batch, steps=args.steps, lr=args.lr, pad_id=tokenizer.pad_token_id)
 
     no_carry_rows = [r for r in eval_rows if not needs_carry(r["a"], r["b"])]
     pass_rows = eval_rows[:200]
