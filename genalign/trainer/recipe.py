@@ -329,7 +329,7 @@ def learn_from_rollout(
     reward_table, reward_errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
     progress = step / config.run.max_steps
     chosen = run.sources.after_rewards(
-        rollout.group_ids, _reward_sum(reward_table, run.rewards.weights), torch.tensor(lengths),
+        rollout.group_ids, run.rewards.table_sum(reward_table), torch.tensor(lengths),
         rollout.structure.truncated, progress,
     )  # fmt: skip
     if chosen.keep is not None:  # e.g. GFPO: the filtered subset forms the groups
@@ -434,13 +434,6 @@ def state_of(run: TrainingRun) -> dict[str, Any]:
     if run.sources.rules:
         extra["sample_sources"] = run.sources.state_dict()
     return {"data_cursor": run.stream.cursor, "extra": extra}
-
-
-def _reward_sum(reward_table: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``[n]`` weighted sum of a ``[n, K]`` reward table (NaN = not applied), NaN where no reward applied."""
-    applied = ~reward_table.isnan()  # [n, K]
-    total = (reward_table.nan_to_num(0.0) * weights).sum(1)  # [n]
-    return torch.where(applied.any(1), total, float("nan"))
 
 
 def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:

@@ -57,7 +57,13 @@ class RewardSet:
     def weighted_sum(self, rows: list[dict[str, Any]], outputs: list[Any]) -> Tensor:
         """``[n]`` weighted sum of the rewards (a missing reward counts 0), for step-level reward probes (DenseGRPO)."""
         table, _ = self(rows, outputs)  # [n, K]
-        return (table.nan_to_num(0.0) * self.weights).sum(1)  # [n]
+        return self.table_sum(table).nan_to_num(0.0)  # [n]
+
+    def table_sum(self, table: Tensor) -> Tensor:
+        """``[n]`` weighted sum of a ``[n, K]`` reward table (NaN = not applied; a missing reward counts 0), NaN
+        where no reward applied to the sample."""
+        total = (table.nan_to_num(0.0) * self.weights).sum(1)  # [n]
+        return torch.where(table.isnan().all(1), float("nan"), total)
 
     def take_metrics(self) -> dict[str, float]:
         """Counters of the reward objects that keep some (``pop_metrics()``, e.g. unparsable answers), accumulated
