@@ -99,6 +99,30 @@ class RolloutStructure:
             values[item.name] = value
         return RolloutStructure(**values)
 
+    @staticmethod
+    def cat(parts: list[RolloutStructure], sizes: list[int]) -> RolloutStructure:
+        """The structure of rollouts joined along the sample axis (``sizes[i]`` samples in ``parts[i]``): a field set
+        in any part must be set in every non-empty part; tensors are right-padded with zeros to the longest
+        per-sample axis. A prefix tree does not join (its node ids are per
+        rollout): raises ``ValueError``."""
+        live = [(part, size) for part, size in zip(parts, sizes, strict=True) if size > 0]
+        values: dict[str, Any] = {}
+        for item in fields(RolloutStructure):
+            present = [getattr(part, item.name) is not None for part, _ in live]
+            if not any(present):
+                values[item.name] = None
+                continue
+            if not all(present):
+                raise ValueError(f"cannot join rollouts: only some carry the structure field {item.name!r}")
+            tensors = [getattr(part, item.name) for part, _ in live]
+            if not all(isinstance(t, Tensor) for t in tensors):
+                raise ValueError(
+                    f"cannot join rollouts that carry {item.name!r} (a prefix tree's node ids are per rollout); "
+                    "tree rollouts do not combine with sample sources that add samples."
+                )
+            values[item.name] = pad_cat(tensors, side="right")
+        return RolloutStructure(**values)
+
     def present(self) -> frozenset[str]:
         """Names of the fields that are set."""
         return frozenset(item.name for item in fields(self) if getattr(self, item.name) is not None)
@@ -115,6 +139,22 @@ class RolloutStructure:
 
 
 STRUCTURE_FIELDS: tuple[str, ...] = tuple(item.name for item in fields(RolloutStructure))
+
+
+def pad_cat(tensors: list[Tensor], *, side: str = "right") -> Tensor:
+    """Concatenate ``[n_i, L_i, ...]`` tensors along dim 0, zero-padding dim 1 to the longest ``L_i`` on ``side``
+    (``"left"`` or ``"right"``); 1-d tensors are concatenated as they are. Trailing dims must agree."""
+    if tensors[0].dim() < 2:
+        return torch.cat(tensors, dim=0)
+    width = max(t.shape[1] for t in tensors)
+    padded = []
+    for t in tensors:
+        missing = width - t.shape[1]
+        if missing:
+            filler = t.new_zeros((t.shape[0], missing, *t.shape[2:]))
+            t = torch.cat([filler, t] if side == "left" else [t, filler], dim=1)
+        padded.append(t)
+    return torch.cat(padded, dim=0)
 
 
 def tree_from_levels(node_at_state: list[Tensor], depth_after_step: Tensor, *, num_trees: int) -> PrefixTree:

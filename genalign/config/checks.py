@@ -121,6 +121,7 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"groups of exactly {capabilities.group_size} (policy.tree: the leaves per prompt); set "
             f"algorithm.group_size={capabilities.group_size} or change policy.tree."
         )
+    _check_sample_sources(cfg, policy.family, capabilities)
     wanted = cfg.needs()
     missing = capabilities.missing(wanted)
     if missing:
@@ -132,6 +133,31 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"{', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy options (the table "
             "in docs/extending.md). Choose another option, or a family and options that supply it."
         )
+
+
+def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) -> None:
+    """Sample sources that add samples need joinable rollouts (no prefix tree); those that store or insert
+    completions need ``forced_completions``; guidance keys must be ones the family honours."""
+    from genalign.sampling import build_rules
+
+    for name, rule in build_rules(cfg.sample_source_rules()):
+        label = f"algorithm.sample_sources rule {name!r}"
+        if (rule.rounds > 1 or rule.forces) and capabilities.group_size is not None:
+            raise ConfigError(
+                f"{label} adds samples to the step's groups, but policy.tree samples fixed-shape trees that cannot "
+                "take extra samples; turn policy.tree off or remove the rule."
+            )
+        if (rule.needs_tokens or rule.forces) and not capabilities.forced_completions:
+            raise ConfigError(
+                f"{label} stores or inserts completions, which policy.family = {family!r} cannot rebuild (no "
+                "forced_completions capability); use causal_lm or remove the rule."
+            )
+        unsupported = sorted(set(rule.needs_guidance) - set(capabilities.guidance))
+        if unsupported:
+            raise ConfigError(
+                f"{label} attaches guidance {unsupported} to prompts, which policy.family = {family!r} does not "
+                f"honour (it honours {sorted(capabilities.guidance)}); use causal_lm or remove the rule."
+            )
 
 
 def _families_supplying(need: str) -> list[str]:

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms.scores import SCORE_FEATURES, ScoreOutput, ScoreRequest
-from genalign.algorithms.structure import STRUCTURE_FIELDS, RolloutStructure
+from genalign.algorithms.structure import STRUCTURE_FIELDS, RolloutStructure, pad_cat
 
 #: Weight dtypes by their config name (``policy.dtype``), for every family.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -68,12 +68,19 @@ class PolicyCapabilities:
         structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields its training rollouts can carry.
         group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
             None when any ``algorithm.group_size`` works.
+        forced_completions: :meth:`Policy.force` builds rollouts of given completions (replayed samples, reference
+            solutions), and training rollouts carry ``structure.action_ids`` so that samples can be stored.
+        guidance: the keys of a row's :data:`GUIDANCE_KEY` dict its training rollouts honour (``hint``: text added
+            to the prompt; ``prefix``: text the completion is forced to start with, conditioning only;
+            ``temperature``: this row's sampling temperature).
     """
 
     rollout_logp_is_exact: bool = False
     score_features: frozenset[str] = frozenset()
     structure: frozenset[str] = frozenset()
     group_size: int | None = None
+    forced_completions: bool = False
+    guidance: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         unknown = (set(self.score_features) - set(SCORE_FEATURES)) | (set(self.structure) - set(STRUCTURE_FIELDS))
@@ -105,6 +112,12 @@ class RolloutRequest:
     reward_probe: RewardProbe | None = None
 
 
+#: Row key of the guidance a sample source attaches to a training prompt (a dict; keys in
+#: :attr:`PolicyCapabilities.guidance`). Guided tokens are part of the conditioning, never actions, so they get no
+#: gradient; evaluation rows never carry it, and reward functions never see it.
+GUIDANCE_KEY = "guidance"
+
+
 @dataclass
 class Rollout:
     """A batch of sampled outputs with everything needed to re-score them.
@@ -120,6 +133,8 @@ class Rollout:
         per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
             list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
         info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
+        left_padded: the ``per_sample`` keys whose ``[N, L, ...]`` tensors are left-padded along ``L`` (prompt ids),
+            so that :meth:`cat` pads them on the left; every other tensor with a ragged second axis is right-padded.
     """
 
     rows: list[dict[str, Any]]
@@ -130,6 +145,7 @@ class Rollout:
     structure: RolloutStructure = field(default_factory=RolloutStructure)
     per_sample: dict[str, Tensor | list[Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    left_padded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         n = len(self.rows)
@@ -169,6 +185,43 @@ class Rollout:
             structure=self.structure.select(idx),
             per_sample=per_sample,
             info=dict(self.info),
+            left_padded=self.left_padded,
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[Rollout]) -> Rollout:
+        """Join rollouts of one family along the sample axis (extra sampling rounds, replayed samples): tensors are
+        zero-padded to the longest action / per-sample axis (``left_padded`` keys on the left), ``group_ids`` are
+        kept as they are (the caller makes them globally meaningful first), numeric ``info`` entries are summed."""
+        parts = [part for part in parts if len(part)] or list(parts[:1])
+        if len(parts) == 1:
+            return parts[0]
+        keys = set(parts[0].per_sample)
+        if any(set(part.per_sample) != keys for part in parts):
+            raise ValueError("cannot join rollouts with different per-sample data; they come from different families")
+        per_sample: dict[str, Tensor | list[Any]] = {}
+        for key in parts[0].per_sample:
+            values = [part.per_sample[key] for part in parts]
+            if isinstance(values[0], Tensor):
+                side = "left" if key in parts[0].left_padded else "right"
+                per_sample[key] = pad_cat(values, side=side)
+            else:
+                per_sample[key] = [item for value in values for item in value]
+        info: dict[str, Any] = {}
+        for part in parts:
+            for key, value in part.info.items():
+                summable = isinstance(value, (int, float)) and not isinstance(value, bool) and key in info
+                info[key] = info[key] + value if summable else info.get(key, value)
+        return Rollout(
+            rows=[row for part in parts for row in part.rows],
+            outputs=[output for part in parts for output in part.outputs],
+            group_ids=torch.cat([part.group_ids for part in parts]),
+            old_logp=pad_cat([part.old_logp for part in parts]),
+            action_mask=pad_cat([part.action_mask for part in parts]),
+            structure=RolloutStructure.cat([part.structure for part in parts], [len(part) for part in parts]),
+            per_sample=per_sample,
+            info=info,
+            left_padded=parts[0].left_padded,
         )
 
 
@@ -194,6 +247,25 @@ class Policy(ABC):
     ) -> Rollout:
         """Sample ``group_size`` outputs for each row; ``mode="eval"`` uses the evaluation sampling settings and
         records nothing for training. ``request`` names the structure the configured methods need."""
+
+    def force(
+        self,
+        rows: list[dict[str, Any]],
+        completions: list[Tensor | str],
+        behaviour_logp: list[Tensor | None],
+        *,
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """A training rollout of given completions instead of sampled ones (``capabilities.forced_completions``):
+        sample ``i`` answers ``rows[i]`` with the action ids ``completions[i]`` ``[T_i]`` (ending with the end
+        action when the completion ended) or with a text (tokenized, the end action appended); its ``old_logp`` is ``behaviour_logp[i]`` ``[T_i]`` (the policy that
+        produced it, for replayed samples) or, where None, the current policy's log-probs (reference solutions).
+        ``group_ids`` index ``rows``. Sample sources replay stored samples and insert reference solutions with it."""
+        raise NotImplementedError(
+            f"the {self.family} family cannot build rollouts of given completions (capabilities.forced_completions is "
+            "False), which replay and reference-solution sample sources need; remove them from "
+            "algorithm.sample_sources or use a token family (causal_lm)."
+        )
 
     @abstractmethod
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
@@ -257,6 +329,7 @@ class Policy(ABC):
 
 __all__ = [
     "DTYPES",
+    "GUIDANCE_KEY",
     "Policy",
     "PolicyCapabilities",
     "RewardProbe",

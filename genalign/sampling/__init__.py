@@ -9,13 +9,24 @@ the rollout that choose the prompts, the samples per prompt, and which samples t
 """
 
 from genalign.sampling import budgets, curricula, masking  # noqa: F401  (register the rules)
-from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Outcome, RuleDefaults, SampleRule, per_prompt
-from genalign.sampling.stage import SampleChoice, SamplePlan, SampleSourceStage, build_rules
+from genalign.sampling.base import (
+    SAMPLE_SOURCES,
+    Candidate,
+    Decision,
+    Forced,
+    Outcome,
+    RuleDefaults,
+    SampleRule,
+    per_prompt,
+)
+from genalign.sampling.stage import LocalSamples, SampleChoice, SamplePlan, SampleSourceStage, build_rules
 
 __all__ = [
     "SAMPLE_SOURCES",
     "Candidate",
     "Decision",
+    "Forced",
+    "LocalSamples",
     "Outcome",
     "RuleDefaults",
     "SampleChoice",

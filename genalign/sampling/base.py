@@ -1,6 +1,6 @@
 """The sample-source contract: what a rule sees before the rollout and after the rewards, and what it may decide.
 
-A rule is a small stateful object with four stages (:class:`SampleRule`); :class:`RuleDefaults` gives the no-op
+A rule is a small stateful object with six stages (:class:`SampleRule`); :class:`RuleDefaults` gives the no-op
 version of each, so a rule implements only the stages it changes. Rules are registered in :data:`SAMPLE_SOURCES` by
 name with their keyword-only hyper-parameters as constructor arguments (validated at config load) and docs meta
 (``formula``, ``source``, ``summary``; ``needs`` for rollout-structure fields such as ``truncated``).
@@ -42,6 +42,12 @@ class Outcome:
         lengths: ``[N]`` float, valid actions of each sample (tokens for LMs).
         truncated: ``[N]`` bool, the completion hit the length limit (None when the family does not report it).
         progress: ``step / max_steps``.
+        forced: ``[N]`` bool, the sample was added by :meth:`SampleRule.forced_samples` (replayed or a reference
+            solution), not sampled this step (None = none was).
+        tokens: ``[N, T]`` long action ids, 0 on padding (only when a rule sets ``needs_tokens``; token families).
+        behaviour_logp: ``[N, T]`` float log-probs of the policy that produced each action (with ``tokens``).
+        round: the sampling round these samples complete (0 = the step's first rollout).
+        step: the training step.
     """
 
     positions: Tensor
@@ -50,6 +56,17 @@ class Outcome:
     lengths: Tensor
     truncated: Tensor | None
     progress: float
+    forced: Tensor | None = None
+    tokens: Tensor | None = None
+    behaviour_logp: Tensor | None = None
+    round: int = 0
+    step: int = 0
+
+    def completion(self, sample: int) -> tuple[Tensor, Tensor]:
+        """The action ids ``[T_i]`` and behaviour log-probs ``[T_i]`` of ``sample`` (needs ``tokens``)."""
+        assert self.tokens is not None and self.behaviour_logp is not None, "set needs_tokens on the rule"
+        length = int(self.lengths[sample])
+        return self.tokens[sample, :length].clone(), self.behaviour_logp[sample, :length].clone()
 
     def __len__(self) -> int:
         return self.positions.shape[0]
@@ -71,6 +88,31 @@ class Decision:
     stats: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Forced:
+    """A sample a rule adds to a group without sampling it (:meth:`SampleRule.forced_samples`).
+
+    Attributes:
+        position: the stream position (group) it joins; it must be a prompt of the current step.
+        tokens: ``[T]`` long action ids of the completion (the policy's tokenizer; ending with the end token when the
+            completion ended), or None when ``text`` is given.
+        text: the completion as text (a reference solution), tokenized by the policy, which appends the end token.
+        behaviour_logp: ``[T]`` float log-probs of the policy that produced it (replay: the importance weights and the
+            off-policy clip [323] use them), or None for text no policy sampled (a reference solution), which is
+            scored by the current policy.
+        kind: what it is, for the statistics (``replay``, ``reference``, ...).
+    """
+
+    position: int
+    tokens: Tensor | None
+    behaviour_logp: Tensor | None
+    kind: str = "replay"
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        assert (self.tokens is None) != (self.text is None), "give the completion as tokens or as text"
+
+
 class SampleRule(Protocol):
     """One composable rule of the sample-source stage (``algorithm.sample_sources``)."""
 
@@ -83,8 +125,21 @@ class SampleRule(Protocol):
         """Samples to draw per prompt (None = ``algorithm.group_size``)."""
         ...
 
+    def more_samples(self, outcome: Outcome) -> dict[int, int]:
+        """After the rewards of a sampling round (``outcome.round``; the samples of all rounds so far): extra samples
+        to draw now, by stream position (adaptive budgets: DARS, AR3PO, AERO). No state change here: the rule
+        updates its state in :meth:`after_rewards`. Called while some rule asks and the rounds stay below
+        ``max(rule.rounds)``."""
+        ...
+
+    def forced_samples(self, outcome: Outcome) -> list[Forced]:
+        """After the last round: samples to add to this step's groups without sampling them (replay, reference
+        solutions); their rewards are computed like any sample's. No state change here."""
+        ...
+
     def after_rewards(self, outcome: Outcome) -> Decision:
-        """After the rewards: update the rule's state from ``outcome`` and decide which samples to keep and train."""
+        """After the rewards of every sample of the step (forced ones included, ``outcome.forced``): update the
+        rule's state from ``outcome`` and decide which samples to keep and train."""
         ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -98,12 +153,22 @@ class RuleDefaults:
 
     pool: float = 1.0
     max_draw: float = 1.0
+    rounds: int = 1  # sampling rounds per step this rule may ask for (1 = the first rollout only)
+    needs_tokens: bool = False  # the rule reads Outcome.tokens / behaviour_logp (token families only)
+    forces: bool = False  # the rule adds samples with forced_samples (families with forced_completions only)
+    needs_guidance: frozenset[str] = frozenset()  # guidance keys the rule attaches to rows (GUIDANCE_KEY)
 
     def choose(self, pool: list[Candidate], wanted: int, generator: torch.Generator) -> list[Candidate]:
         return pool
 
     def samples_per_prompt(self, group_size: int) -> int | None:
         return None
+
+    def more_samples(self, outcome: Outcome) -> dict[int, int]:
+        return {}
+
+    def forced_samples(self, outcome: Outcome) -> list[Forced]:
+        return []
 
     def after_rewards(self, outcome: Outcome) -> Decision:
         return Decision()

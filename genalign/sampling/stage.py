@@ -1,8 +1,10 @@
 """The sample-source stage: between the prompt stream and the rollout, a list of composable, stateful rules
 (``algorithm.sample_sources``) decides which prompts to sample and how many samples each (:meth:`plan`, once before
-the rollout), and after the rewards which samples form the groups and which enter the loss, updating the rules' state
-(:meth:`after_rewards`, once after the rewards). With no rules the stage takes ``count`` prompts from the stream and
-changes nothing.
+the rollout); after each round's rewards whether some prompts get more samples (:meth:`more_samples`, adaptive
+budgets); after the last round which stored or reference samples join the groups (:meth:`forced_samples`, replay and
+guidance); and after every reward of the step which samples form the groups and which enter the loss, updating the
+rules' state (:meth:`decide`). :meth:`observe` turns this process's samples into the global :class:`Outcome` the
+rules read. With no rules the stage takes ``count`` prompts from the stream and changes nothing.
 
 Every process runs the same plan on the same stream (and keeps its share), and every rule sees the outcome of all
 processes, so the rules' states agree across processes; their state is saved in the checkpoint (:meth:`state_dict`).
@@ -18,7 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Outcome, SampleRule
+from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Forced, Outcome, SampleRule
 
 
 class Stream(Protocol):
@@ -45,6 +47,29 @@ class SampleChoice:
     keep: Tensor | None
     train: Tensor | None
     stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class LocalSamples:
+    """This process's samples as the stage sees them: ``group_ids`` ``[n]`` stream positions, ``rewards`` ``[n]``
+    weighted reward sums (NaN = none applied), ``lengths`` ``[n]`` valid actions, ``truncated`` ``[n]`` bool or None,
+    ``forced`` ``[n]`` bool (added without sampling) or None, ``tokens`` / ``behaviour_logp`` ``[n, T]`` action ids and
+    behaviour log-probs (token families; None otherwise)."""
+
+    group_ids: Tensor
+    rewards: Tensor
+    lengths: Tensor
+    truncated: Tensor | None = None
+    forced: Tensor | None = None
+    tokens: Tensor | None = None
+    behaviour_logp: Tensor | None = None
+
+
+def _pad_right(tensor: Tensor, width: int) -> Tensor:
+    """``[n, T]`` zero-padded (or cut) to ``[n, width]``."""
+    if tensor.shape[1] >= width:
+        return tensor[:, :width]
+    return torch.cat([tensor, tensor.new_zeros(tensor.shape[0], width - tensor.shape[1])], dim=1)
 
 
 def build_rules(rules: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, SampleRule]]:
@@ -80,8 +105,10 @@ class SampleSourceStage:
         if len(asked) > 1:
             raise ValueError(f"more than one sample source sets the samples per prompt ({asked}); keep one of them.")
         self.samples_per_prompt = asked[0] if asked else group_size
-        self._index_of: dict[int, int] = {}  # stream position -> data row index, for the current step
+        self._candidates: dict[int, Candidate] = {}  # stream position -> prompt, for the current step
         self._plan_stats: dict[str, float] = {}
+        self._round_stats: dict[str, float] = {}
+        self._share = (0, 0)  # (first index, count) of this process's samples in the last outcome
 
     def plan(self, stream: Stream, count: int, step: int) -> SamplePlan:
         """The ``count`` prompts of step ``step``: candidates are drawn from ``stream`` in rounds and passed through
@@ -89,7 +116,7 @@ class SampleSourceStage:
         rules) is reached; a shortfall is filled with passed-over candidates in draw order."""
         if not self.rules:
             prompts = [Candidate(p, stream.row_index(p), row) for p, row in stream.take(count)]
-            self._index_of = {c.position: c.index for c in prompts}
+            self._candidates = {c.position: c for c in prompts}
             return SamplePlan(prompts, self.samples_per_prompt)
         generator = torch.Generator().manual_seed((self.seed * 1_000_003 + step * 7_919) % 2**63)
         pool_factor = max(rule.pool for _, rule in self.rules)
@@ -111,7 +138,7 @@ class SampleSourceStage:
             passed_over += [c for c in pool if c.position not in positions]
         refilled = count - len(chosen)
         chosen += passed_over[:refilled]
-        self._index_of = {c.position: c.index for c in chosen}
+        self._candidates = {c.position: c for c in chosen}
         self._plan_stats = {
             "sampling/prompts_drawn": float(drawn),
             "sampling/prompts_passed_over": float(drawn - count),
@@ -119,35 +146,97 @@ class SampleSourceStage:
         }
         return SamplePlan(chosen, self.samples_per_prompt)
 
-    def after_rewards(self, group_ids: Tensor, rewards: Tensor, lengths: Tensor, truncated: Tensor | None,
-                      progress: float) -> SampleChoice:  # fmt: skip
-        """Show the rules this process's samples together with the other processes', collect their decisions and
-        return this process's share.
+    @property
+    def rounds(self) -> int:
+        """The most sampling rounds per step any rule asks for (1 = the first rollout only)."""
+        return max((rule.rounds for _, rule in self.rules), default=1)
 
-        Args:
-            group_ids: ``[n]`` stream position of each sample's prompt; rewards: ``[n]`` weighted reward sum (NaN =
-            none applied); lengths: ``[n]`` valid actions; truncated: ``[n]`` bool or None; progress: step / max_steps.
-        """
-        if not self.rules:
-            return SampleChoice(None, None)
-        n = group_ids.shape[0]
-        flags = truncated.double() if truncated is not None else torch.full((n,), -1.0, dtype=torch.float64)
-        columns = [group_ids, rewards, lengths, flags]
-        local = torch.stack([column.detach().cpu().double() for column in columns], dim=1)  # [n, 4]
-        table = self.gather(local)  # [N, 4]
-        start = int(self.gather(torch.tensor([n]))[: self.rank].sum())
+    @property
+    def needs_tokens(self) -> bool:
+        """Some rule reads the samples' action ids and behaviour log-probs (:attr:`Outcome.tokens`)."""
+        return any(rule.needs_tokens for _, rule in self.rules)
+
+    @property
+    def forces(self) -> bool:
+        """Some rule adds samples without sampling them (:meth:`forced_samples`)."""
+        return any(rule.forces for _, rule in self.rules)
+
+    def candidate(self, position: int) -> Candidate:
+        """The prompt of this step at stream ``position`` (its row carries the guidance the rules attached)."""
+        return self._candidates[position]
+
+    def observe(self, samples: LocalSamples, *, step: int, progress: float, round: int) -> Outcome:
+        """The :class:`Outcome` of all processes' samples (this process's ``samples`` gathered with the others'),
+        without changing any rule's state."""
+        n = samples.group_ids.shape[0]
+        flags = samples.truncated.double() if samples.truncated is not None else torch.full((n,), -1.0).double()
+        forced = samples.forced if samples.forced is not None else torch.zeros(n, dtype=torch.bool)
+        columns = [samples.group_ids, samples.rewards, samples.lengths, flags, forced]
+        local = torch.stack([column.detach().cpu().double() for column in columns], dim=1)  # [n, 5]
+        table = self.gather(local)  # [N, 5]
+        self._share = (int(self.gather(torch.tensor([n]))[: self.rank].sum()), n)
         positions = table[:, 0].long()  # [N]
-        outcome = Outcome(
+        tokens = behaviour_logp = None
+        if self.needs_tokens and samples.tokens is not None and samples.behaviour_logp is not None:
+            width = int(self.gather(torch.tensor([samples.tokens.shape[1]])).max()) if n or self.rank else 0
+            tokens = self.gather(_pad_right(samples.tokens.detach().cpu().long(), width))  # [N, T]
+            behaviour_logp = self.gather(_pad_right(samples.behaviour_logp.detach().cpu().float(), width))  # [N, T]
+        return Outcome(
             positions=positions,
-            indices=torch.tensor([self._index_of[p] for p in positions.tolist()], dtype=torch.long),
+            indices=torch.tensor([self._candidates[p].index for p in positions.tolist()], dtype=torch.long),
             rewards=table[:, 1],
             lengths=table[:, 2],
-            truncated=table[:, 3] > 0.5 if truncated is not None else None,
+            truncated=table[:, 3] > 0.5 if samples.truncated is not None else None,
             progress=progress,
+            forced=table[:, 4] > 0.5,
+            tokens=tokens,
+            behaviour_logp=behaviour_logp,
+            round=round,
+            step=step,
         )
+
+    def more_samples(self, outcome: Outcome) -> dict[int, int]:
+        """Extra samples to draw after round ``outcome.round``, by stream position (the largest request of any rule
+        for each prompt of the step; none once ``outcome.round + 1`` reaches :attr:`rounds`)."""
+        wanted: dict[int, int] = {}
+        for name, rule in self.rules:
+            if outcome.round + 1 >= rule.rounds:
+                continue
+            for position, count in rule.more_samples(outcome).items():
+                if position not in self._candidates:
+                    raise ValueError(f"sample source {name!r} asked for samples of prompt {position}, not in this step")
+                if count > 0:
+                    wanted[int(position)] = max(wanted.get(int(position), 0), int(count))
+        self._round_stats["sampling/rounds"] = float(outcome.round + 1 + bool(wanted))
+        self._round_stats["sampling/extra_samples"] = self._round_stats.get("sampling/extra_samples", 0.0) + float(
+            sum(wanted.values())
+        )
+        return wanted
+
+    def forced_samples(self, outcome: Outcome) -> list[Forced]:
+        """Samples the rules add without sampling (replay, reference solutions), in rule order."""
+        forced: list[Forced] = []
+        for name, rule in self.rules:
+            added = rule.forced_samples(outcome)
+            for item in added:
+                if item.position not in self._candidates:
+                    raise ValueError(
+                        f"sample source {name!r} added a sample to prompt {item.position}, not in this step"
+                    )
+            forced += added
+        kinds: dict[str, float] = {}
+        for item in forced:
+            kinds[f"sampling/forced_{item.kind}"] = kinds.get(f"sampling/forced_{item.kind}", 0.0) + 1.0
+        self._round_stats |= kinds
+        return forced
+
+    def decide(self, outcome: Outcome) -> SampleChoice:
+        """Show the rules every sample of the step (after the last :meth:`observe`), let them update their state,
+        and return this process's share of their decisions with the step's statistics."""
         keep = torch.ones(len(outcome), dtype=torch.bool)
         train = torch.ones(len(outcome), dtype=torch.bool)
-        stats = dict(self._plan_stats)
+        stats = dict(self._plan_stats) | self._round_stats
+        self._round_stats = {}
         for name, rule in self.rules:
             decision: Decision = rule.after_rewards(outcome)
             keep &= decision.keep if decision.keep is not None else True
@@ -156,9 +245,16 @@ class SampleSourceStage:
         if len(outcome):
             stats["sampling/frac_kept"] = float(keep.float().mean())
             stats["sampling/frac_trained"] = float((keep & train).float().mean())
+        start, n = self._share
         keep, train = keep[start : start + n], train[start : start + n]  # this process's share
         kept = keep.nonzero().flatten()
         return SampleChoice(None if bool(keep.all()) else kept, None if bool(train[kept].all()) else train[kept], stats)
+
+    def after_rewards(self, samples: LocalSamples, *, step: int, progress: float) -> SampleChoice:
+        """One-round shortcut: :meth:`observe` then :meth:`decide` (no rules: keep and train everything)."""
+        if not self.rules:
+            return SampleChoice(None, None)
+        return self.decide(self.observe(samples, step=step, progress=progress, round=0))
 
     def state_dict(self) -> dict[str, Any]:
         """The state of every rule, by name (JSON-able values and tensors)."""

@@ -53,6 +53,7 @@ from genalign.trainer.parallel import DataParallel, resolve_mixed_precision, res
 from genalign.trainer.rewards import RewardSet, prompt_text
 from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
 from genalign.trainer.step_advantages import StepAdvantages, update_inputs
+from genalign.trainer.step_samples import StepSamples, collect_samples
 from genalign.trainer.trackers import Trackers
 from genalign.trainer.update import UpdateBatch, run_update
 
@@ -286,12 +287,13 @@ def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFinite
 
 def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
     """One step: this process's rollout (:func:`sample_step`), then rewards, advantages, credit and the update
-    (:func:`learn_from_rollout`). Returns the step's metrics record, the rollout and its advantages."""
+    (:func:`learn_from_samples`). Returns the step's metrics record, the rollout and its advantages."""
     seed_step(run.config.run.seed, step, run.rank)
     run.policy.on_step(step)
     t0 = time.perf_counter()
     rollout = sample_step(run, step)
-    return learn_from_rollout(run, step, rollout, rollout_seconds=time.perf_counter() - t0)
+    samples = collect_samples(run, step, rollout, rollout_request(run))
+    return learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
 
 
 def sample_step(run: TrainingRun, step: int) -> Rollout:
@@ -316,22 +318,16 @@ def sample_step(run: TrainingRun, step: int) -> Rollout:
     return rollout
 
 
-def learn_from_rollout(
-    run: TrainingRun, step: int, rollout: Rollout, *, rollout_seconds: float
+def learn_from_samples(
+    run: TrainingRun, step: int, samples: StepSamples, *, sampling_seconds: float
 ) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
-    """Rewards, advantages over the global batch, credit, the optional group filter and the update of one rollout
-    (this process's share); returns the step's metrics record, the rollout and its advantages."""
+    """Advantages over the global batch, credit, the optional group filter and the update of one step's samples
+    (this process's share, with their rewards and the sample sources' decision); returns the step's metrics record,
+    the rollout and its advantages. ``sampling_seconds``: the rollout, its extra rounds and the rewards."""
     config, cfg = run.config, run.config.algorithm
     t0 = time.perf_counter()
-
-    # Rewards [n, K]; the sample sources observe them and choose the samples that form the groups and those trained.
-    lengths = rollout.action_mask.sum(1).long().tolist()
-    reward_table, reward_errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
+    rollout, reward_table, chosen = samples.rollout, samples.reward_table, samples.choice
     progress = step / config.run.max_steps
-    chosen = run.sources.after_rewards(
-        rollout.group_ids, run.rewards.table_sum(reward_table), torch.tensor(lengths),
-        rollout.structure.truncated, progress,
-    )  # fmt: skip
     if chosen.keep is not None:  # e.g. GFPO: the filtered subset forms the groups
         rollout, reward_table = rollout.select(chosen.keep), reward_table[chosen.keep]
 
@@ -365,12 +361,12 @@ def learn_from_rollout(
     )  # fmt: skip
     t_update = time.perf_counter() - t1
 
-    record = _step_record(step, rollout, reward_table, reward_errors, run.rewards.labels, adv, update_metrics)
+    record = _step_record(step, rollout, reward_table, samples.reward_errors, run.rewards.labels, adv, update_metrics)
     record["num_trained_samples"] = len(keep)
     record |= chosen.stats
     record |= sum_counters(run.rewards.take_metrics())
-    step_seconds = rollout_seconds + time.perf_counter() - t0
-    record |= {"time/rollout_s": rollout_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
+    step_seconds = sampling_seconds + time.perf_counter() - t0
+    record |= {"time/rollout_s": sampling_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
     return record, rollout, adv
 
 

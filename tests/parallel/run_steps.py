@@ -3,7 +3,7 @@
 the multi-process tests compare.
 
 Every process samples the WHOLE step's prompts with the same seed (so every process holds the one-process rollout),
-then trains on its share of the groups through the trainer's own :func:`~genalign.trainer.recipe.learn_from_rollout`
+then trains on its share of the groups through the trainer's own :func:`~genalign.trainer.recipe.learn_from_samples`
 under ``run.distributed = fsdp`` (``none`` for one process). Written per case: ``OUT/<case>.safetensors``, the
 trainable parameters and the optimizer's tensors after the last step as full tensors (``param/<name>``,
 ``optim/<name>/<key>``), gathered from their shards; with ``--save-at K`` the run's checkpoint of step ``K`` in
@@ -30,11 +30,12 @@ from genalign.config.schema import TrainConfig
 from genalign.trainer.distributed import rank_and_world
 from genalign.trainer.recipe import (
     checkpoint,
-    learn_from_rollout,
+    learn_from_samples,
     rollout_request,
     seed_step,
     start_run,
 )
+from genalign.trainer.step_samples import collect_samples
 from tests.policies.contract_cases import case_config
 
 #: SGD with momentum (optimizer state to restore): its update is linear in the gradient, so float rounding between layouts stays at rounding size. Adam's
@@ -82,7 +83,8 @@ def train_case(case: str, out: Path, *, steps: int, save_at: int | None, resume:
     if main:
         save_file(start_state, str(out / f"{case}.{'restored' if resume else 'initial'}.safetensors"))
     for step in range(start + 1, steps + 1):
-        learn_from_rollout(run, step, layout_free_rollout(run, step), rollout_seconds=0.0)
+        samples = collect_samples(run, step, layout_free_rollout(run, step), rollout_request(run))
+        learn_from_samples(run, step, samples, sampling_seconds=0.0)
         if step == save_at:
             checkpoint(run, step)
             saved = gathered_state(run)

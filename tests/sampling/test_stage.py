@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.sampling import SampleSourceStage, build_rules
+from genalign.sampling import LocalSamples, SampleSourceStage, build_rules
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.state_io import load_state, save_state
 
@@ -21,7 +21,8 @@ def test_without_rules_the_stage_takes_the_next_prompts_and_decides_nothing():
     plan = stage.plan(stream, 3, step=1)
     assert [(c.position, c.row) for c in plan.prompts] == reference.take(3)
     assert plan.samples_per_prompt == 4
-    choice = stage.after_rewards(torch.tensor([0, 0]), torch.tensor([1.0, 0.0]), torch.ones(2), None, 0.1)
+    choice = stage.after_rewards(LocalSamples(torch.tensor([0, 0]), torch.tensor([1.0, 0.0]), torch.ones(2)),
+                                 step=1, progress=0.1)  # fmt: skip
     assert choice.keep is None and choice.train is None and choice.stats == {}
 
 
@@ -42,7 +43,7 @@ def test_filtered_prompts_are_replaced_from_the_stream_up_to_the_draw_limit():
 
 
 class TwoProcesses:
-    """``gather`` of process 1 when process 0 holds ``other`` (``[n0, 4]`` outcome rows)."""
+    """``gather`` of process 1 when process 0 holds ``other`` (``[n0, 5]`` outcome rows)."""
 
     def __init__(self, other: torch.Tensor) -> None:
         self.other = other
@@ -56,14 +57,13 @@ class TwoProcesses:
 def test_rules_see_every_process_and_each_process_gets_its_share():
     stream = PromptStream(ROWS, seed=0)
     rules = build_rules([("depo", {}), ("gfpo", {"samples": 3}), ("overlong_filter", {})])
-    other = torch.tensor([[0, 1.0, 5, 0], [0, 1.0, 2, 0], [0, 1.0, 9, 1]], dtype=torch.float64)  # process 0: prompt 0
+    other = torch.tensor([[0, 1.0, 5, 0, 0], [0, 1.0, 2, 0, 0], [0, 1.0, 9, 1, 0]], dtype=torch.float64)  # process 0
     stage = SampleSourceStage(rules, seed=0, group_size=2, rank=1, gather=TwoProcesses(other))
     assert stage.plan(stream, 2, step=1).samples_per_prompt == 3
     # this process: prompt 1, lengths 4, 1, 3; the shortest (length 1) is truncated
-    choice = stage.after_rewards(
-        torch.tensor([1, 1, 1]), torch.tensor([0.0, 1.0, 0.0]), torch.tensor([4.0, 1.0, 3.0]),
-        torch.tensor([False, True, False]), 0.5,
-    )  # fmt: skip
+    samples = LocalSamples(torch.tensor([1, 1, 1]), torch.tensor([0.0, 1.0, 0.0]), torch.tensor([4.0, 1.0, 3.0]),
+                           torch.tensor([False, True, False]))  # fmt: skip
+    choice = stage.after_rewards(samples, step=1, progress=0.5)
     assert choice.keep.tolist() == [1, 2]  # the two shortest of this process's group
     assert choice.train.tolist() == [False, True]  # of those, the truncated one is out of the loss
     depo = stage.rules[0][1]
@@ -88,7 +88,7 @@ def test_state_survives_a_checkpoint_file_exactly(tmp_path):
     plan = stage.plan(stream, 4, step=1)
     positions = torch.tensor([c.position for c in plan.prompts]).repeat_interleave(2)
     rewards = torch.tensor([0.1, 0.7, 1 / 3, 0.0, 1.0, 0.9, 0.2, 2 / 7])
-    stage.after_rewards(positions, rewards, torch.ones(8), None, 0.5)
+    stage.after_rewards(LocalSamples(positions, rewards, torch.ones(8)), step=1, progress=0.5)
     save_state({"extra": {"sample_sources": stage.state_dict()}}, tmp_path / "trainer_state")
     restored = SampleSourceStage(build_rules([("depo", {"momentum": 0.3}), ("spo", {})]), seed=0, group_size=2)
     restored.load_state_dict(load_state(tmp_path / "trainer_state")["extra"]["sample_sources"])

@@ -1,0 +1,123 @@
+"""The samples of one step: the first rollout's rewards, the extra sampling rounds and forced samples the sample
+sources ask for, and their decision over which samples form the groups and which enter the loss.
+
+Round 0 is the step's rollout. After each round the stage sees every sample so far (:meth:`SampleSourceStage.observe`)
+and may ask for more samples of some prompts (adaptive budgets); each process samples the prompts it owns, as rows
+repeated once per extra sample. After the last round the rules may add samples without sampling them (replayed
+completions with their behaviour log-probs, reference solutions scored by the current policy); each is built by
+:meth:`Policy.force` on the process that owns its prompt. Every part's rewards are computed like the first's, and
+the parts are joined with :meth:`Rollout.cat` in the order sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from genalign.policies.base import Rollout, RolloutRequest
+from genalign.sampling import Forced, LocalSamples, SampleChoice, SampleSourceStage
+
+if TYPE_CHECKING:
+    from genalign.trainer.recipe import TrainingRun
+
+
+@dataclass
+class StepSamples:
+    """This process's samples of one step with their rewards and the sample sources' decision.
+
+    Attributes:
+        rollout: ``[n]`` samples (every round, then the forced ones); ``group_ids`` are stream positions.
+        reward_table: ``[n, K]`` rewards (NaN = not applied); reward_errors: ``[K]`` failed reward calls.
+        forced: ``[n]`` bool, added without sampling.
+        choice: the samples that form the groups / enter the loss, and the stage's statistics.
+    """
+
+    rollout: Rollout
+    reward_table: Tensor
+    reward_errors: list[int]
+    forced: Tensor
+    choice: SampleChoice
+
+
+def collect_samples(run: TrainingRun, step: int, rollout: Rollout, request: RolloutRequest) -> StepSamples:
+    """Rewards of ``rollout`` (this process's round-0 samples), then the extra rounds and forced samples the sample
+    sources ask for, and their decision."""
+    stage, progress = run.sources, step / run.config.run.max_steps
+    table, errors = _rewards(run, rollout)
+    forced = torch.zeros(len(rollout), dtype=torch.bool)
+    if not stage.rules:
+        return StepSamples(rollout, table, errors, forced, SampleChoice(None, None))
+    owned = set(rollout.group_ids.tolist())
+    round_ = 0
+    while True:  # ends: more_samples asks for nothing once round + 1 reaches stage.rounds
+        outcome = stage.observe(_local(run, rollout, table, forced), step=step, progress=progress, round=round_)
+        wanted = stage.more_samples(outcome)  # the same on every process
+        if not wanted:
+            break
+        positions = [p for p, count in sorted(wanted.items()) if p in owned for _ in range(count)]
+        rollout, table, forced, errors = _join(
+            run, (rollout, table, forced, errors), _sample_rows(run, positions, request), False
+        )
+        round_ += 1
+    if stage.forces:
+        added = [item for item in stage.forced_samples(outcome) if item.position in owned]
+        if added:
+            rollout, table, forced, errors = _join(
+                run, (rollout, table, forced, errors), _force(run, added, request), True
+            )
+        outcome = stage.observe(_local(run, rollout, table, forced), step=step, progress=progress, round=round_)
+    return StepSamples(rollout, table, errors, forced, stage.decide(outcome))
+
+
+def _join(run: TrainingRun, so_far: tuple[Rollout, Tensor, Tensor, list[int]], extra: Rollout, forced: bool):
+    """``so_far`` (rollout, reward table, forced flags, reward errors) followed by ``extra`` with its rewards."""
+    rollout, table, flags, errors = so_far
+    extra_table, extra_errors = _rewards(run, extra)
+    return (
+        Rollout.cat([rollout, extra]),
+        torch.cat([table, extra_table]),
+        torch.cat([flags, torch.full((len(extra),), forced, dtype=torch.bool)]),
+        [a + b for a, b in zip(errors, extra_errors, strict=True)],
+    )
+
+
+def _rewards(run: TrainingRun, rollout: Rollout) -> tuple[Tensor, list[int]]:
+    lengths = rollout.action_mask.sum(1).long().tolist()
+    table, errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
+    return table, list(errors)
+
+
+def _local(run: TrainingRun, rollout: Rollout, table: Tensor, forced: Tensor) -> LocalSamples:
+    stage: SampleSourceStage = run.sources
+    tokens = rollout.structure.action_ids if stage.needs_tokens else None
+    return LocalSamples(
+        group_ids=rollout.group_ids,
+        rewards=run.rewards.table_sum(table),
+        lengths=rollout.action_mask.sum(1),
+        truncated=rollout.structure.truncated,
+        forced=forced,
+        tokens=tokens,
+        behaviour_logp=rollout.old_logp if tokens is not None else None,
+    )
+
+
+def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest) -> Rollout:
+    """One sample per entry of ``positions`` (stream positions of this step, repeated per extra sample)."""
+    rows = [run.sources.candidate(p).row for p in positions]
+    with run.parallel.full_parameters():
+        extra = run.policy.rollout(rows, 1, request=request)
+    extra.group_ids = torch.tensor(positions, dtype=torch.long)[extra.group_ids]
+    return extra
+
+
+def _force(run: TrainingRun, added: list[Forced], request: RolloutRequest) -> Rollout:
+    """The forced samples of this process's prompts as one rollout (:meth:`Policy.force`)."""
+    rows = [run.sources.candidate(item.position).row for item in added]
+    completions = [item.tokens if item.tokens is not None else item.text for item in added]
+    with run.parallel.full_parameters():
+        extra = run.policy.force(rows, completions, [item.behaviour_logp for item in added], request=request)
+    extra.group_ids = torch.tensor([item.position for item in added], dtype=torch.long)[extra.group_ids]
+    return extra
