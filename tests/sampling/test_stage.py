@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.sampling import LocalSamples, SampleSourceStage, build_rules
+from genalign.sampling import Decision, Forced, LocalSamples, SampleSourceStage, build_rules
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.state_io import load_state, save_state
 
@@ -99,3 +99,81 @@ def test_state_survives_a_checkpoint_file_exactly(tmp_path):
     assert [c.position for c in stage.plan(a, 2, step=2).prompts] == [
         c.position for c in restored.plan(b, 2, step=2).prompts
     ]
+
+
+class AsksForMore:
+    """Asks for ``extra`` samples of every prompt whose samples so far are all failures, for ``rounds`` rounds."""
+
+    rounds, needs_tokens, forces, needs_guidance, pool, max_draw = 3, True, True, frozenset(), 1.0, 1.0
+
+    def __init__(self, extra: int) -> None:
+        self.extra, self.seen = extra, []
+
+    def choose(self, pool, wanted, generator):
+        return pool
+
+    def samples_per_prompt(self, group_size):
+        return None
+
+    def more_samples(self, outcome):
+        self.seen.append(outcome.round)
+        failed = {}
+        for position in outcome.positions.unique().tolist():
+            if float(outcome.rewards[outcome.positions == position].max()) <= 0:
+                failed[position] = self.extra
+        return failed
+
+    def forced_samples(self, outcome):
+        first = int(outcome.positions[0])
+        tokens, logp = outcome.completion(0)
+        return [Forced(first, tokens, logp, kind="replay")]
+
+    def after_rewards(self, outcome):
+        return Decision(stats={"forced": float(outcome.forced.sum())})
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+def test_extra_rounds_take_the_largest_request_and_stop_at_the_rules_round_limit():
+    stream = PromptStream(ROWS, seed=0)
+    two, three = AsksForMore(2), AsksForMore(3)
+    two.rounds = 2
+    stage = SampleSourceStage([("two", two), ("three", three)], seed=0, group_size=2)
+    plan = stage.plan(stream, 2, step=1)
+    a, b = (c.position for c in plan.prompts)
+    samples = LocalSamples(torch.tensor([a, a, b, b]), torch.tensor([0.0, 0.0, 1.0, 0.0]), torch.tensor([2.0, 1, 1, 1]),
+                           tokens=torch.tensor([[5, 6], [7, 0], [8, 0], [9, 0]]),
+                           behaviour_logp=torch.tensor([[-0.5, -0.25], [-1.0, 0], [-2.0, 0], [-3.0, 0]]))  # fmt: skip
+    outcome = stage.observe(samples, step=1, progress=0.5, round=0)
+    assert outcome.tokens.tolist() == [[5, 6], [7, 0], [8, 0], [9, 0]]
+    assert stage.more_samples(outcome) == {a: 3}  # the larger request for the failed prompt
+    outcome.round = 1  # rule "two" allows rounds 0 and 1 only: asked after round 0, silent after round 1
+    assert stage.more_samples(outcome) == {a: 3} and two.seen == [0]
+    outcome.round = 2
+    assert stage.more_samples(outcome) == {}  # round 2 is the last of rule "three"
+    forced = stage.forced_samples(outcome)
+    assert [(f.position, f.tokens.tolist(), f.behaviour_logp.tolist()) for f in forced] == [
+        (a, [5, 6], [-0.5, -0.25]),
+        (a, [5, 6], [-0.5, -0.25]),
+    ]
+    forced_flags = LocalSamples(
+        samples.group_ids, samples.rewards, samples.lengths, forced=torch.tensor([0, 0, 0, 1]).bool()
+    )
+    choice = stage.decide(stage.observe(forced_flags, step=1, progress=0.5, round=2))
+    assert choice.stats["sampling/three/forced"] == 1.0
+    assert choice.stats["sampling/extra_samples"] == 6.0 and choice.stats["sampling/forced_replay"] == 2.0
+
+
+def test_a_request_for_a_prompt_outside_the_step_is_an_error_naming_the_rule():
+    rule = AsksForMore(1)
+    stage = SampleSourceStage([("asks", rule)], seed=0, group_size=2)
+    stage.plan(PromptStream(ROWS, seed=0), 1, step=1)
+    outcome = stage.observe(LocalSamples(torch.tensor([0]), torch.tensor([0.0]), torch.ones(1)), step=1, progress=0.1,
+                            round=0)  # fmt: skip
+    outcome.positions = torch.tensor([99])
+    with pytest.raises(ValueError, match="'asks' asked for samples of prompt 99"):
+        stage.more_samples(outcome)
