@@ -61,8 +61,9 @@ abstract leaves the form open and genalign chose a reading (the docstring says "
 option graduates to stable with a reference test against a published implementation or formula.
 
 **Sample sources** (`algorithm.sample_sources`, `genalign.sampling`) act before the rollout (which prompts, how many
-samples each) and after the rewards (which samples form the groups, which enter the loss); their state is
-checkpointed. They see each sample's weighted reward sum; the curricula read a prompt's success as its mean clipped to
+samples each, with what guidance), between sampling rounds (extra samples for some prompts), after the last round
+(replayed or reference samples added to the groups) and after the rewards (which samples form the groups, which enter
+the loss); their state is checkpointed. They see each sample's weighted reward sum; the curricula read a prompt's success as its mean clipped to
 [0, 1].
 
 **Needs.** Score features and rollout-structure fields an option reads; a config whose policy family cannot supply

@@ -58,16 +58,15 @@ def collect_samples(run: TrainingRun, step: int, rollout: Rollout, request: Roll
         if not wanted:
             break
         positions = [p for p, count in sorted(wanted.items()) if p in owned for _ in range(count)]
-        rollout, table, forced, errors = _join(
-            run, (rollout, table, forced, errors), _sample_rows(run, positions, request), False
-        )
+        extra = _sample_rows(run, positions, request)  # every process enters, also with nothing to sample
+        if extra is not None:
+            rollout, table, forced, errors = _join(run, (rollout, table, forced, errors), extra, False)
         round_ += 1
     if stage.forces:
         added = [item for item in stage.forced_samples(outcome) if item.position in owned]
-        if added:
-            rollout, table, forced, errors = _join(
-                run, (rollout, table, forced, errors), _force(run, added, request), True
-            )
+        extra = _force(run, added, request)  # every process enters, also with nothing to add
+        if extra is not None:
+            rollout, table, forced, errors = _join(run, (rollout, table, forced, errors), extra, True)
         outcome = stage.observe(_local(run, rollout, table, forced), step=step, progress=progress, round=round_)
     return StepSamples(rollout, table, errors, forced, stage.decide(outcome))
 
@@ -104,20 +103,24 @@ def _local(run: TrainingRun, rollout: Rollout, table: Tensor, forced: Tensor) ->
     )
 
 
-def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest) -> Rollout:
-    """One sample per entry of ``positions`` (stream positions of this step, repeated per extra sample)."""
+def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest) -> Rollout | None:
+    """One sample per entry of ``positions`` (stream positions of this step, repeated per extra sample); None when
+    this process has none. Every process enters the full-parameter context (sharded training gathers there)."""
     rows = [run.sources.candidate(p).row for p in positions]
     with run.parallel.full_parameters():
-        extra = run.policy.rollout(rows, 1, request=request)
-    extra.group_ids = torch.tensor(positions, dtype=torch.long)[extra.group_ids]
+        extra = run.policy.rollout(rows, 1, request=request) if rows else None
+    if extra is not None:
+        extra.group_ids = torch.tensor(positions, dtype=torch.long)[extra.group_ids]
     return extra
 
 
-def _force(run: TrainingRun, added: list[Forced], request: RolloutRequest) -> Rollout:
-    """The forced samples of this process's prompts as one rollout (:meth:`Policy.force`)."""
+def _force(run: TrainingRun, added: list[Forced], request: RolloutRequest) -> Rollout | None:
+    """The forced samples of this process's prompts as one rollout (:meth:`Policy.force`); None when none."""
     rows = [run.sources.candidate(item.position).row for item in added]
     completions = [item.tokens if item.tokens is not None else item.text for item in added]
+    logps = [item.behaviour_logp for item in added]
     with run.parallel.full_parameters():
-        extra = run.policy.force(rows, completions, [item.behaviour_logp for item in added], request=request)
-    extra.group_ids = torch.tensor([item.position for item in added], dtype=torch.long)[extra.group_ids]
+        extra = run.policy.force(rows, completions, logps, request=request) if rows else None
+    if extra is not None:
+        extra.group_ids = torch.tensor([item.position for item in added], dtype=torch.long)[extra.group_ids]
     return extra
