@@ -26,6 +26,7 @@ Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algori
 (regenerate with ``python -m genalign.algorithms.docs``).
 """
 
+from genalign.algorithms import reward_combiners_paced, reward_combiners_views  # noqa: F401  (register)
 from genalign.algorithms._validation import HyperparameterError, accepted_hyperparameters, check_hyperparameters
 from genalign.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,

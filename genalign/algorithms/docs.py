@@ -26,8 +26,13 @@ from genalign.algorithms import (
     STRUCTURE_FIELDS,
 )
 from genalign.algorithms._validation import accepted_hyperparameters
+from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
+from genalign.policies.dlm.base import DECODING_POLICIES
 from genalign.registry import Registry
 from genalign.sampling import SAMPLE_SOURCES
+from genalign.schedulers.ode_solvers import ODE_SOLVERS
+from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
+from genalign.trainer.slow_fast import UPDATE_SCHEDULES
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "algorithms.md"
 REQUIRED_META = ("formula", "source", "summary")
@@ -45,7 +50,25 @@ SECTIONS: tuple[Registry, ...] = (
     AGGREGATIONS,
     KL_ESTIMATORS,
     REGULARIZERS,
+    UPDATE_SCHEDULES,
+    SDE_DYNAMICS,
+    ODE_SOLVERS,
+    LIKELIHOOD_PROXIES,
+    DECODING_POLICIES,
 )
+
+#: registries chosen outside ``algorithm.<kind>``: the config key that picks an option
+CHOSEN_BY = {
+    UPDATE_SCHEDULES.kind: "algorithm.update_schedule (+ update_schedule_args)",
+    SDE_DYNAMICS.kind: "policy.dynamics (flow)",
+    ODE_SOLVERS.kind: "policy.ode_solver (flow)",
+    LIKELIHOOD_PROXIES.kind: "policy.likelihood_proxy (+ proxy_args; diffusion_lm)",
+    DECODING_POLICIES.kind: "policy.decoding_policy (diffusion_lm)",
+}
+
+#: keyword arguments the caller supplies (not hyper-parameters), hidden in the table
+SUPPLIED = frozenset({"inner_epochs", "noise_level", "sigma_max", "previous_velocity", "previous_sigma", "mask_id",
+                      "seeds", "prompt_attention_mask", "decode_step"})  # fmt: skip
 
 HEADER = """# Algorithms: options, formulas, sources
 
@@ -70,6 +93,8 @@ the loss); their state is checkpointed. They see each sample's weighted reward s
 them is rejected at load time. Other inputs (behaviour log-probs, groups, rewards, progress, group success) always come
 from the trainer, through `ObjectiveContext`, `CreditInputs`, `ShapingInputs` or `RegularizerInputs`.
 
+**Beyond the backend.** The last sections list options chosen elsewhere: {chosen_by}.
+
 - score features: {features}
 - rollout-structure fields: {structure}
 
@@ -85,6 +110,7 @@ def _hyperparameters(registry: Registry, name: str) -> str:
     shown = [
         f"`{key}` (required)" if value is inspect.Parameter.empty else f"`{key}={value!r}`"
         for key, value in defaults.items()
+        if key not in SUPPLIED
     ]
     return ", ".join(shown) or "—"
 
@@ -93,7 +119,10 @@ def render() -> str:
     """Return the markdown of ``docs/algorithms.md``."""
     columns = "| family | option | tier | formula | hyper-parameters | needs | source | summary |"
     quoted = lambda names: ", ".join(f"`{name}`" for name in names)  # noqa: E731
-    header = HEADER.format(features=quoted(SCORE_FEATURES), structure=quoted(STRUCTURE_FIELDS))
+    chosen_by = "; ".join(
+        f"{kind}: `{key.split(' ', 1)[0]}`{key[len(key.split(' ', 1)[0]) :]}" for kind, key in CHOSEN_BY.items()
+    )
+    header = HEADER.format(features=quoted(SCORE_FEATURES), structure=quoted(STRUCTURE_FIELDS), chosen_by=chosen_by)
     lines = [header.rstrip("\n"), "", columns, "|---|---|---|---|---|---|---|---|"]
     for registry in SECTIONS:
         for name in registry.names():

@@ -3,7 +3,7 @@
 A policy's ``score(rollout, request)`` re-scores stored actions under the current parameters and returns the
 log-probabilities plus the per-action features the request names. The feature names (used in registry meta ``needs``
 and in a family's capabilities) are the request's field names: ``entropy``, ``kl``, ``vocab_term``, ``topk``,
-``hidden``, ``velocity``, ``logit_stats``, ``logp_without_image``, ``visual_similarity``. Token-level features are
+``hidden``, ``velocity``, ``logit_stats``, ``logp_without_image``, ``visual_similarity``, ``logp_frames_shuffled``. Token-level features are
 computed inside the family's chunked head pass, so ``[n, T, V]`` logits never exist. ``n`` samples, ``T`` actions.
 """
 
@@ -36,6 +36,8 @@ class ScoreRequest:
             with images, VPPO [329]).
         visual_similarity: the similarity of each action's hidden states to the image tokens' (detached; families
             with images, PEPO [129]).
+        logp_frames_shuffled: the log-probability of each action with the frames (a sample's images) in another
+            order (detached; families with images, Video-KTR [230]).
     """
 
     entropy: bool = False
@@ -47,6 +49,7 @@ class ScoreRequest:
     logit_stats: bool = False
     logp_without_image: bool = False
     visual_similarity: bool = False
+    logp_frames_shuffled: bool = False
 
     def features(self) -> frozenset[str]:
         """The capability names this request needs."""
@@ -60,6 +63,7 @@ class ScoreRequest:
             "logit_stats": self.logit_stats,
             "logp_without_image": self.logp_without_image,
             "visual_similarity": self.visual_similarity,
+            "logp_frames_shuffled": self.logp_frames_shuffled,
         }
         return frozenset(name for name, on in wanted.items() if on)
 
@@ -74,6 +78,7 @@ SCORE_FEATURES: tuple[str, ...] = (
     "logit_stats",
     "logp_without_image",
     "visual_similarity",
+    "logp_frames_shuffled",
 )
 
 #: Channels of ``ScoreOutput.logit_stats`` (last axis).
@@ -115,6 +120,8 @@ class ScoreOutput:
         visual_similarity: ``[n, T]`` float32 (detached) mean over the model's layers of the mean cosine similarity
             between the hidden state at each action's token and the hidden states at the image tokens (0 without
             images).
+        logp_frames_shuffled: ``[n, T]`` float32 (detached) log-probabilities of the stored actions from a second pass
+            with each sample's frames (images) reordered (same tokens and positions), at the sampling temperature.
     """
 
     logp: Tensor
@@ -127,3 +134,4 @@ class ScoreOutput:
     logit_stats: Tensor | None = None
     logp_without_image: Tensor | None = None
     visual_similarity: Tensor | None = None
+    logp_frames_shuffled: Tensor | None = None

@@ -7,7 +7,7 @@ family cannot supply is rejected at load time. Every tensor is indexed by sample
 
 Field names (the strings used in ``needs`` and in capabilities) are the attribute names: ``prefix_tree``,
 ``step_std``, ``segment_ids``, ``truncated``, ``step_rewards``, ``action_ids``, ``segment_values``, ``answer_probe``,
-``teacher_logp``, ``block_ids``.
+``teacher_logp``, ``block_ids``, ``path_logp``.
 
 *Segment states.* ``segment_values`` and ``answer_probe`` describe the states between the segments of
 ``segment_ids``: state ``k`` (``0 <= k <= S_i``, ``S_i`` = number of segments of sample ``i``) is the prompt followed
@@ -74,6 +74,9 @@ class RolloutStructure:
             information (the row's reference answer) in the prompt (self-distillation teacher, RLSD [132]).
         block_ids: ``[N, T]`` long, the text block of each action: the number of configured block markers that start
             at or before the action (blockwise advantages [56]); non-decreasing along ``T``.
+        path_logp: ``[N, S]`` float, masked diffusion LMs sampled with a trainable decoding policy: the summed
+            log-probability, under the denoiser, of the tokens committed at each of the ``S`` decoding steps in the
+            state they were decoded from (the pathwise log-likelihood per step, SAS [118]'s self-aware reward).
     """
 
     prefix_tree: PrefixTree | None = None
@@ -86,6 +89,7 @@ class RolloutStructure:
     answer_probe: Tensor | None = None
     teacher_logp: Tensor | None = None
     block_ids: Tensor | None = None
+    path_logp: Tensor | None = None
 
     def select(self, index: Tensor) -> RolloutStructure:
         """The structure of the samples at ``index`` (``[n]`` long)."""

@@ -65,6 +65,7 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
     ``algorithm.sample_source_args`` only has arguments for listed rules; the rules fit together and the group size."""
     from genalign import algorithms as alg
     from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
+    from genalign.sampling.replay import check_replay_clip
 
     repeated = sorted({name for name in cfg.sample_sources if cfg.sample_sources.count(name) > 1})
     if repeated:
@@ -85,6 +86,7 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
             raise ConfigError(f"algorithm.sample_sources rule {name!r}: {err}") from None
     try:
         SampleSourceStage(build_rules(cfg.sample_source_rules()), seed=0, group_size=cfg.group_size)
+        check_replay_clip(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm.sample_sources: {err}") from None
 
@@ -111,6 +113,46 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
         )
 
 
+def check_async_rollout(cfg: AlgorithmConfig) -> None:
+    """Asynchronous rollouts train on samples of an older policy: the off-policy clip of [323] must correct for it;
+    prompts are planned steps ahead (no sample-source rules) and rewards are computed after the rollout (no reward
+    probe inside it)."""
+    from genalign import algorithms as alg
+
+    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False) or cfg.clip != "off_policy":
+        raise ConfigError(
+            f"algorithm.async_rollout.enabled trains on samples up to {cfg.async_rollout.max_staleness} policy "
+            f"version(s) old, but algorithm.objective = {cfg.objective!r} with clip = {cfg.clip!r} does not correct "
+            "for it; set algorithm.objective=clipped_ratio and algorithm.clip=off_policy ([323]: ratio to the "
+            "behaviour policy, trust region around the current weights)."
+        )
+    if cfg.sample_sources:
+        raise ConfigError(
+            f"algorithm.sample_sources = {cfg.sample_sources} with algorithm.async_rollout.enabled: the rules choose "
+            "each step's prompts and samples from the steps before it, but asynchronous rollouts plan their prompts "
+            "steps ahead; remove the rules or set algorithm.async_rollout.enabled=false."
+        )
+    probed = sorted(set(cfg.needs()) & {"step_rewards", "segment_values"})
+    if probed:
+        raise ConfigError(
+            f"{', '.join(cfg.needs()[probed[0]])} needs {probed[0]!r}, measured with the trainer's rewards during the "
+            "rollout, which the rollout process cannot call; set algorithm.async_rollout.enabled=false."
+        )
+
+
+def check_async_family(cfg: AlgorithmConfig, policy: Any) -> None:
+    """With a family whose sampler log-probs serve as old log-probs (``rollout_logp_is_exact``), those would be the
+    stale behaviour policy's, not the current weights' that the off-policy clip centres on: only a fully on-policy
+    update (one optimizer step per batch: the current log-probs, detached) is exact then."""
+    if cfg.async_rollout.enabled and policy.capabilities().rollout_logp_is_exact and not cfg.fully_on_policy:
+        raise ConfigError(
+            f"algorithm.async_rollout with policy.family = {policy.family!r}, whose sampler log-probs are used as the "
+            f"old log-probs, needs one optimizer step per rollout batch, but it takes "
+            f"{cfg.optimizer_steps_per_update()}; set algorithm.inner_epochs=1, minibatches=1 and "
+            "update_schedule=standard, or algorithm.async_rollout.enabled=false."
+        )
+
+
 def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
     """Every score feature and structure field the algorithm needs is one the policy family supplies, and the group
     size is one its rollouts can produce."""
@@ -122,6 +164,7 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"algorithm.group_size={capabilities.group_size} or change policy.tree."
         )
     _check_sample_sources(cfg, policy.family, capabilities)
+    check_async_family(cfg, policy)
     wanted = cfg.needs()
     missing = capabilities.missing(wanted)
     if missing:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from genalign.config.checks import (
     check_algorithm_options,
+    check_async_rollout,
     check_capabilities,
     check_reward_args,
     check_reward_count,
@@ -152,6 +153,41 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class AsyncRolloutConfig:
+    """Asynchronous off-policy rollouts (genalign.trainer.async_rollout): a separate process samples the next steps
+    while this step updates; the samples are up to ``max_staleness`` policy versions old and [323]'s off-policy clip
+    corrects for it."""
+
+    enabled: bool = _help(
+        "Sample the next steps' rollouts in a separate process while this step updates. Needs algorithm.clip = "
+        "'off_policy' ([323]: ratio to the behaviour policy, trust region around the current iterate).",
+        False,
+    )
+    max_staleness: int = _help(
+        "S: the most policy versions a trained sample may lag the weights it updates; rollouts run "
+        "S - sync_every + 1 steps ahead of the update.",
+        1,
+    )
+    sync_every: int = _help("E: send the trained weights to the rollout process every E steps (1 <= E <= S).", 1)
+    worker_threads: int = _help("torch intra-op threads of the rollout process (set run.num_threads for the other).", 1)
+
+    def validate(self) -> None:
+        for name in ("max_staleness", "sync_every", "worker_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"algorithm.async_rollout.{name} = {getattr(self, name)} must be >= 1.")
+        if self.sync_every > self.max_staleness:
+            raise ConfigError(
+                f"algorithm.async_rollout.sync_every = {self.sync_every} > max_staleness = {self.max_staleness}: "
+                "weights sent every E steps make samples up to E steps old; raise max_staleness or lower sync_every."
+            )
+
+    @property
+    def lookahead(self) -> int:
+        """How many steps the rollouts run ahead of the update (``S − E + 1``)."""
+        return self.max_staleness - self.sync_every + 1
+
+
+@dataclass
 class AlgorithmConfig:
     group_size: int = _help("G: samples per prompt.", 8)
     prompts_per_step: int = _help("Prompts per training step (across all processes).", 16)
@@ -198,6 +234,15 @@ class AlgorithmConfig:
     regularizer_args: dict[str, Any] = _help("Hyper-parameters of the regulariser.", factory=dict)
     regularizer_coef: float = _help("Weight of the regulariser in the per-action loss.", 1.0)
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
+    update_schedule: str = _help(
+        "How the passes over a rollout batch are arranged (genalign.trainer.slow_fast.UPDATE_SCHEDULES): 'standard' "
+        "(inner_epochs passes) or 'sfpo' ([222]: fast_steps passes, reposition θ0 + α(θK − θ0), one slow pass).",
+        "standard",
+    )
+    update_schedule_args: dict[str, Any] = _help(
+        "Hyper-parameters of the update schedule, e.g. {fast_steps: 3, alpha: 0.8, optimizer_state: keep}.",
+        factory=dict,
+    )
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
     sample_sources: list[str] = _help(
@@ -210,6 +255,9 @@ class AlgorithmConfig:
     )
     drop_zero_std_groups: bool = _help("Leave groups whose rewards all agree out of the update.", False)
     dynamic_sampling: DynamicSamplingConfig = _help("DAPO dynamic sampling.", factory=DynamicSamplingConfig)
+    async_rollout: AsyncRolloutConfig = _help(
+        "Asynchronous off-policy rollouts overlapped with the update.", factory=AsyncRolloutConfig
+    )
 
     def prompts_to_sample(self) -> int:
         """Prompts drawn per step (all processes): more than ``prompts_per_step`` with dynamic sampling."""
@@ -235,9 +283,15 @@ class AlgorithmConfig:
 
         return int(alg.OBJECTIVES.meta(self.objective).get("phases", 1))
 
+    def update_passes(self) -> int:
+        """Passes over each rollout batch: ``inner_epochs``, or what ``update_schedule`` sets (SFPO: K + 1)."""
+        from genalign.trainer.slow_fast import schedule_passes
+
+        return schedule_passes(self.update_schedule, self.update_schedule_args, inner_epochs=self.inner_epochs)
+
     def optimizer_steps_per_update(self) -> int:
-        """Optimizer steps per rollout batch: phases × inner epochs × minibatches."""
-        return self.update_phases() * self.inner_epochs * self.minibatches
+        """Optimizer steps per rollout batch: phases × passes (inner epochs) × minibatches."""
+        return self.update_phases() * self.update_passes() * self.minibatches
 
     def objective_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the objective (ratio level and clip form included for ratio objectives)."""
@@ -287,6 +341,21 @@ class AlgorithmConfig:
                 "kl_placement = 'loss', or kl_importance_correction = 'none'."
             )
         check_algorithm_options(self)
+        self._check_update_schedule()
+        if self.async_rollout.enabled:
+            self.async_rollout.validate()
+            check_async_rollout(self)
+
+    def _check_update_schedule(self) -> None:
+        try:
+            self.update_passes()
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.update_schedule: {err}") from None
+        if self.update_schedule != "standard" and self.update_phases() > 1:
+            raise ConfigError(
+                f"algorithm.update_schedule = {self.update_schedule!r} with algorithm.objective = {self.objective!r}, "
+                f"which updates in {self.update_phases()} phases; use update_schedule='standard' with it."
+            )
 
     @property
     def fully_on_policy(self) -> bool:

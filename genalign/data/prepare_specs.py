@@ -83,6 +83,16 @@ def dapo_row(raw: Row) -> Row:
     return {"prompt": prompt, "solution": str(solution), "data_source": raw.get("data_source")}
 
 
+def deepmath_row(raw: Row) -> Row:
+    """DeepMath-103K: ``question``, ``final_answer`` (and the difficulty / topic labels)."""
+    return {
+        "question": raw["question"],
+        "final_answer": str(raw["final_answer"]),
+        "difficulty": raw.get("difficulty"),
+        "topic": raw.get("topic"),
+    }
+
+
 def aime_row(raw: Row) -> Row:
     return {
         "problem": raw["problem"],
@@ -254,6 +264,14 @@ DATASETS: tuple[DatasetSpec, ...] = (
         hub="open-r1/DAPO-Math-17k-Processed",
         subset="all",
         unique="prompt",
+    ),
+    DatasetSpec(
+        name="deepmath_1024",
+        about="DeepMath-103K, its first 1024 problems (question, final_answer): RePO's training subset size",
+        presets=("repo_qwen2.5_math",),
+        outputs=(Output("deepmath_1024.jsonl", "train", rows=slice(0, 1024)),),
+        convert=deepmath_row,
+        hub="zwhe99/DeepMath-103K",
     ),
     DatasetSpec(
         name="aime_2024",

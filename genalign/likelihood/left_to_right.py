@@ -5,13 +5,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES, Level, ModelFn, ProxyOutput, trace
+from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES, Level, ModelFn, ProxyOutput
+from genalign.likelihood.trace import trace
 
 
 @LIKELIHOOD_PROXIES.register(
     "left_to_right",
+    experimental=True,
     source="JustGRPO [35] (The Flexibility Trap)",
     formula="log p(x_j | prompt, x_<b(j), positions >= b(j) masked), b(j) = start of j's block",
+    summary="Autoregressive-by-block likelihood for training; parallel block decoding kept at inference.",
 )
 def left_to_right(
     model_fn: ModelFn,
@@ -38,7 +41,7 @@ def left_to_right(
 
     Reading chosen: the abstract says JustGRPO "forgoes arbitrary order" and applies standard GRPO; scoring each
     token in left-to-right order with later positions masked is our reading of the tractable likelihood
-    **(inferred)**. It is the :func:`~genalign.likelihood.masked_diffusion.trace` replay of the decoding order
+    **(inferred)**. It is the :func:`~genalign.likelihood.trace.trace` replay of the decoding order
     ``decode_step[j] = j`` (one code path). Deterministic (``seeds`` and the rollout's ``decode_step`` unused).
     ``logp``: ``[N, T]`` (``level="token"``) or ``[N, 1]``.
     """

@@ -46,8 +46,10 @@ def quadrature_rule(rule: Rule, num_nodes: int) -> tuple[list[float], list[float
 
 @LIKELIHOOD_PROXIES.register(
     "gdpo_quadrature",
+    experimental=True,
     source="GDPO [36] semi-deterministic MC",
     formula="Σ_k w_k · mean_m (1/t_k) Σ_{j∈S_km} lp_j(S_km), S_km ~ mask(t_k), fixed nodes t_k",
+    summary="ELBO with deterministic quadrature over the masking rate and Monte Carlo over masks only.",
 )
 def gdpo_quadrature(
     model_fn: ModelFn,

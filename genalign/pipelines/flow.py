@@ -112,7 +112,7 @@ def denoise(
     *,
     guidance_scale: float,
     sde_mask: Tensor,
-    noise_level: float,
+    noise_level: float | Tensor,
     generator: torch.Generator | None,
     record_latents: bool,
     ode_solver: OdeSolver = "euler",
@@ -123,6 +123,7 @@ def denoise(
 
     Args:
         sde_mask: ``[N, S]`` bool; stochastic steps use ``noise_level``, the others are ODE steps.
+        noise_level: one level for every stochastic step, or ``[S]`` one per step (calibrated exploration noise).
         ode_solver: solver of the deterministic steps (:mod:`genalign.schedulers.ode_solvers`): ``"euler"``, or
             ``"ab2"`` (second-order Adams-Bashforth on the velocity, no extra model call; MixGRPO-Flash style). Per
             sample, a step whose transition and previous transition are both deterministic uses the solver; every
@@ -143,7 +144,8 @@ def denoise(
     for i in range(num_steps):
         timestep = scheduler.timesteps[i].expand(x.shape[0]).to(x.device)  # [N]
         velocity = guided_velocity(arch, transformer, x, timestep, cond, uncond, guidance_scale=guidance_scale)
-        levels = sde_mask[:, i].float() * noise_level  # [N]
+        level = noise_level[i] if isinstance(noise_level, Tensor) else noise_level
+        levels = sde_mask[:, i].float() * level  # [N]
         out = scheduler.step(
             velocity,
             scheduler.timesteps[i],

@@ -4,7 +4,16 @@ Rollout: prompts are rendered (chat template optional), tokenized, checked again
 one engine call samples ``group_size`` completions per prompt and records behaviour log-probs at the sampling temperature.
 The completion mask covers every token up to and including the end token (or the token completing a stop string), so an
 empty completion has exactly one action: the end token. The rollout's structure carries the truncation flags and, when
-asked, the segment ids of the completions (:mod:`genalign.policies.lm.segments`).
+asked, the segment ids of the completions (:mod:`genalign.policies.lm.segments`); the completion token ids always
+(``structure.action_ids``, so that sample sources can store and replay samples).
+
+Guidance (``row[GUIDANCE_KEY]``, :mod:`genalign.policies.lm.guidance`): a row's ``hint`` and ``prefix`` are rendered
+into its prompt ids (conditioning, never actions); rows with a ``self_hint`` first get a short hint sampled by the
+policy itself ([69] SAGE), which then renders like ``hint`` (``Rollout.rows`` carry the sampled hint, so the prompt
+renders again identically); rows are sampled in one engine call per sampling ``temperature``.
+
+Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
+(replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
 
 Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
 ``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
@@ -16,7 +25,7 @@ so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -45,10 +54,20 @@ from genalign.policies.lm.core import (
     token_capabilities,
 )
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
+from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
+from genalign.policies.lm.guidance import (
+    GUIDANCE_KEYS,
+    completion_texts,
+    merge_generations,
+    merge_trees,
+    read_guidance,
+    sample_self_hints,
+    split_by,
+)
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.probes import ProbeOptions, probe_structure
-from genalign.policies.lm.prompts import encode_prompts
+from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
@@ -148,13 +167,15 @@ class CausalLMPolicyConfig:
     def capabilities(self) -> PolicyCapabilities:
         """Entropy, vocabulary terms, top-k log-probs, hidden states and raw-logit statistics from the chunked head
         pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
-        rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``)."""
-        return token_capabilities(
+        rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
+        rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`."""
+        capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
+        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS)
 
 
 class CausalLMPolicy(TokenLMPolicy):
@@ -217,34 +238,28 @@ class CausalLMPolicy(TokenLMPolicy):
         mode: Literal["train", "eval"] = "train",
         request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
-        """Sample ``group_size`` completions for each row (rows with too-long prompts may be skipped and counted)."""
+        """Sample ``group_size`` completions for each row (rows with too-long prompts may be skipped and counted),
+        honouring the rows' guidance (module docstring)."""
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1.")
-        cfg = self.config
-        prompts = encode_prompts(
-            rows,
-            self.tokenizer,
-            use_chat_template=cfg.use_chat_template,
-            system_prompt=cfg.system_prompt,
-            max_prompt_tokens=cfg.max_prompt_tokens,
-            on_long_prompt=cfg.on_long_prompt,
-            pad_token_id=self.pad_token_id,
-        )
-        info: dict[str, Any] = {
-            "prompts_skipped_too_long": len(prompts.skipped),
-            "prompts_truncated": len(prompts.truncated),
-        }
+        info: dict[str, Any] = {}
+        guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
+        if any(g.self_hint is not None for g in guidance):
+            with eval_mode(self.model):
+                rows = sample_self_hints(self, rows, self.sampling_params(mode), info)
+        prompts = self.encode(rows)
+        info |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
         if not prompts.kept:
             return empty_rollout(info)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
+        default = self.sampling_params(mode).temperature
+        temperatures = [guidance[i].temperature or default for i in prompts.kept]
         with eval_mode(self.model):
-            generation, sampling_tree = self._generate(prompts.ids, prompts.mask, group_size, mode, info)
+            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, info, temperatures)
         lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
-        outputs = [
-            self.stop_matcher.cut(self.tokenizer.decode(ids[:length].tolist(), skip_special_tokens=True))
-            for ids, length in zip(generation.completion_ids, lengths, strict=True)
-        ]
+        prefixes = [prefix for prefix in prompts.prefixes for _ in range(group_size)]
+        outputs = completion_texts(self.tokenizer, self.stop_matcher, prefixes, generation.completion_ids, lengths)
         info["completion_tokens"] = int(sum(lengths))
         rollout = Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
@@ -253,7 +268,7 @@ class CausalLMPolicy(TokenLMPolicy):
             old_logp=generation.logp,
             action_mask=generation.completion_mask,
             structure=completion_structure(
-                request,
+                with_action_ids(request),
                 self.segments,
                 generation.truncated,
                 generation.completion_ids,
@@ -268,16 +283,83 @@ class CausalLMPolicy(TokenLMPolicy):
                 "completion_mask": generation.completion_mask,
             },
             info=info,
+            left_padded=LEFT_PADDED,
         )
         return probe_structure(self, rollout, request)
 
-    def _generate(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, group_size: int, mode: Literal["train", "eval"], info: dict
+    def force(
+        self,
+        rows: list[dict[str, Any]],
+        completions: list[Tensor | str],
+        behaviour_logp: list[Tensor | None],
+        *,
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """A training rollout of given completions (token ids, or texts closed with the end token) for ``rows``,
+        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None, the current policy's
+        log-probs through the scoring pass (:mod:`genalign.policies.lm.forced`)."""
+        rollout = forced_rollout(self, rows, completions, behaviour_logp, request)
+        return probe_structure(self, rollout, request)
+
+    def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
+        """``rows``' prompts rendered (chat template, guidance hint and prefix), tokenized and left-padded; ``limit``
+        applies ``policy.max_prompt_tokens`` (the self-hint instruction prompts go without it)."""
+        cfg = self.config
+        return encode_prompts(
+            rows,
+            self.tokenizer,
+            use_chat_template=cfg.use_chat_template,
+            system_prompt=cfg.system_prompt,
+            max_prompt_tokens=cfg.max_prompt_tokens if limit else None,
+            on_long_prompt=cfg.on_long_prompt,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def _generate_by_temperature(
+        self,
+        prompts: EncodedPrompts,
+        group_size: int,
+        mode: Literal["train", "eval"],
+        info: dict,
+        temperatures: list[float],
     ) -> tuple[Generation, PrefixTree | None]:
-        """``group_size`` completions of each prompt ``[B, P]``: independent samples, or with ``policy.tree`` in
-        training the leaves of shared-prefix trees and their sampling tree; counts the sampled tokens in ``info``."""
-        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        """:meth:`_generate` once per distinct sampling temperature of the kept rows, merged in row order."""
+        groups = split_by(temperatures)
         params = self.sampling_params(mode)
+        if len(groups) == 1:
+            return self._generate(
+                prompts.ids, prompts.mask, group_size, mode, info, replace(params, temperature=temperatures[0])
+            )
+        generations, trees = [], []
+        for temperature, members in groups:
+            chosen = torch.tensor(members)
+            generation, tree = self._generate(
+                prompts.ids[chosen],
+                prompts.mask[chosen],
+                group_size,
+                mode,
+                info,
+                replace(params, temperature=temperature),
+            )
+            generations.append((members, generation))
+            trees.append((members, tree))
+        merged_tree = merge_trees(trees, group_size) if trees[0][1] is not None else None
+        return merge_generations(generations, group_size, self.pad_token_id), merged_tree
+
+    def _generate(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        group_size: int,
+        mode: Literal["train", "eval"],
+        info: dict,
+        params: SamplingParams,
+    ) -> tuple[Generation, PrefixTree | None]:
+        """``group_size`` completions of each prompt ``[B, P]`` with ``params``: independent samples, or with
+        ``policy.tree`` in training the leaves of shared-prefix trees and their sampling tree; adds the sampled
+        tokens to ``info``."""
+        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        info.setdefault("generated_tokens", 0)
         if self.tree_engine is None or mode == "eval":
             generation = self.engine.generate(
                 prompt_ids.repeat_interleave(group_size, dim=0),
@@ -285,7 +367,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 params,
                 self.generator,
             )
-            info["generated_tokens"] = int(generation.completion_mask.sum())
+            info["generated_tokens"] += int(generation.completion_mask.sum())
             return generation, None
         tree = sample_tree_group(
             self.tree_engine,
@@ -296,7 +378,7 @@ class CausalLMPolicy(TokenLMPolicy):
             params=params,
             generator=self.generator,
         )
-        info["generated_tokens"] = tree.generated_tokens
+        info["generated_tokens"] += tree.generated_tokens
         return tree.generation, tree.prefix_tree
 
     # ---- score ---------------------------------------------------------------------------------------------------

@@ -27,139 +27,34 @@ input; Dream-style models, whose logits at ``j`` predict token ``j + 1``, are re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from genalign.algorithms._validation import check_hyperparameters
+from genalign.algorithms.structure import RolloutStructure
 from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
-from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.diffusion_lm_config import DiffusionLMPolicyConfig
+from genalign.policies.dlm import TrainedDecoding
 from genalign.policies.lm.core import (
     DTYPES,
-    AttnImplementation,
-    LoRAConfig,
     TokenLMPolicy,
     attention_kwargs,
     empty_rollout,
     eval_mode,
     lora_reference_mode,
-    token_capabilities,
 )
 from genalign.policies.lm.export import CheckpointFacts
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.prompts import encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.tokenizer import load_tokenizer
-from genalign.schedulers.masked_diffusion import check_generation_args, completion_mask_through_first_eos, generate
+from genalign.schedulers.masked_diffusion import completion_mask_through_first_eos, generate
 
 _SEED_MIX = 6364136223846793005  # odd 63-bit multiplier (Knuth's LCG): epoch k's seed = base + k · mix (mod 2^63 - 1)
-
-
-@dataclass
-class DiffusionLMPolicyConfig:
-    """A masked diffusion LM, its sampler and its likelihood proxy."""
-
-    family: Literal["diffusion_lm"] = field(default="diffusion_lm", metadata={"help": "Policy family."})
-    model: str = field(
-        default="builtin:arith-dlm",
-        metadata={"help": "Local model folder or 'builtin:<name>' (never downloaded)."},
-    )
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder; None uses the model folder."})
-    architecture: Literal["masked_lm", "remote_code", "bidirectional_causal_lm"] = field(
-        default="masked_lm",
-        metadata={
-            "help": "How to load the model: 'masked_lm' (AutoModelForMaskedLM: BERT, ModernBERT, the demo), "
-            "'remote_code' (LLaDA / Dream checkpoints with their own code, trust_remote_code, local folder only), "
-            "'bidirectional_causal_lm' (a Llama/Qwen body given a full, non-causal attention mask)."
-        },
-    )
-    shifted_logits: bool = field(
-        default=False,
-        metadata={"help": "Logits at position j predict token j+1 (Dream, DiffuCoder); False for LLaDA and BERT."},
-    )
-    mask_token_id: int | None = field(
-        default=None, metadata={"help": "Mask token id; None takes tokenizer.mask_token_id (LLaDA: 126336)."}
-    )
-    dtype: Literal["float32", "bfloat16", "float16"] = field(default="float32", metadata={"help": "Weight dtype."})
-    attn_implementation: AttnImplementation | None = field(
-        default=None,
-        metadata={
-            "help": "Attention kernel passed to transformers; null keeps transformers' choice (sdpa if supported)."
-        },
-    )
-    use_chat_template: bool = field(default=False, metadata={"help": "Render prompts with the chat template."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System message (chat template only)."})
-    max_prompt_tokens: int | None = field(default=512, metadata={"help": "Longest prompt in tokens; None = no limit."})
-    on_long_prompt: Literal["error", "truncate_left", "skip"] = field(
-        default="error", metadata={"help": "What to do with a prompt longer than max_prompt_tokens."}
-    )
-    gen_length: int = field(default=4, metadata={"help": "Answer length in tokens (LLaDA recipes: 256)."})
-    block_length: int = field(
-        default=4, metadata={"help": "Tokens per block, decoded left to right; divides gen_length."}
-    )
-    steps: int = field(default=4, metadata={"help": "Denoising steps in all; divisible by gen_length / block_length."})
-    temperature: float = field(default=1.0, metadata={"help": "Gumbel-max temperature of training rollouts."})
-    eval_temperature: float = field(default=0.0, metadata={"help": "Temperature of evaluation rollouts (0 = greedy)."})
-    remasking: Literal["low_confidence", "random", "threshold"] = field(
-        default="low_confidence", metadata={"help": "Which drawn tokens are committed at each step."}
-    )
-    confidence_threshold: float = field(
-        default=0.9, metadata={"help": "For remasking='threshold': commit every token above this confidence."}
-    )
-    likelihood_proxy: str = field(
-        default="one_step",
-        metadata={
-            "help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace, "
-            "gdpo_quadrature (GDPO [36]), left_to_right (JustGRPO [35])."
-        },
-    )
-    proxy_args: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Keyword hyper-parameters of the proxy, e.g. {num_samples: 2, level: sequence}."},
-    )
-    mask_seeds: Literal["per_inner_epoch", "per_rollout"] = field(
-        default="per_inner_epoch",
-        metadata={"help": "Re-draw the proxy's masks for every inner epoch (d1) or keep the rollout's masks."},
-    )
-    action_mask: Literal["through_first_eos", "all"] = field(
-        default="through_first_eos",
-        metadata={"help": "Trained answer tokens: up to and including the first EOS, or all gen_length tokens."},
-    )
-    lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters."})
-    reference: Literal["auto", "lora_disabled", "frozen_copy", "none"] = field(
-        default="auto",
-        metadata={"help": "Reference policy for KL: base weights under disabled LoRA, a frozen copy, or none."},
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the sampler and of the mask seeds."})
-
-    def validate(self) -> None:
-        check_hyperparameters(LIKELIHOOD_PROXIES, self.likelihood_proxy, self.proxy_args)  # unknown name or keyword
-        reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(self.proxy_args)
-        if reserved:
-            raise ValueError(
-                f"policy.proxy_args sets {sorted(reserved)}, which the policy supplies itself; remove them."
-            )
-        check_generation_args(gen_length=self.gen_length, block_length=self.block_length, steps=self.steps, mask_id=0)
-        checks: list[tuple[bool, str]] = [
-            (self.temperature >= 0, f"policy.temperature={self.temperature} must be >= 0 (0 is greedy)."),
-            (self.eval_temperature >= 0, f"policy.eval_temperature={self.eval_temperature} must be >= 0."),
-            (
-                0 < self.confidence_threshold <= 1,
-                f"policy.confidence_threshold={self.confidence_threshold} must be in (0, 1] (e.g. 0.9).",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
-
-    def capabilities(self) -> PolicyCapabilities:
-        """The KL unless ``reference='none'``; no token features and no rollout structure (module docstring)."""
-        return token_capabilities(self.reference, features=frozenset(), structure=frozenset())
 
 
 class DiffusionLMPolicy(TokenLMPolicy):
@@ -167,8 +62,9 @@ class DiffusionLMPolicy(TokenLMPolicy):
 
     ``per_sample`` of its rollouts: ``prompt_ids`` / ``prompt_mask`` ``[N, P]`` (left-padded), ``completion_ids``
     ``[N, T]``, ``completion_mask`` ``[N, T]`` (the trained answer tokens), ``decode_step`` ``[N, T]`` (the step that
-    committed each token) and ``mask_seed`` ``[N]`` (long). The action axis is the proxy's: ``T`` tokens, or 1
-    (2 for ``spg``) per sequence.
+    committed each token) and ``mask_seed`` ``[N]`` (long); with a decoding policy also its records
+    ``decoding/<key>`` ``[N, S, ...]``. The action axis is the proxy's: ``T`` tokens, or 1 (2 for ``spg``) per
+    sequence, followed by one action per decoding step with a decoding policy (only those with ``freeze_denoiser``).
     """
 
     family = "diffusion_lm"
@@ -207,6 +103,19 @@ class DiffusionLMPolicy(TokenLMPolicy):
         self.proxy = LIKELIHOOD_PROXIES.get(config.likelihood_proxy)
         self.seed_generator = torch.Generator().manual_seed(config.seed + 1)
         self.inner_epoch = 0
+        self.decoding: TrainedDecoding | None = None  # the trainable decoding policy (Co-GRPO [179], SAS [118])
+        if config.decoding_policy is not None:
+            self.decoding = TrainedDecoding(
+                config.decoding_policy,
+                config.decoding_policy_args,
+                gen_length=config.gen_length,
+                block_length=config.block_length,
+                steps=config.steps,
+                remasking=config.remasking,
+                device=device,
+            )
+        if config.freeze_denoiser:
+            self.model.requires_grad_(False)
 
     # ---- model access --------------------------------------------------------------------------------------------
     def model_fn(self, module: nn.Module):
@@ -253,20 +162,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
             return empty_rollout(info)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
-        with eval_mode(self.model):
-            generation = generate(
-                self.model_fn(self.model),
-                prompt_ids,
-                prompt_attention_mask=prompt_mask,
-                mask_id=self.mask_id,
-                gen_length=cfg.gen_length,
-                block_length=cfg.block_length,
-                steps=cfg.steps,
-                temperature=cfg.temperature if mode == "train" else cfg.eval_temperature,
-                remasking=cfg.remasking,
-                confidence_threshold=cfg.confidence_threshold,
-                generator=self.generator,
-            )
+        generation, structure = self._generate(prompt_ids, prompt_mask, mode)
         completion_ids = generation.completion_ids  # [N, T]
         through_eos = completion_mask_through_first_eos(completion_ids, self.eos_id)  # [N, T]
         completion_mask = through_eos if cfg.action_mask == "through_first_eos" else torch.ones_like(through_eos)
@@ -283,20 +179,56 @@ class DiffusionLMPolicy(TokenLMPolicy):
             "decode_step": generation.decode_step,
             "mask_seed": torch.randint(0, 2**62, (n,), generator=self.seed_generator),
         }
+        if self.decoding is not None:
+            per_sample |= TrainedDecoding.per_sample_of(generation.records)
         self.inner_epoch = 0
         with torch.no_grad(), eval_mode(self.model):
-            estimate = self._estimate(self.model, per_sample, epoch=0)
-        info |= {"nfe_per_sample": generation.num_forward, "proxy_forward_per_sample": estimate.num_forward}
+            old_logp, action_mask, proxy_forward = self._actions(self.model, per_sample, epoch=0)
+        info |= {"nfe_per_sample": generation.num_forward, "proxy_forward_per_sample": proxy_forward}
         info["completion_tokens"] = int(through_eos.sum())
         return Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
             outputs=outputs,
             group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
-            old_logp=estimate.logp.detach(),
-            action_mask=estimate.mask,
+            old_logp=old_logp.detach(),
+            action_mask=action_mask,
+            structure=structure,
             per_sample=per_sample,
             info=info,
         )
+
+    def _generate(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, mode: Literal["train", "eval"]
+    ) -> tuple[Any, RolloutStructure]:
+        """Block unmasking by the heuristic sampler, or by the decoding policy (whose per-step pathwise
+        log-likelihood goes into the structure, ``path_logp`` ``[N, S]``)."""
+        cfg = self.config
+        sampler = {
+            "mask_id": self.mask_id,
+            "gen_length": cfg.gen_length,
+            "block_length": cfg.block_length,
+            "steps": cfg.steps,
+            "temperature": cfg.temperature if mode == "train" else cfg.eval_temperature,
+            "generator": self.generator,
+        }
+        structure = RolloutStructure()
+        with eval_mode(self.model):
+            if self.decoding is None:
+                generation = generate(
+                    self.model_fn(self.model),
+                    prompt_ids,
+                    prompt_attention_mask=prompt_mask,
+                    remasking=cfg.remasking,
+                    confidence_threshold=cfg.confidence_threshold,
+                    **sampler,
+                )
+            else:
+                greedy = mode == "eval" and cfg.decoding_policy_eval == "argmax"
+                generation = self.decoding.generate(
+                    self.model_fn(self.model), prompt_ids, prompt_mask, greedy=greedy, **sampler
+                )
+                structure = RolloutStructure(path_logp=generation.path_logp)
+        return generation, structure
 
     # ---- score ---------------------------------------------------------------------------------------------------
     def on_inner_epoch(self, epoch: int) -> None:
@@ -325,10 +257,73 @@ class DiffusionLMPolicy(TokenLMPolicy):
             **self.config.proxy_args,
         )
 
+    def _actions(
+        self, module: nn.Module, data: dict[str, Any], *, epoch: int, reference: bool = False
+    ) -> tuple[Tensor, Tensor, int]:
+        """``(logp [n, A], mask [n, A], proxy forwards per sample)``: the proxy's actions under ``module`` (none with
+        ``freeze_denoiser``), then one action per decoding step of the decoding policy (its initial parameters for
+        ``reference``), see :mod:`genalign.policies.dlm.trained`."""
+        logps, masks, forwards = [], [], 0
+        if not self.config.freeze_denoiser:
+            estimate = self._estimate(module, data, epoch=epoch)
+            logps, masks, forwards = [estimate.logp], [estimate.mask], estimate.num_forward
+        if self.decoding is not None:
+            logp, decision = self.decoding.logp(data, reference=reference)  # [n, S]
+            device = logps[0].device if logps else logp.device
+            logps, masks = [*logps, logp.to(device)], [*masks, decision.to(device)]
+        return torch.cat(logps, dim=1), torch.cat(masks, dim=1), forwards
+
     def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
         """The proxy's log-likelihood estimate ``[n, A]`` under ``module``, with the mask seeds of the current inner
-        epoch (the reference policy scores with the same seeds, so its KL compares like with like)."""
-        return ScoreOutput(logp=self._estimate(module, rollout.per_sample, epoch=self.inner_epoch).logp)
+        epoch (the reference policy scores with the same seeds, so its KL compares like with like), followed by the
+        decoding policy's log-probabilities ``[n, S]`` when one is configured."""
+        return ScoreOutput(logp=self._actions(module, rollout.per_sample, epoch=self.inner_epoch)[0])
+
+    def reference_logprobs(self, rollout: Rollout) -> Tensor:
+        """``[n, A]`` under the reference: the proxy under the reference model (skipped with a frozen denoiser),
+        the decoding actions under the decoding policy's initial parameters."""
+        if self.decoding is None:
+            return super().reference_logprobs(rollout)
+        data, epoch = rollout.per_sample, self.inner_epoch
+        if self.config.freeze_denoiser:
+            return self._actions(self.model, data, epoch=epoch, reference=True)[0]
+        proxy = self.reference(lambda module: self._estimate(module, data, epoch=epoch).logp)  # [n, A - S]
+        decoding = self.decoding.logp(data, reference=True)[0].to(proxy.device)  # [n, S]
+        return torch.cat([proxy, decoding], dim=1)
+
+    # ---- parameters and weights with a decoding policy -----------------------------------------------------------
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        own = [] if self.decoding is None else list(self.decoding.module.parameters())
+        return ([] if self.config.freeze_denoiser else super().trainable_parameters()) + own
+
+    def modules_to_train(self) -> list[nn.Module]:
+        own = [] if self.decoding is None else [self.decoding.module]
+        return ([] if self.config.freeze_denoiser else [self.model]) + own
+
+    def prepare_sharding(self, wrap) -> None:
+        """The model and its frozen reference copy (unless frozen), and the decoding policy."""
+        if not self.config.freeze_denoiser:
+            super().prepare_sharding(wrap)
+        if self.decoding is not None:
+            wrap(self.decoding.module)
+
+    def save(self, directory: Path) -> None:
+        """The model's weights (:meth:`TokenLMPolicy.save`; only the tokenizer with a frozen denoiser) and the
+        decoding policy's parameters (``decoding_policy.safetensors``)."""
+        directory = Path(directory)
+        if self.config.freeze_denoiser:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.tokenizer.save_pretrained(str(directory))
+        else:
+            super().save(directory)
+        if self.decoding is not None:
+            self.decoding.save(directory)
+
+    def load(self, directory: Path) -> None:
+        if not self.config.freeze_denoiser:
+            super().load(directory)
+        if self.decoding is not None:
+            self.decoding.load(Path(directory))
 
     # ---- checkpoints and resumable state (weights, tokenizer and reference: TokenLMPolicy) --------------------------
     def checkpoint_facts(self) -> CheckpointFacts:

@@ -1,6 +1,7 @@
 """Reward functions and reward models (see :mod:`genalign.rewards.base` for the calling convention)."""
 
 from genalign.rewards import (  # noqa: F401
+    caption_views,
     chains,
     clip,
     code_execution,

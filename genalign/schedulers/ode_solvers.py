@@ -48,7 +48,12 @@ class OdeSolver(Protocol):
 ODE_SOLVERS: Registry[OdeSolver] = Registry("ODE solver")
 
 
-@ODE_SOLVERS.register("euler", formula="x' = x + (sigma' - sigma) v_i")
+@ODE_SOLVERS.register(
+    "euler",
+    formula="x' = x + (sigma' - sigma) v_i",
+    source="first-order rectified-flow step",
+    summary="The scheduler's own deterministic step.",
+)
 def euler_solver(
     sample: Tensor,
     velocity: Tensor,
@@ -76,6 +81,8 @@ def euler_solver(
     "ab2",
     source="MixGRPO-Flash (2nd-order ODE steps outside the SDE window)",
     formula="x' = x + h ((1 + r/2) v_i - (r/2) v_{i-1}), h = sigma' - sigma, r = h / (sigma - sigma_prev)",
+    summary="Second-order Adams-Bashforth on the velocity for deterministic steps, no extra network call "
+    "(benchmarks/ode_solver_results.md: closer to a 100-step reference than Euler from 6 evaluations on).",
 )
 def adams_bashforth2_solver(
     sample: Tensor,

@@ -9,6 +9,7 @@ only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stag
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -29,6 +30,7 @@ from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import SampleSourceStage, build_rules
+from genalign.trainer.async_rollout import AsyncRollout
 from genalign.trainer.checkpoint import (
     checkpoint_config,
     find_checkpoint,
@@ -93,6 +95,7 @@ class TrainingRun:
     eval_log: JsonlLog
     trackers: Trackers
     collapse: CollapseMonitor = field(default_factory=CollapseMonitor)
+    rollouts: AsyncRollout | None = None  # algorithm.async_rollout: the rollout process and its schedule
     skipped_in_a_row: int = 0
 
     @property
@@ -127,23 +130,24 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
         run_eval(run, 0)
     progress = _progress(config.run, start_step, run.main)
     started, last_eval, step = time.monotonic(), {}, start_step
-    for step in range(start_step + 1, config.run.max_steps + 1):
-        record, rollout, adv = training_step(run, step)
-        stop = guard_step(run, step, record)
-        log_step(run, step, record, rollout, adv, progress)
-        if stop is not None:
-            raise stop
-        if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
-            last_eval = run_eval(run, step)
-        limit = config.run.max_time_minutes
-        out_of_time = limit is not None and time.monotonic() - started > 60 * limit
-        out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # every process stops together
-        save_every = config.run.save_every
-        if (save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time:
-            checkpoint(run, step)
-        if out_of_time:  # checkpointed just above
-            run.print(f"run.max_time_minutes = {limit} reached after step {step}")
-            break
+    with run.rollouts or contextlib.nullcontext():  # stops the rollout process (async mode) however the loop ends
+        for step in range(start_step + 1, config.run.max_steps + 1):
+            record, rollout, adv = training_step(run, step)
+            stop = guard_step(run, step, record)
+            log_step(run, step, record, rollout, adv, progress)
+            if stop is not None:
+                raise stop
+            if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
+                last_eval = run_eval(run, step)
+            limit = config.run.max_time_minutes
+            out_of_time = limit is not None and time.monotonic() - started > 60 * limit
+            out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # all processes stop
+            save_every = config.run.save_every
+            if (save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time:
+                checkpoint(run, step)
+            if out_of_time:  # checkpointed just above
+                run.print(f"run.max_time_minutes = {limit} reached after step {step}")
+                break
     if progress is not None:
         progress.close()
     return finish(run, step, last_eval)
@@ -224,6 +228,7 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         metrics_log=JsonlLog(out / METRICS_FILE),
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
+        rollouts=AsyncRollout(seed_step) if cfg.async_rollout.enabled else None,
     )
 
 
@@ -244,6 +249,8 @@ def resume(run: TrainingRun) -> int:
     if run.advantage_state is not None:
         run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
     run.sources.load_state_dict(state["extra"].get("sample_sources", {}))
+    if run.rollouts is not None:
+        run.rollouts.load_state_dict(state["extra"].get("async_rollout", {}))
     if run.main:
         run.metrics_log.truncate_after(state["step"])
         run.eval_log.truncate_after(state["step"])
@@ -287,11 +294,14 @@ def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFinite
 
 def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
     """One step: this process's rollout (:func:`sample_step`), then rewards, advantages, credit and the update
-    (:func:`learn_from_samples`). Returns the step's metrics record, the rollout and its advantages."""
+    (:func:`learn_from_samples`). Returns the step's metrics record, the rollout and its advantages. In async mode
+    the rollout process samples the next steps now, and this step's rollout was sampled ahead (async_rollout.py)."""
+    if run.rollouts is not None:
+        run.rollouts.send_ahead(run, step)
     seed_step(run.config.run.seed, step, run.rank)
     run.policy.on_step(step)
     t0 = time.perf_counter()
-    rollout = sample_step(run, step)
+    rollout = sample_step(run, step) if run.rollouts is None else run.rollouts.receive(step)
     samples = collect_samples(run, step, rollout, rollout_request(run))
     return learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
 
@@ -429,6 +439,8 @@ def state_of(run: TrainingRun) -> dict[str, Any]:
     extra = {"advantage_state": run.advantage_state.state_dict()} if run.advantage_state is not None else {}
     if run.sources.rules:
         extra["sample_sources"] = run.sources.state_dict()
+    if run.rollouts is not None:
+        extra["async_rollout"] = run.rollouts.state_dict()
     return {"data_cursor": run.stream.cursor, "extra": extra}
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from genalign.config.schema import RewardSpec
+from genalign.policies.base import GUIDANCE_KEY
 from genalign.rewards import reward_factory
 from genalign.rewards.runner import call_reward
 
@@ -45,7 +46,7 @@ class RewardSet:
     ) -> tuple[Tensor, Tensor]:
         """``extra_columns`` come from the rollout (e.g. ``completion_length``, the number of actions per sample)."""
         prompts = [prompt_text(r) for r in rows]
-        keys = sorted({k for r in rows for k in r if k != "prompt"})
+        keys = sorted({k for r in rows for k in r if k not in ("prompt", GUIDANCE_KEY)})  # guidance: training-only
         columns = {k: [r.get(k) for r in rows] for k in keys} | extra_columns
         values, errors = [], []
         for spec, fn in zip(self.specs, self.fns):

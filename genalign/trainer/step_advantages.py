@@ -101,7 +101,9 @@ def prepass_request(cfg: AlgorithmConfig, policy: Policy) -> ScoreRequest | None
     needs = rule_needs(cfg.credit) | alg.shaper_needs(cfg.reward_shaping)
     kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
     need_old = needs_rescored_old_logp(cfg, policy)
-    features = needs & {"entropy", "kl", "logit_stats", "hidden", "logp_without_image", "visual_similarity"}
+    features = needs & {
+        "entropy", "kl", "logit_stats", "hidden", "logp_without_image", "logp_frames_shuffled", "visual_similarity"
+    }  # fmt: skip
     if not (need_old or features or kl_in_reward):
         return None
     kl_estimator = "k1" if "kl" in needs else cfg.kl_estimator if kl_in_reward else None
@@ -111,6 +113,7 @@ def prepass_request(cfg: AlgorithmConfig, policy: Policy) -> ScoreRequest | None
         logit_stats="logit_stats" in needs,
         hidden="hidden" in needs,
         logp_without_image="logp_without_image" in needs,
+        logp_frames_shuffled="logp_frames_shuffled" in needs,
         visual_similarity="visual_similarity" in needs,
     )
 
@@ -159,6 +162,7 @@ def update_inputs(
         logit_stats=prepass.logit_stats,
         hidden=prepass.hidden,
         logp_without_image=prepass.logp_without_image,
+        logp_frames_shuffled=prepass.logp_frames_shuffled,
         visual_similarity=prepass.visual_similarity,
     )
     advantages = alg.apply_credit(cfg.credit_rules(), adv.advantages, inputs)  # [n] or [n, T]

@@ -12,16 +12,26 @@ the parts are joined with :meth:`Rollout.cat` in the order sampled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from genalign.policies.base import Rollout, RolloutRequest
+from genalign.config import TrainConfig
+from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import Forced, LocalSamples, SampleChoice, SampleSourceStage
+from genalign.trainer.parallel import DataParallel
+from genalign.trainer.rewards import RewardSet
 
-if TYPE_CHECKING:
-    from genalign.trainer.recipe import TrainingRun
+
+class TrainingRun(Protocol):
+    """What sample collection reads of :class:`genalign.trainer.recipe.TrainingRun`."""
+
+    config: TrainConfig
+    policy: Policy
+    rewards: RewardSet
+    sources: SampleSourceStage
+    parallel: DataParallel
 
 
 @dataclass

@@ -26,6 +26,7 @@ from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_reduce_max, all_reduce_sum, full_value
 from genalign.trainer.guards import check_parameters, update_is_finite
+from genalign.trainer.slow_fast import build_schedule
 
 
 @dataclass
@@ -38,6 +39,7 @@ class ScoredBatch:
     logit_stats: Tensor | None = None  # [N, T, 2]
     hidden: Tensor | None = None  # [N, T, H]
     logp_without_image: Tensor | None = None  # [N, T]
+    logp_frames_shuffled: Tensor | None = None  # [N, T]
     visual_similarity: Tensor | None = None  # [N, T]
 
 
@@ -47,7 +49,7 @@ def score_without_grad(
     """Score ``rollout`` in micro-batches (the same composition as the update) without gradient. ``lockstep``: every
     process makes as many scoring passes as the busiest one (sharded modules gather parameters in each pass)."""
     logps, entropies, kls, stats, hiddens = [], [], [], [], []
-    without_image, similarity = [], []
+    without_image, shuffled, similarity = [], [], []
     starts = list(range(0, len(rollout), micro_batch_size))
     policy.on_inner_epoch(0)  # the old log-probs belong to the first pass's likelihood estimate
     with torch.no_grad():
@@ -59,6 +61,7 @@ def score_without_grad(
             stats.append(out.logit_stats)
             hiddens.append(out.hidden)
             without_image.append(out.logp_without_image)
+            shuffled.append(out.logp_frames_shuffled)
             similarity.append(out.visual_similarity)
         for _ in range(all_reduce_max(len(starts)) - len(starts) if lockstep else 0):
             policy.score(rollout.select([0]), request)  # a pass whose result is discarded
@@ -70,6 +73,7 @@ def score_without_grad(
         logit_stats=cat(stats),
         hidden=cat(hiddens),
         logp_without_image=cat(without_image),
+        logp_frames_shuffled=cat(shuffled),
         visual_similarity=cat(similarity),
     )
 
@@ -241,7 +245,11 @@ def run_update(
     """
     base_plan = UpdatePlan.build(cfg, policy)
     sums = _Sums()
-    for phase, epoch in itertools.product(range(base_plan.phases), range(cfg.inner_epochs)):
+    # the passes over the batch and a hook after each (e.g. [222] SFPO's reposition)
+    schedule = build_schedule(
+        cfg.update_schedule, cfg.update_schedule_args, parameters, optimizer, inner_epochs=cfg.inner_epochs
+    )
+    for phase, epoch in itertools.product(range(base_plan.phases), range(schedule.passes)):
         plan = replace(base_plan, phase=phase)
         policy.on_inner_epoch(epoch)  # e.g. d1 draws a fresh mask per inner iteration
         for block in split_minibatches(len(rollout), cfg.minibatches):
@@ -274,7 +282,8 @@ def run_update(
             check_parameters(parameters)
             scheduler.step()
             policy.after_optimizer_step()
-    result = sums.result(scheduler.get_last_lr()[0])
+        schedule.after_pass(epoch)
+    result = sums.result(scheduler.get_last_lr()[0]) | schedule.metrics()
     result["guard/skip_reason"] = sums.skipped[-1] if sums.skipped else ""
     return result
 

@@ -111,6 +111,8 @@ def test_group_with_fewer_than_two_valid_rewards_gets_zero():
 #: towards a prior [207], direct rewards [211], cross-step statistics [189] and momentum [228]
 CONSTANT_GROUP_SIGNAL = (
     "reinforce_pp_baseline", "empirical_bayes", "zero_variance_direct", "smooth_standardized", "momentum_augmented",
+    "value_anchored",  # absolute anchor [67]
+    "cross_level_fusion",  # batch-level term [62]
 )  # fmt: skip
 
 

@@ -34,6 +34,30 @@ OPTIONS = {
     "spo": {"sample_sources": ["spo"], "sample_source_args": {"spo": {"discount": 0.8, "pool": 3.0}}},
     "gfpo": {"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 8, "metric": "token_efficiency"}}},
     "composed": {"sample_sources": ["depo", "spo", "gfpo", "overlong_filter"], "dynamic_sampling": {"enabled": True}},
+    "adagrpo_curriculum": {"sample_sources": ["adagrpo_curriculum"]},
+    "vas": {"sample_sources": ["vas"]},
+    "erpo": {"sample_sources": ["erpo"]},
+    "dars": {"sample_sources": ["dars"], "sample_source_args": {"dars": {"schedule": "hardness_weighted"}}},
+    "aero": {"sample_sources": ["aero"]},
+    "xrpo": {"sample_sources": ["xrpo"]},
+    "d3s_samples": {"sample_sources": ["d3s_samples"]},
+    "repo": {
+        "sample_sources": ["repo"],
+        "clip": "off_policy",
+        "sample_source_args": {"repo": {"replays": 4, "min_stored": 4}},
+    },
+    "eframe": {
+        "sample_sources": ["eframe"],
+        "clip": "off_policy",
+        "sample_source_args": {"eframe": {"extra_samples": 4}},
+    },
+    "ar3po": {"sample_sources": ["ar3po"], "clip": "off_policy", "sample_source_args": {"ar3po": {"stages": 2}}},
+    "sage": {"sample_sources": ["sage"]},
+    "adaprefix": {"sample_sources": ["adaprefix"]},
+    "scaf": {"sample_sources": ["scaf"], "sample_source_args": {"scaf": {"hints": ["hint_1", "hint_2"]}}},
+    "gcpo": {"sample_sources": ["gcpo"]},
+    "edge_gec": {"sample_sources": ["edge_gec"], "sample_source_args": {"edge_gec": {"tokenizer": "builtin:arith-lm"}}},
+    "composed_rounds": {"sample_sources": ["dars", "gcpo", "overlong_filter"]},
 }
 
 
@@ -72,6 +96,12 @@ def test_validate_accepts_each_sample_source(name, tmp_path, capsys):
         ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 4}}}, None, "must exceed"),
         ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"metric": "brevity"}}}, None, "metric = 'brevity'"),
         ({"sample_sources": ["overlong_filter"]}, {"family": "flow", "model": "some/pipeline"}, "'truncated'"),
+        ({"sample_sources": ["repo"]}, None, "set algorithm.clip = off_policy"),
+        ({"sample_sources": ["erpo"]}, {"family": "flow", "model": "some/pipeline"}, r"guidance \['temperature'\]"),
+        ({"sample_sources": ["gcpo"]}, {"family": "flow", "model": "some/pipeline"}, "forced_completions"),
+        ({"sample_sources": ["dars"], "group_size": 4},
+         {"family": "causal_lm", "model": "builtin:arith-lm", "max_new_tokens": 4,
+          "tree": {"enabled": True, "split_positions": [1, 2], "branching": [2, 2]}}, "turn policy.tree off"),
     ],
 )  # fmt: skip
 def test_invalid_sample_sources_name_the_field_and_the_fix(algorithm, policy, message):

@@ -74,6 +74,7 @@ def local_copies(tmp: Path) -> dict[str, list[str]]:
         "math500": [str(FIXTURES / "math500.jsonl")],
         "dapo_math_17k": [str(FIXTURES / "dapo_math_17k.jsonl")],
         "aime_2024": [str(FIXTURES / "aime_2024.jsonl")],
+        "deepmath_1024": [str(FIXTURES / "deepmath.jsonl")],
         "acecoder_hard": [str(FIXTURES / "acecoder.jsonl")],
         "humaneval": [str(FIXTURES / "humaneval.jsonl")],
         "geometry3k": [str(geometry3k_copy(tmp / "geometry3k_raw"))],

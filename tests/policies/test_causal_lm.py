@@ -413,7 +413,10 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden", "logit_stats"})
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
-    assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
+    guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
+    assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
+        False, features, structure, forced_completions=True, guidance=guidance
+    )
     assert CausalLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().score_features == (
         features
@@ -518,7 +521,8 @@ def test_rollout_structure_holds_truncation_always_and_segment_ids_on_request(mo
     bias[policy.tokenizer.convert_tokens_to_ids([".", "?"])] = 2.0  # sentence ends are frequent
     head.bias = torch.nn.Parameter(bias)
     plain = policy.rollout(PROMPTS, group_size=2)
-    assert plain.structure.present() == {"truncated"} and plain.structure.truncated.dtype == torch.bool
+    # truncation flags and action ids always (forced_completions: every training sample can be stored)
+    assert plain.structure.present() == {"truncated", "action_ids"} and plain.structure.truncated.dtype == torch.bool
     rollout = policy.rollout(PROMPTS, group_size=2, request=RolloutRequest(structure=frozenset({"segment_ids"})))
     segment_ids = rollout.structure.segment_ids
     assert segment_ids.shape == rollout.action_mask.shape and segment_ids.dtype == torch.long

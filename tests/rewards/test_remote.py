@@ -70,28 +70,26 @@ class FakeRewardServer:
                     count = outer.requests[self.path]
                     outer.bodies.append(body)
                     outer.headers.append(dict(self.headers))
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                try:
-                    outer.answer(self, self.path, body, count)
-                finally:
-                    with outer.lock:
-                        outer.in_flight -= 1
+                outer.answer(self, self.path, body, count)
 
         self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
-    @staticmethod
-    def answer(handler, path: str, body: dict, count: int) -> None:
+    def answer(self, handler, path: str, body: dict, count: int) -> None:
         completions = body["completions"]
         bonus = body["columns"].get("bonus", [0] * len(completions))
         rewards = [len(c) + b if isinstance(c, str) else 1.0 for c, b in zip(completions, bonus)]
         if path == "/slow":
             time.sleep(1.0)
-        if path == "/concurrent":
+        if path == "/concurrent":  # in flight while it waits, before its answer is written (no race with the next)
+            with self.lock:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
             time.sleep(0.2)
+            with self.lock:
+                self.in_flight -= 1
         if path == "/null":
             rewards = [None if i % 2 else r for i, r in enumerate(rewards)]
         if path == "/drop":

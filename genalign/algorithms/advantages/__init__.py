@@ -1,7 +1,7 @@
 """Advantage estimators, one registry (:data:`ADVANTAGE_ESTIMATORS`): group baselines, reshaped distributions,
 difficulty- and history-aware estimators, and the state objects of the estimators that use earlier steps."""
 
-from genalign.algorithms.advantages import difficulty, group_baselines, shaped  # noqa: F401  (register)
+from genalign.algorithms.advantages import difficulty, fusion, group_baselines, shaped, value_anchored  # noqa: F401
 from genalign.algorithms.advantages.base import ADVANTAGE_ESTIMATORS, compute_advantages
 from genalign.algorithms.advantages.state import AdvantageState, make_advantage_state
 

@@ -9,11 +9,14 @@ from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
     entropy_dynamics,
     entropy_gates,
     entropy_softmax,
+    equalizer,
     prefix,
     probability_damping,
     response_level,
     roles,
+    sampling,
     segments,
+    self_aware,
     shaping,
     steps,
     subsampling,
@@ -23,6 +26,8 @@ from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
     tree_groups,
     trees,
     uncertainty,
+    values,
+    video_tokens,
     vision,
 )
 from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs, apply_credit, check_rule_order, rule_needs

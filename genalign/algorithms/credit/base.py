@@ -53,6 +53,8 @@ class CreditInputs:
             needing ``logp_without_image``; families with images).
         visual_similarity: ``[N, T]`` similarity of each action's hidden states to the image tokens', from that pass
             (rules needing ``visual_similarity``; families with images).
+        logp_frames_shuffled: ``[N, T]`` log-probs of the actions with each sample's frames reordered, from that pass
+            (rules needing ``logp_frames_shuffled``; families with images).
     """
 
     sample_advantages: Tensor
@@ -68,6 +70,7 @@ class CreditInputs:
     hidden: Tensor | None = None
     logp_without_image: Tensor | None = None
     visual_similarity: Tensor | None = None
+    logp_frames_shuffled: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mask, Tensor) or self.mask.ndim != 2:
@@ -75,7 +78,14 @@ class CreditInputs:
         n, t = self.mask.shape
         check_shape(self.sample_advantages, "sample_advantages", (n,), "[N]")
         check_group_ids(self.group_ids, n)
-        for name in ("behaviour_logp", "entropy", "kl", "logp_without_image", "visual_similarity"):
+        for name in (
+            "behaviour_logp",
+            "entropy",
+            "kl",
+            "logp_without_image",
+            "visual_similarity",
+            "logp_frames_shuffled",
+        ):
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, name, (n, t), "[N, T]")

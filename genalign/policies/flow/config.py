@@ -118,6 +118,76 @@ class LikelihoodFreeConfig:
 
 
 @dataclass
+class NoiseCalibrationConfig:
+    """DenseGRPO [148] reward-aware exploration: a noise level per timestep, adjusted after every rollout so that the
+    spread of the dense step rewards it induces meets a target (:mod:`genalign.policies.flow.noise_calibration`).
+    Needs the rollout's ``step_rewards`` (credit rule ``dense_step_gains`` or ``vgpo_values``)."""
+
+    enabled: bool = field(default=False, metadata={"help": "Calibrate the SDE noise level of each timestep."})
+    target_spread: float | None = field(
+        default=None,
+        metadata={
+            "help": "Target within-group std of each step's reward gain; None = the mean over the trained steps "
+            "(equalise exploration across timesteps)."
+        },
+    )
+    rate: float = field(default=0.5, metadata={"help": "level <- level * (target / spread) ** rate per rollout."})
+    max_factor: float = field(default=1.5, metadata={"help": "Bound on the change of a level per rollout (>= 1)."})
+    min_level: float = field(default=0.05, metadata={"help": "Smallest calibrated noise level."})
+    max_level: float = field(default=1.5, metadata={"help": "Largest calibrated noise level."})
+
+    def validate(self) -> None:
+        if not self.enabled:
+            return
+        if self.target_spread is not None and not self.target_spread > 0:
+            raise ValueError(f"policy.noise_calibration.target_spread={self.target_spread} must be > 0 or null.")
+        if not (self.rate > 0 and self.max_factor >= 1):
+            raise ValueError(
+                f"policy.noise_calibration.rate={self.rate} must be > 0 and max_factor={self.max_factor} >= 1."
+            )
+        if not 0 < self.min_level <= self.max_level:
+            raise ValueError(
+                f"policy.noise_calibration needs 0 < min_level={self.min_level} <= max_level={self.max_level}."
+            )
+
+
+@dataclass
+class NoiseSearchConfig:
+    """Smart-GRPO [152]: a cross-entropy search over each prompt's initial noise before the rollout
+    (:mod:`genalign.policies.flow.noise_search`); the initial latent carries no log-probability, so the behaviour
+    log-probs of the SDE steps stay exact."""
+
+    enabled: bool = field(default=False, metadata={"help": "Search each prompt's initial noise toward high reward."})
+    rounds: int = field(default=3, metadata={"help": "Refinement rounds (N)."})
+    candidates: int = field(default=8, metadata={"help": "Candidate noises per prompt and round (K)."})
+    elites: int = field(default=2, metadata={"help": "Top candidates that refit the distribution (T)."})
+    smoothing: float = field(default=0.7, metadata={"help": "Weight of the elites' fit in each update (1 = CEM)."})
+    init_std: float = field(default=1.0, metadata={"help": "Initial std of the search distribution N(0, s^2)."})
+    min_std: float = field(default=0.05, metadata={"help": "Floor on the refined std."})
+    group_start: Literal["mean", "distribution"] = field(
+        default="mean",
+        metadata={
+            "help": "'mean': every group member starts at the refined mean (the paper's optimised noise; diversity "
+            "from the SDE); 'distribution': each member draws from N(mean, std^2)."
+        },
+    )
+
+    def validate(self) -> None:
+        if not self.enabled:
+            return
+        if self.rounds < 1 or self.candidates < 2 or not 1 <= self.elites <= self.candidates:
+            raise ValueError(
+                f"policy.noise_search needs rounds >= 1, candidates >= 2 and 1 <= elites <= candidates; got "
+                f"rounds={self.rounds}, candidates={self.candidates}, elites={self.elites}."
+            )
+        if not (0 < self.smoothing <= 1 and self.init_std > 0 and 0 <= self.min_std <= self.init_std):
+            raise ValueError(
+                f"policy.noise_search needs 0 < smoothing <= 1, init_std > 0 and 0 <= min_std <= init_std; got "
+                f"smoothing={self.smoothing}, init_std={self.init_std}, min_std={self.min_std}."
+            )
+
+
+@dataclass
 class FlowPolicyConfig:
     """Flow-matching text-to-image / text-to-video policy."""
 
@@ -182,6 +252,12 @@ class FlowPolicyConfig:
     likelihood_free: LikelihoodFreeConfig = field(
         default_factory=LikelihoodFreeConfig,
         metadata={"help": "Likelihood-free training (DiffusionNFT, V-GRPO) instead of SDE log-probs."},
+    )
+    noise_calibration: NoiseCalibrationConfig = field(
+        default_factory=NoiseCalibrationConfig, metadata={"help": "DenseGRPO per-timestep noise calibration."}
+    )
+    noise_search: NoiseSearchConfig = field(
+        default_factory=NoiseSearchConfig, metadata={"help": "Smart-GRPO search of the initial noise."}
     )
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank on attention projections; 0 trains all weights."})
     lora_alpha: float = field(
@@ -255,11 +331,34 @@ class FlowPolicyConfig:
         self.train_steps.validate()
         self.tree.validate(self.num_steps)
         self.likelihood_free.validate()
+        self._validate_exploration()
         if self.tree.enabled and self.likelihood_free.method != "none":
             raise ValueError(
                 f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
                 "rollouts need SDE log-probs; disable one of them."
             )
+
+    def _validate_exploration(self) -> None:
+        """Noise calibration and noise search apply to independent SDE rollouts only."""
+        calibration = self.noise_calibration
+        calibration.validate()
+        if calibration.enabled and not calibration.min_level <= self.noise_level <= calibration.max_level:
+            raise ValueError(
+                f"policy.noise_level={self.noise_level} must lie in [policy.noise_calibration.min_level, max_level] = "
+                f"[{calibration.min_level}, {calibration.max_level}]: the calibration starts every step there."
+            )
+        self.noise_search.validate()
+        if self.noise_search.enabled and self.group_initial_noise == "shared":
+            raise ValueError(
+                "policy.group_initial_noise='shared' has no effect with policy.noise_search.enabled (the search sets "
+                "the initial noise; group_start: mean already shares it): use group_initial_noise: independent."
+            )
+        for name, option in (("noise_calibration", self.noise_calibration), ("noise_search", self.noise_search)):
+            if option.enabled and (self.tree.enabled or self.likelihood_free.method != "none"):
+                raise ValueError(
+                    f"policy.{name}.enabled works with independent SDE rollouts only; disable policy.tree / "
+                    "policy.likelihood_free or the option."
+                )
 
     def _validate_lora(self) -> None:
         if self.lora_alpha <= 0:

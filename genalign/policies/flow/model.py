@@ -113,9 +113,11 @@ class FlowModel:
         prompts: list[str],
         guidance: float,
         record_latents: bool,
+        noise_level: Tensor | None = None,
     ) -> tuple[FlowTrajectory, list[Any]]:
         """Denoise ``latents`` ``[N, ...]`` ``sample_batch_size`` samples at a time (the chunks the trainer's
-        micro-batches should match) and decode; returns the joined trajectory and the ``[N]`` outputs."""
+        micro-batches should match) and decode; returns the joined trajectory and the ``[N]`` outputs.
+        ``noise_level`` ``[S]``: one level per step (default: ``config.noise_level`` on every stochastic step)."""
         n = latents.shape[0]
         chunk = self.config.sample_batch_size or n
         pieces, outputs = [], []
@@ -130,7 +132,7 @@ class FlowModel:
                 select_embeddings(uncond, part),
                 guidance_scale=guidance,
                 sde_mask=sde_mask[part],
-                noise_level=self.config.noise_level,
+                noise_level=self.config.noise_level if noise_level is None else noise_level,
                 generator=self.generator,
                 record_latents=record_latents,
                 ode_solver=self.config.ode_solver,

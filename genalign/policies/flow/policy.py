@@ -31,6 +31,8 @@ from genalign.policies.flow.components import ParameterAverage
 from genalign.policies.flow.config import FlowPolicyConfig
 from genalign.policies.flow.dense import step_rewards
 from genalign.policies.flow.model import FlowModel
+from genalign.policies.flow.noise_calibration import NoiseCalibrator
+from genalign.policies.flow.noise_search import NoiseSearch
 from genalign.policies.flow.sampling import (
     FlowMatchingSampling,
     SDESampling,
@@ -56,6 +58,7 @@ class FlowPolicy(Policy):
         method = config.likelihood_free.method
         self.old = ParameterAverage(transformer, config.likelihood_free.old_decay) if method == "nft" else None
         self.evaluation = SDESampling(self.model, training=False)
+        self.calibrator: NoiseCalibrator | None = None
         self.scorer: SDEStepScorer | FlowMatchingScorer
         self.sampling: SDESampling | TreeSampling | FlowMatchingSampling
         if method != "none":
@@ -63,7 +66,18 @@ class FlowPolicy(Policy):
             self.sampling = FlowMatchingSampling(self.model, self.scorer)
         else:
             self.scorer = SDEStepScorer(self.model)
-            self.sampling = TreeSampling(self.model) if config.tree.enabled else SDESampling(self.model, training=True)
+            self.sampling = TreeSampling(self.model) if config.tree.enabled else self._sde_sampling()
+
+    def _sde_sampling(self) -> SDESampling:
+        """Training SDE rollouts, with DenseGRPO's noise calibration and Smart-GRPO's noise search when enabled."""
+        config = self.config
+        self.calibrator = None
+        if config.noise_calibration.enabled:
+            self.calibrator = NoiseCalibrator(
+                config.noise_calibration, noise_level=config.noise_level, num_steps=config.num_steps
+            )
+        search = NoiseSearch(self.model, config.noise_search) if config.noise_search.enabled else None
+        return SDESampling(self.model, training=True, calibrator=self.calibrator, noise_search=search)
 
     # ------------------------------------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -80,12 +94,20 @@ class FlowPolicy(Policy):
         _check_rows(rows, group_size)
         if mode == "eval":
             return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
-        rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration))
+        probe = {"reward_probe": request.reward_probe} if self.config.noise_search.enabled else {}
+        rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration, **probe))
         if "step_rewards" in request.structure:
             if request.reward_probe is None:
                 raise ValueError("RolloutRequest asks for step_rewards without a reward_probe to measure them.")
             rewards = step_rewards(self.model, rollout, request.reward_probe)  # [N, T + 1]
             rollout.structure = replace(rollout.structure, step_rewards=rewards)
+            if self.calibrator is not None:  # DenseGRPO: the next rollouts explore at the calibrated levels
+                self.calibrator.update(rewards, rollout.group_ids, rollout.action_mask.bool())
+        elif self.calibrator is not None:
+            raise ValueError(
+                "policy.noise_calibration needs the rollout's step_rewards; add a credit rule that reads them "
+                "(algorithm.credit: [dense_step_gains] or [vgpo_values])."
+            )
         return rollout
 
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
@@ -131,6 +153,7 @@ class FlowPolicy(Policy):
         state: dict[str, Any] = {"iteration": self.iteration, "model": self.model.state_dict()}
         state |= {"ema": self.ema.state_dict()} if self.ema is not None else {}
         state |= {"old": self.old.state_dict()} if self.old is not None else {}
+        state |= {"noise_calibration": self.calibrator.state_dict()} if self.calibrator is not None else {}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -145,6 +168,13 @@ class FlowPolicy(Policy):
                 )
             if average is not None:
                 average.load_state_dict(state[name])
+        if (self.calibrator is None) != ("noise_calibration" not in state):
+            raise ValueError(
+                "the checkpoint's noise calibration state does not match policy.noise_calibration.enabled of this "
+                "config; resume with the setting of the run that wrote it."
+            )
+        if self.calibrator is not None:
+            self.calibrator.load_state_dict(state["noise_calibration"])
 
 
 def _check_rows(rows: list[dict[str, Any]], group_size: int) -> None:

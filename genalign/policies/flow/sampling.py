@@ -25,9 +25,11 @@ from genalign.algorithms.structure import RolloutStructure
 from genalign.pipelines.flow import concat_trajectories
 from genalign.pipelines.flow_models import repeat_embeddings, select_embeddings
 from genalign.pipelines.flow_tree import denoise_tree
-from genalign.policies.base import Rollout
+from genalign.policies.base import RewardProbe, Rollout
 from genalign.policies.flow import stored
 from genalign.policies.flow.model import FlowModel
+from genalign.policies.flow.noise_calibration import NoiseCalibrator
+from genalign.policies.flow.noise_search import NoiseSearch
 from genalign.policies.flow.scoring import FlowMatchingScorer, flow_matching_points
 from genalign.policies.flow.tree import plan_for_iteration, prefix_tree, trained_steps
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
@@ -60,9 +62,9 @@ def assemble_rollout(rows: list[dict[str, Any]], group_size: int, sampled: Sampl
     )
 
 
-def step_std(model: FlowModel, stochastic: Tensor) -> Tensor:
-    """``[N, S]`` std of each step's transition at the configured noise level on the current schedule (0 on
-    deterministic steps)."""
+def step_std(model: FlowModel, stochastic: Tensor, levels: Tensor | None = None) -> Tensor:
+    """``[N, S]`` std of each step's transition at the configured noise level (or at ``levels`` ``[S]``, one per step)
+    on the current schedule (0 on deterministic steps)."""
     sigmas = model.scheduler.sigmas.float()  # [S + 1]
     steps = stochastic.shape[1]
     unit = torch.zeros(steps, 1)
@@ -71,20 +73,45 @@ def step_std(model: FlowModel, stochastic: Tensor) -> Tensor:
         unit,
         sigmas[:steps].cpu(),
         sigmas[1 : steps + 1].cpu(),
-        noise_level=model.config.noise_level,
+        noise_level=model.config.noise_level if levels is None else levels.cpu(),
         sigma_max=float(sigmas[1]) if len(sigmas) > 1 else 1.0,
     )  # [S, 1]
     return (std[:, 0] * stochastic.cpu().float()).to(stochastic.device)  # [N, S]
 
 
 class SDESampling:
-    """Independent trajectories (module docstring); ``training=False`` for evaluation rollouts."""
+    """Independent trajectories (module docstring); ``training=False`` for evaluation rollouts.
 
-    def __init__(self, model: FlowModel, *, training: bool) -> None:
+    Training rollouts may sample each step at a calibrated noise level (``calibrator``, DenseGRPO [148]) and start
+    each group from a searched initial noise (``noise_search``, Smart-GRPO [152], which reads ``reward_probe``)."""
+
+    def __init__(
+        self,
+        model: FlowModel,
+        *,
+        training: bool,
+        calibrator: NoiseCalibrator | None = None,
+        noise_search: NoiseSearch | None = None,
+    ) -> None:
         self.model = model
         self.training = training
+        self.calibrator = calibrator
+        self.noise_search = noise_search
 
-    def sample(self, rows: list[dict[str, Any]], group_size: int, iteration: int) -> Sampled:
+    def _initial_latents(
+        self, rows: list[dict[str, Any]], group_size: int, num_steps: int, guidance: float, probe: RewardProbe | None
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``[N, ...]`` starting latents of a rollout (searched, shared per group, or independent) and search info."""
+        model, n = self.model, len(rows) * group_size
+        if self.training and self.noise_search is not None:
+            return self.noise_search.initial_latents(rows, group_size, num_steps, guidance, probe)
+        share = self.training and group_size > 1 and model.config.group_initial_noise == "shared"
+        latents = model.initial_latents(n // group_size if share else n, num_steps)  # [n, ...] or one per group
+        return (latents.repeat_interleave(group_size, dim=0) if share else latents), {}
+
+    def sample(
+        self, rows: list[dict[str, Any]], group_size: int, iteration: int, reward_probe: RewardProbe | None = None
+    ) -> Sampled:
         model, cfg, training = self.model, self.model.config, self.training
         prompts = [row["prompt"] for row in rows for _ in range(group_size)]
         n = len(prompts)
@@ -98,23 +125,23 @@ class SDESampling:
         else:  # evaluation: deterministic ODE sampling
             sde = torch.zeros(n, num_steps, dtype=torch.bool)
             trained = sde.clone()
+        levels = self.calibrator.levels if training and self.calibrator is not None else None  # [S] or None
+        latents, search_info = self._initial_latents(rows, group_size, num_steps, guidance, reward_probe)
         cond, uncond = model.prompt_embeddings(prompts, guidance)
-        share = training and group_size > 1 and cfg.group_initial_noise == "shared"
-        latents = model.initial_latents(n // group_size if share else n, num_steps)  # [n, ...] or one per group
-        if share:
-            latents = latents.repeat_interleave(group_size, dim=0)  # [n, ...]: one x_T per group
         trajectory, outputs = model.denoise_in_chunks(
-            latents, cond, uncond, sde, prompts=prompts, guidance=guidance, record_latents=training
-        )
+            latents, cond, uncond, sde, prompts=prompts, guidance=guidance, record_latents=training,
+            noise_level=None if levels is None else levels.to(model.device),
+        )  # fmt: skip
         action_mask = (trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
         sampled = Sampled(outputs, trajectory.log_probs * action_mask, action_mask)  # old_logp on the model's device
         sampled.info = {"nfe_per_sample": num_steps * (1 if uncond is None else 2), "num_steps": num_steps,
-                        "guidance_scale": guidance}  # fmt: skip
+                        "guidance_scale": guidance} | search_info  # fmt: skip
         if training:
             sde = sde.to(model.device)
-            sampled.per_sample = {stored.LATENTS: trajectory.latents, stored.NOISE_LEVEL: sde.float() * cfg.noise_level}
+            level = cfg.noise_level if levels is None else levels.to(model.device)[None, :]  # float or [1, S]
+            sampled.per_sample = {stored.LATENTS: trajectory.latents, stored.NOISE_LEVEL: sde.float() * level}
             sampled.per_sample |= stored.store_embeddings(cond, uncond)  # [N, T + 1, ...], [N, T], [N, ...]
-            sampled.structure = RolloutStructure(step_std=step_std(model, sde))
+            sampled.structure = RolloutStructure(step_std=step_std(model, sde, levels))
         return sampled
 
 

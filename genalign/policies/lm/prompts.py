@@ -1,4 +1,10 @@
-"""Turn dataset rows into a left-padded batch of prompt token ids, applying the long-prompt policy."""
+"""Turn dataset rows into a left-padded batch of prompt token ids, applying the long-prompt policy.
+
+A row's guidance (``row[GUIDANCE_KEY]``, :mod:`genalign.policies.lm.guidance`) is rendered here: its ``hint`` is
+added to the user prompt before the chat template, its ``prefix`` is tokenized on its own and appended after the
+rendered prompt, so both are conditioning (prompt ids), never actions. ``self_hint`` and ``temperature`` are the
+sampler's business (the causal-LM family resolves a self-hint into a ``hint`` before calling :func:`encode_prompts`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor
+
+from genalign.policies.lm.guidance import append_to_prompt, read_guidance
 
 
 @dataclass
@@ -18,6 +26,8 @@ class EncodedPrompts:
         ids: ``[R, P]`` long, left-padded with the pad id. ``mask``: ``[R, P]`` long, 1 for prompt tokens.
         skipped: indices of rows dropped because their prompt was too long (``on_long_prompt="skip"``).
         truncated: indices of rows whose prompt was cut on the left (``on_long_prompt="truncate_left"``).
+        prefixes: for each kept row, the token ids of its guidance ``prefix`` (the last ids of its prompt; empty
+            without one).
     """
 
     kept: list[int]
@@ -25,17 +35,19 @@ class EncodedPrompts:
     mask: Tensor
     skipped: list[int] = field(default_factory=list)
     truncated: list[int] = field(default_factory=list)
+    prefixes: list[list[int]] = field(default_factory=list)
 
 
 def prompt_text(
     row: dict[str, Any], index: int, tokenizer, *, use_chat_template: bool, system_prompt: str | None
 ) -> str:
-    """The text fed to the model for ``row["prompt"]`` (a string, or a list of ``{"role", "content"}`` messages)."""
+    """The text fed to the model for ``row["prompt"]`` (a string, or a list of ``{"role", "content"}`` messages), with
+    the row's guidance ``hint`` added to the user prompt."""
     if "prompt" not in row:
         raise KeyError(
             f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data column mapping."
         )
-    prompt = row["prompt"]
+    prompt = append_to_prompt(row["prompt"], read_guidance(row, index).hint)
     if not use_chat_template:
         if not isinstance(prompt, str):
             raise TypeError(
@@ -68,12 +80,15 @@ def encode_prompts(
     on_long_prompt: Literal["error", "truncate_left", "skip"],
     pad_token_id: int,
 ) -> EncodedPrompts:
-    """Tokenize, check lengths and left-pad ``rows``' prompts."""
+    """Tokenize, check lengths and left-pad ``rows``' prompts (with their guidance hint and prefix)."""
     token_lists: list[list[int]] = []
-    kept, skipped, truncated = [], [], []
+    kept, skipped, truncated, prefixes = [], [], [], []
     for index, row in enumerate(rows):
         text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
         ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+        prefix = read_guidance(row, index).prefix
+        prefix_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        ids = list(ids) + list(prefix_ids)
         if not ids:
             raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
         if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
@@ -89,10 +104,13 @@ def encode_prompts(
             truncated.append(index)
         token_lists.append(ids)
         kept.append(index)
+        prefixes.append(list(prefix_ids))
     width = max((len(ids) for ids in token_lists), default=0)
     prompt_ids = torch.full((len(token_lists), width), pad_token_id, dtype=torch.long)  # [R, P]
     prompt_mask = torch.zeros(len(token_lists), width, dtype=torch.long)  # [R, P]
     for row, ids in enumerate(token_lists):
         prompt_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         prompt_mask[row, width - len(ids) :] = 1
-    return EncodedPrompts(kept=kept, ids=prompt_ids, mask=prompt_mask, skipped=skipped, truncated=truncated)
+    return EncodedPrompts(
+        kept=kept, ids=prompt_ids, mask=prompt_mask, skipped=skipped, truncated=truncated, prefixes=prefixes
+    )

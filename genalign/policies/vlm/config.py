@@ -17,7 +17,7 @@ from genalign.policies.lm.core import (
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
 #: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
-VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity"})
+VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled"})
 
 
 @dataclass
@@ -112,7 +112,7 @@ class VLMPolicyConfig:
 
     def capabilities(self) -> PolicyCapabilities:
         """The token features and completion structure of causal LMs (KL unless ``reference='none'``), plus the
-        perception features ``logp_without_image`` and ``visual_similarity`` and, with ``block_markers``, the text
+        perception features ``logp_without_image``, ``visual_similarity`` and ``logp_frames_shuffled`` and, with ``block_markers``, the text
         blocks ``block_ids``."""
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
         return token_capabilities(

@@ -8,6 +8,13 @@
   every image is replaced by a blank one, the processor's mean colour (``pixel_values`` 0 after normalisation), with
   the same tokens and positions, through the same suppressed head at the sampling temperature; ``[n, T]``, detached.
   Samples without images get their ordinary log-probs.
+* ``logp_frames_shuffled`` (Video-KTR [230]): the log-probabilities of the stored actions from a second backbone pass
+  in which each sample's images, read as the frames of a video in prompt order, are put in reverse order (image ``k``
+  of ``K`` gets the patches of image ``K − 1 − k`` when both have the same patch grid, so every token and position
+  stays where it was); ``[n, T]``, detached. Reading chosen: this family carries images, not video tensors, so a
+  video is a row with one image per frame; Video-KTR shuffles the frames, and the reversal is our deterministic
+  shuffle (every frame moves except the middle one of an odd count; the same order in every micro-batch). A sample
+  with fewer than two frames gets its ordinary log-probs (no temporal signal).
 """
 
 from __future__ import annotations
@@ -69,10 +76,65 @@ def logp_without_image(
     log-probs) is returned detached when the batch has no image."""
     if "pixel_values" not in inputs:
         return logp.detach()
-    hidden = backbone_hidden_states(module, **blank_images(inputs))  # [n, P + T, H]
+    args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk_size}
+    return _action_logp(module, blank_images(inputs), head, **args)
+
+
+def _action_logp(
+    module: nn.Module, inputs: dict[str, Any], head: nn.Module, *, width: int, targets: Tensor, mask: Tensor,
+    temperature: float, chunk_size: int,
+) -> Tensor:  # fmt: skip
+    """``[n, T]`` log-probs of ``targets`` from one backbone pass on ``inputs`` (the states at ``width - 1 + t``)."""
+    hidden = backbone_hidden_states(module, **inputs)  # [n, P + T, H]
     hidden = hidden[:, width - 1 : width - 1 + targets.shape[1]]  # [n, T, H] the states predicting the actions
     scores = token_scores_from_hidden(hidden, targets, mask, head, temperature=temperature, chunk_size=chunk_size)
     return scores.logp
 
 
-__all__ = ["blank_images", "logp_without_image", "visual_similarity"]
+def reversed_frame_patches(image_grid_thw: Tensor, images_per_sample: Sequence[int]) -> Tensor:
+    """``[sum of patches]`` long: the row of ``pixel_values`` each patch row takes when every sample's images are put
+    in reverse order (image ``k`` of ``K`` takes image ``K − 1 − k``'s patches where the two grids are equal).
+
+    Args:
+        image_grid_thw: ``[K_total, 3]`` patch grid of every image, in sample order.
+        images_per_sample: number of images of each sample (sums to ``K_total``).
+    """
+    sizes = image_grid_thw.prod(dim=1).tolist()  # patches per image
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + int(size))
+    index, first = [], 0
+    for count in images_per_sample:
+        for k in range(count):
+            image, mirror = first + k, first + count - 1 - k
+            source = mirror if torch.equal(image_grid_thw[mirror], image_grid_thw[image]) else image
+            index.extend(range(starts[source], starts[source + 1]))
+        first += count
+    return torch.tensor(index, dtype=torch.long)
+
+
+@torch.no_grad()
+def logp_frames_shuffled(
+    module: nn.Module,
+    inputs: dict[str, Any],
+    head: nn.Module,
+    *,
+    images_per_sample: Sequence[int],
+    width: int,
+    targets: Tensor,
+    mask: Tensor,
+    temperature: float,
+    chunk_size: int,
+    logp: Tensor,
+) -> Tensor:
+    """``[n, T]`` log-probs of ``targets`` with each sample's frames in reverse order (module docstring); ``logp``
+    (the ordinary log-probs) is returned detached when no sample has two frames."""
+    if "pixel_values" not in inputs or max(images_per_sample, default=0) < 2:
+        return logp.detach()
+    index = reversed_frame_patches(inputs["image_grid_thw"].cpu(), images_per_sample).to(inputs["pixel_values"].device)
+    shuffled = {**inputs, "pixel_values": inputs["pixel_values"][index]}
+    args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk_size}
+    return _action_logp(module, shuffled, head, **args)
+
+
+__all__ = ["blank_images", "logp_frames_shuffled", "logp_without_image", "reversed_frame_patches", "visual_similarity"]

@@ -43,7 +43,7 @@ from genalign.policies.vlm.model import (
     vision_token_ids,
     vision_tower,
 )
-from genalign.policies.vlm.perception import logp_without_image, visual_similarity
+from genalign.policies.vlm.perception import logp_frames_shuffled, logp_without_image, visual_similarity
 
 
 class VLMPolicy(TokenLMPolicy):
@@ -237,7 +237,7 @@ class VLMPolicy(TokenLMPolicy):
         suppressed, on the hidden states of the completion tokens only, in chunks, at the sampling temperature.
         ``request.vocab_term`` is evaluated per token inside the chunked head pass. The perception features
         (:mod:`genalign.policies.vlm.perception`) come from the same pass (``visual_similarity``) or a second pass with
-        the images blanked out (``logp_without_image``)."""
+        the images blanked out (``logp_without_image``) or the frames reordered (``logp_frames_shuffled``)."""
         inputs = self.model_inputs(rollout)
         hf_model = get_base_model(module)
         width = rollout.per_sample["prompt_ids"].shape[1]
@@ -267,10 +267,13 @@ class VLMPolicy(TokenLMPolicy):
             topk=request.topk,
             with_hidden=request.hidden,
         )
-        without_image = None
+        without_image = shuffled = None
+        args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
         if request.logp_without_image:
-            args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
             without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
+        if request.logp_frames_shuffled:
+            frames = [int(grid.shape[0]) for grid in rollout.per_sample["image_grid_thw"]]
+            shuffled = logp_frames_shuffled(module, inputs, head, images_per_sample=frames, logp=scores.logp, **args)
         return ScoreOutput(
             logp=scores.logp,
             entropy=scores.entropy,
@@ -279,6 +282,7 @@ class VLMPolicy(TokenLMPolicy):
             hidden=scores.hidden,
             logp_without_image=without_image,
             visual_similarity=similarity,
+            logp_frames_shuffled=shuffled,
         )
 
 

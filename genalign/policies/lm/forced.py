@@ -1,0 +1,161 @@
+"""Training rollouts of given completions (``Policy.force``) for the causal-LM family: replayed samples and reference
+solutions that join a step's groups without being sampled.
+
+Each completion is a ``[T_i]`` long tensor of token ids (ending with an end token when it ended) or a text, which is
+tokenized on its own (no special tokens) and closed with the tokenizer's end token. A completion longer than
+``policy.max_new_tokens`` is cut to it (the memory plan sizes rollouts by that limit), with its behaviour log-probs.
+The rows are rendered exactly like :meth:`CausalLMPolicy.rollout` renders them (chat template, guidance ``hint`` and
+``prefix``; a ``self_hint`` is not sampled again and a ``temperature`` does not apply to given tokens), so the
+``per_sample`` layout is the sampled one: a forced rollout of a sampled rollout's own completions scores identically.
+
+``old_logp`` is the given behaviour log-probs where there are some, else the current policy's log-probs, computed
+without gradient, in eval mode, through the scoring pass of ``score`` (at ``policy.temperature``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from genalign.algorithms.scores import ScoreOutput, ScoreRequest
+from genalign.policies.base import Rollout, RolloutRequest
+from genalign.policies.lm.core import completion_structure, empty_rollout, eval_mode
+from genalign.policies.lm.guidance import completion_texts, conditioning_only
+from genalign.policies.lm.prompts import EncodedPrompts
+
+#: ``per_sample`` keys of a causal-LM rollout that are left-padded (``Rollout.left_padded``).
+LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
+
+
+class ForcingPolicy(Protocol):
+    """What :func:`forced_rollout` uses of :class:`genalign.policies.causal_lm.CausalLMPolicy`."""
+
+    config: Any
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    stop_matcher: Any
+    segments: Any
+
+    def encode(self, rows: list[dict[str, Any]]) -> EncodedPrompts: ...
+
+    def score_actions(self, module: Any, rollout: Rollout, request: ScoreRequest) -> ScoreOutput: ...
+
+
+def with_action_ids(request: RolloutRequest) -> RolloutRequest:
+    """``request`` plus ``action_ids``: a family with ``forced_completions`` stores every training sample's tokens."""
+    return replace(request, structure=request.structure | {"action_ids"})
+
+
+def completion_tokens(policy: ForcingPolicy, completion: Tensor | str, index: int) -> list[int]:
+    """Token ids of completion ``index``: the tensor's ids, or the text's ids followed by the end token."""
+    if isinstance(completion, str):
+        eos = policy.tokenizer.eos_token_id
+        eos = eos if eos is not None else policy.eos_token_ids[0]
+        return [*policy.tokenizer(completion, add_special_tokens=False)["input_ids"], int(eos)]
+    if not isinstance(completion, Tensor) or completion.dim() != 1 or completion.dtype != torch.long:
+        raise ValueError(
+            f"completions[{index}] must be a 1-d long tensor of token ids or a text, got "
+            f"{type(completion).__name__} {tuple(getattr(completion, 'shape', ()))}."
+        )
+    return completion.tolist()
+
+
+def _ended(policy: ForcingPolicy, tokens: list[int]) -> bool:
+    """The completion ends with an end token or a stop string (it was not cut by the length limit)."""
+    if tokens and tokens[-1] in policy.eos_token_ids:
+        return True
+    return bool(policy.stop_matcher) and policy.stop_matcher.tail_contains_stop(tokens)
+
+
+def _behaviour(given: Tensor | None, length: int, index: int) -> Tensor | None:
+    """Completion ``index``'s behaviour log-probs cut to ``length`` (checked against its token count)."""
+    if given is None:
+        return None
+    if given.dim() != 1 or given.shape[0] < length:
+        raise ValueError(
+            f"behaviour_logp[{index}] has shape {tuple(given.shape)}; it must be [T_i] with one log-prob per token "
+            f"of completions[{index}] ({length} kept)."
+        )
+    return given[:length].float().cpu()
+
+
+def forced_rollout(
+    policy: ForcingPolicy,
+    rows: list[dict[str, Any]],
+    completions: list[Tensor | str],
+    behaviour_logp: list[Tensor | None],
+    request: RolloutRequest,
+) -> Rollout:
+    """The rollout of ``completions[i]`` answering ``rows[i]`` (module docstring); ``group_ids`` index ``rows``.
+    Rows whose prompt is too long are skipped like in a sampled rollout (``policy.on_long_prompt``), with their
+    completions."""
+    if not len(rows) == len(completions) == len(behaviour_logp):
+        raise ValueError(
+            f"force: {len(rows)} rows, {len(completions)} completions and {len(behaviour_logp)} behaviour_logp "
+            "entries; give one completion and one behaviour_logp (or None) per row."
+        )
+    prompts = policy.encode([conditioning_only(row) for row in rows])
+    info: dict[str, Any] = {
+        "prompts_skipped_too_long": len(prompts.skipped),
+        "prompts_truncated": len(prompts.truncated),
+    }
+    if not prompts.kept:
+        return empty_rollout(info)
+    limit = policy.config.max_new_tokens
+    tokens = [completion_tokens(policy, completions[i], i)[:limit] for i in prompts.kept]
+    if any(not seq for seq in tokens):
+        raise ValueError("force: a completion has no token; give at least the end token.")
+    given = [_behaviour(behaviour_logp[i], len(seq), i) for i, seq in zip(prompts.kept, tokens, strict=True)]
+    width = max(len(seq) for seq in tokens)
+    ids = torch.full((len(tokens), width), policy.pad_token_id, dtype=torch.long)  # [n, C]
+    mask = torch.zeros(len(tokens), width)  # [n, C]
+    for row, seq in enumerate(tokens):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1.0
+    truncated = torch.tensor([not _ended(policy, seq) and len(seq) >= limit for seq in tokens])  # [n]
+    ids, mask, truncated = ids.to(policy.device), mask.to(policy.device), truncated.to(policy.device)
+    group_ids = torch.arange(len(tokens))
+    lengths = [len(seq) for seq in tokens]
+    info["completion_tokens"] = int(sum(lengths))
+    rollout = Rollout(
+        rows=[rows[i] for i in prompts.kept],
+        outputs=completion_texts(policy.tokenizer, policy.stop_matcher, prompts.prefixes, ids, lengths),
+        group_ids=group_ids,
+        old_logp=torch.zeros(len(tokens), width, device=policy.device),
+        action_mask=mask,
+        structure=completion_structure(
+            with_action_ids(request), policy.segments, truncated, ids, mask, group_ids=group_ids
+        ),
+        per_sample={
+            "prompt_ids": prompts.ids.to(policy.device),
+            "prompt_mask": prompts.mask.to(policy.device),
+            "completion_ids": ids,
+            "completion_mask": mask,
+        },
+        info=info,
+        left_padded=LEFT_PADDED,
+    )
+    rollout.old_logp = _old_logprobs(policy, rollout, given)
+    return rollout
+
+
+def _old_logprobs(policy: ForcingPolicy, rollout: Rollout, given: list[Tensor | None]) -> Tensor:
+    """``[n, C]``: the given behaviour log-probs, the current policy's (no grad, eval mode) where none was given."""
+    old = torch.zeros_like(rollout.action_mask)  # [n, C]
+    if any(g is None for g in given):
+        with torch.no_grad(), eval_mode(policy.model):
+            old = policy.score_actions(policy.model, rollout, ScoreRequest()).logp.detach().float()  # [n, C]
+    for row, values in enumerate(given):
+        if values is not None:
+            old[row] = 0.0
+            old[row, : values.shape[0]] = values.to(old.device)
+    return old * rollout.action_mask
+
+
+__all__ = ["LEFT_PADDED", "completion_tokens", "forced_rollout", "with_action_ids"]
