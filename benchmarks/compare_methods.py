@@ -111,6 +111,16 @@ FLOW_METHODS: dict[str, list[str]] = {
     ],
     "diffusion_nft": ["policy.likelihood_free.method=nft"],
     "v_grpo_elbo": ["policy.likelihood_free.method=elbo"],
+    # catalogue II and engineering
+    "vgpo_anchor": ["algorithm.advantage=value_anchored"],  # [67] absolute-value-anchored group normalisation
+    "sage_sde": ["policy.dynamics=manifold_sde", "algorithm.credit=[gradient_norm_equalizer]"],  # [76] (a) + (b)
+    "chunk_ab2_8": [  # Chunk-GRPO as above, 8 steps with 2nd-order ODE steps after the SDE window (MixGRPO-Flash)
+        "algorithm.ratio_level=chunk",
+        "algorithm.minibatches=2",
+        "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
+        "policy.ode_solver=ab2",
+        "policy.num_steps=8",
+    ],
 }
 
 

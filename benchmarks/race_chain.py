@@ -84,6 +84,20 @@ METHODS: dict[str, list[str]] = {
     "tree_td": ["credit=[tree_td]"],  # [255] TEMPO
     "entropy_change": ["credit=[entropy_change]"],  # [328] STEER
     "aem": ["credit=[aem]"],  # [231]
+    # where the samples come from (sample sources; the sampling race, race_chain_sampling_results.md)
+    "dynamic_sampling": ["dynamic_sampling={enabled: true}"],  # DAPO's dynamic sampling alone
+    "depo": ["sample_sources=[depo]"],  # [151]
+    "adagrpo": ["sample_sources=[adagrpo_curriculum]"],  # [62]
+    "vas": ["sample_sources=[vas]"],  # [110]
+    "erpo": ["sample_sources=[erpo]"],  # [203] residual-prompt temperature
+    "dars": ["sample_sources=[dars]"],  # [192]
+    "aero": ["sample_sources=[aero]"],  # [234]
+    "xrpo": ["sample_sources=[xrpo]"],  # [241] allocator
+    "d3s": ["sample_sources=[d3s_samples]"],  # [27] sample level
+    "gcpo": ["sample_sources=[gcpo]"],  # [253] reference solution in all-wrong groups
+    "adaprefix": ["sample_sources=[adaprefix]"],  # [77] reference prefix toward 50 % success
+    "edge_gec": ["sample_sources=[edge_gec]", "sample_source_args={edge_gec: {tokenizer: 'builtin:chain-lm'}}"],  # [99]
+    "ar3po": ["sample_sources=[ar3po]", "clip=off_policy"],  # [106] staged rollouts + reuse
 }  # fmt: skip
 
 #: ``--smoke``: these methods, 2 training steps each, small batches and evaluations

@@ -5,8 +5,10 @@ The ``L`` completions of a tree are its leaves. Decoding starts with one cache r
 a row is replaced by ``k`` children that copy its key/value cache (the shared prefix is computed once) and then
 sample independently. A split happens at a fixed completion position (``split_positions[d]`` for the ``d``-th split
 on a path, BranchGRPO-style schedule) or, with ``entropy_threshold``, at the first position from there on where the
-sampling distribution's entropy reaches the threshold (forced ``entropy_window`` tokens later). A node whose sequence
-ends before a split does not split: its leaves are identical copies of it.
+sampling distribution's entropy reaches the threshold, or, with ``boundary_table``, at the first position from there
+on that follows a segment boundary (a newline or a sentence end: a new reasoning step starts; forced
+``entropy_window`` tokens later in both modes). A node whose sequence ends before a split does not split: its leaves
+are identical copies of it.
 
 Layout (as in :mod:`genalign.schedulers.branching`): leaves of tree ``b`` are rows ``b L .. b L + L - 1`` of the
 result; a node covers a contiguous range of them, and the ``j``-th of its ``k`` children the ``j``-th ``1/k`` of that
@@ -20,7 +22,7 @@ credit rules compute node values as means of descendant outcomes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -42,13 +44,17 @@ class LMTreePlan:
         branching: ``D`` children counts ``>= 2``; leaves ``L = prod(branching)``.
         entropy_threshold: ``None`` for fixed positions, else the entropy (nats, sampling distribution) at which a
             node due to split splits.
-        entropy_window: entropy mode: a due node splits at the latest this many tokens after its earliest position.
+        entropy_window: entropy and segment modes: a due node splits at the latest this many tokens after its earliest
+            position.
+        boundary_table: ``[V]`` bool, the segment-boundary tokens (:class:`~genalign.policies.lm.segments.
+            SegmentBoundaries`), or None: a due node splits right after sampling one of them (segment mode).
     """
 
     split_positions: tuple[int, ...]
     branching: tuple[int, ...]
     entropy_threshold: float | None = None
     entropy_window: int = 0
+    boundary_table: Tensor | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         positions = list(self.split_positions)
@@ -60,6 +66,8 @@ class LMTreePlan:
             raise ValueError(f"entropy_threshold={self.entropy_threshold} must be > 0 or None.")
         if self.entropy_window < 0:
             raise ValueError(f"entropy_window={self.entropy_window} must be >= 0.")
+        if self.entropy_threshold is not None and self.boundary_table is not None:
+            raise ValueError("split at high entropy or at segment boundaries, not both.")
 
     @property
     def depth(self) -> int:
@@ -197,16 +205,26 @@ def sampling_entropy(logits: Tensor, temperature: float) -> Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
-def splitting_rows(logits: Tensor, step: int, frontier: _Frontier, plan: LMTreePlan, params: SamplingParams) -> Tensor:
-    """``[R]`` bool: the rows that split before sampling the token at ``step``."""
+def splitting_rows(
+    logits: Tensor, step: int, frontier: _Frontier, plan: LMTreePlan, params: SamplingParams, previous: Tensor | None
+) -> Tensor:
+    """``[R]`` bool: the rows that split before sampling the token at ``step``; ``previous`` ``[R]``: each row's token
+    at ``step - 1`` (None at step 0)."""
     earliest_of_depth = torch.tensor([*plan.split_positions, params.max_new_tokens])  # [D + 1]
     due = ~frontier.done & (frontier.depth < plan.depth) & (step >= earliest_of_depth[frontier.depth])  # [R]
-    if plan.entropy_threshold is None or not bool(due.any()):
+    adaptive = plan.entropy_threshold is not None or plan.boundary_table is not None
+    if not adaptive or not bool(due.any()):
         return due
     latest = (earliest_of_depth[frontier.depth] + plan.entropy_window).clamp(max=params.max_new_tokens - 1)  # [R]
-    high = torch.zeros_like(due)
-    high[due] = sampling_entropy(logits[due.to(logits.device)], params.temperature).cpu() >= plan.entropy_threshold
-    return due & (high | (step >= latest))
+    ready = torch.zeros_like(due)
+    if plan.entropy_threshold is not None:
+        entropy = sampling_entropy(logits[due.to(logits.device)], params.temperature).cpu()  # [R_due]
+        ready[due] = entropy >= plan.entropy_threshold
+    elif previous is not None:
+        table = plan.boundary_table.cpu()  # [V]
+        tokens = previous.cpu()  # [R]
+        ready = table[tokens.clamp(0, table.shape[0] - 1)] & (tokens < table.shape[0])  # [R] a segment just ended
+    return due & (ready | (step >= latest))
 
 
 class TreeCacheEngine:
@@ -242,9 +260,9 @@ class TreeCacheEngine:
         logits = self.decoder.forward(prompt_ids, positions, mask, cache, start=0)  # [B, V]
         frontier = _Frontier.roots(trees, plan.num_leaves, positions[:, -1].cpu() + 1)
         children = torch.tensor([*plan.branching, 1])  # [D + 1] children of a split at each depth
-        next_node, generated = trees, 0
+        next_node, generated, previous = trees, 0, None
         for step in range(width):
-            split = splitting_rows(logits, step, frontier, plan, params)  # [R]
+            split = splitting_rows(logits, step, frontier, plan, params, previous)  # [R]
             frontier.fresh = torch.zeros_like(split)
             if bool(split.any()):
                 counts = torch.where(frontier.done, 0, torch.where(split, children[frontier.depth], 1))  # [R]
@@ -263,6 +281,7 @@ class TreeCacheEngine:
             if (~frontier.done).sum() <= COMPACT_BELOW * len(frontier.done):
                 source, next_node = frontier.regroup((~frontier.done).long(), next_node)
                 cache, tokens = cache.select_rows(source.to(device)), tokens[source.to(device)]
+            previous = tokens  # [R] the last token of each row, for the segment mode
             logits = self.decoder.forward(
                 tokens[:, None], frontier.position[:, None].to(device), torch.ones_like(tokens[:, None]).bool(), cache,
                 prompt_width + step,

@@ -377,6 +377,7 @@ class CausalLMPolicy(TokenLMPolicy):
             group_size=group_size,
             params=params,
             generator=self.generator,
+            boundary_table=self.segments.table() if self.config.tree.at_segment_boundaries else None,
         )
         info["generated_tokens"] += tree.generated_tokens
         return tree.generation, tree.prefix_tree

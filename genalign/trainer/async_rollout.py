@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import queue
+import time
 import traceback
 from collections.abc import Callable
 from types import ModuleType
@@ -214,7 +215,9 @@ def _worker(builder, policy_config, settings, state, buffer, requests, results, 
             _, step, rows, samples_per_prompt, structure = message
             seeder(settings["seed"], step, settings["rank"])
             policy.on_step(step)
+            started = time.perf_counter()
             rollout = policy.rollout(rows, samples_per_prompt, request=RolloutRequest(structure=structure))
+            rollout.info["worker_seconds"] = time.perf_counter() - started  # logged as time/rollout_worker_s
             results.put(("rollout", step, rollout, policy.state_dict()))
     except Exception:  # reported to the trainer, which raises it
         results.put(("error", traceback.format_exc()))

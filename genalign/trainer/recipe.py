@@ -302,8 +302,12 @@ def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout,
     run.policy.on_step(step)
     t0 = time.perf_counter()
     rollout = sample_step(run, step) if run.rollouts is None else run.rollouts.receive(step)
+    worker_seconds = rollout.info.pop("worker_seconds", None)  # a timing: logged under time/, not rollout/
     samples = collect_samples(run, step, rollout, rollout_request(run))
-    return learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
+    record, rollout, adv = learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
+    if worker_seconds is not None:
+        record["time/rollout_worker_s"] = worker_seconds
+    return record, rollout, adv
 
 
 def sample_step(run: TrainingRun, step: int) -> Rollout:

@@ -56,9 +56,13 @@ def params_for(tokenizer, **overrides) -> SamplingParams:
     return SamplingParams(**(base | overrides))
 
 
+#: a stand-in segment-boundary table: every third token id of the tiny vocabulary ends a segment
+BOUNDARIES = torch.arange(4096) % 3 == 0
+
 PLANS = {
     "fixed": LMTreePlan(split_positions=(2, 4, 7), branching=(2, 3, 2)),
     "entropy": LMTreePlan(split_positions=(1, 3), branching=(4, 2), entropy_threshold=3.5, entropy_window=3),
+    "segments": LMTreePlan(split_positions=(1, 3), branching=(4, 2), entropy_window=1, boundary_table=BOUNDARIES),
 }
 
 
@@ -164,6 +168,26 @@ def test_tree_logprobs_match_rescoring_and_entropy_splits_wait_for_high_entropy(
             assert sampling_entropy(logits, 0.8).item() >= plan.entropy_threshold - 1e-4
 
 
+def test_segment_splits_follow_a_boundary_token_or_the_forced_position(tiny):
+    model, tokenizer = tiny
+    plan = PLANS["segments"]
+    ids, mask = left_padded(tokenizer, ["1 + 2 =", "a b"])
+    params = params_for(tokenizer, temperature=0.9, eos_token_ids=())
+    tree = TreeCacheEngine(model, tokenizer).generate_tree(ids, mask, params, torch.Generator().manual_seed(4), plan)
+    out, early = tree.generation, 0
+    for depth, earliest in enumerate(plan.split_positions):
+        steps = tree.branch_steps[:, depth]  # [N] the step before which each leaf's path split at this depth
+        assert torch.all((steps >= earliest) & (steps <= earliest + plan.entropy_window))
+        for leaf in range(out.completion_ids.shape[0]):
+            step = int(steps[leaf])
+            if step < earliest + plan.entropy_window:  # split before it was forced: the token before ended a segment
+                assert bool(BOUNDARIES[out.completion_ids[leaf, step - 1]])
+                early += 1
+            if depth > 0:
+                assert step > int(tree.branch_steps[leaf, depth - 1])
+    assert early > 0, "no split waited for a boundary"
+
+
 def test_sampling_entropy_is_hand_computed():
     logits = torch.log(torch.tensor([[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30]]))
     expected = torch.tensor([-(0.5 * torch.log(torch.tensor(0.5)) + 0.5 * torch.log(torch.tensor(0.25))), 0.0])
@@ -224,6 +248,25 @@ def test_policy_tree_rollout_declares_the_sampling_tree_and_scores_exactly(tmp_p
     assert evaluation.info["generated_tokens"] == evaluation.info["completion_tokens"]  # eval: independent samples
 
 
+def test_policy_tree_at_segment_boundaries_splits_after_the_tokenizers_boundary_tokens(tmp_path):
+    from genalign.policies.base import RolloutRequest
+
+    policy = tree_policy(tmp_path, at_segment_boundaries=True, entropy_window=3)
+    table = policy.segments.table()  # [V] the tokenizer's boundary tokens
+    assert policy.config.tree.plan(table).boundary_table is table
+    request = RolloutRequest(structure=frozenset({"prefix_tree"}))
+    rollout = policy.rollout([{"prompt": "1 + 2 ="}, {"prompt": "a b"}], 4, request=request)
+    ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
+    depth = rollout.structure.prefix_tree.depth  # [N, T]
+    split = (depth >= 1).any(dim=1)  # [N] leaves whose path split (a leaf that ended first never does)
+    first = (depth >= 1).long().argmax(dim=1)  # [N] first action after the first split
+    assert bool(split.any()) and torch.all((first[split] >= 2) & (first[split] <= 2 + 3))  # split position .. forced
+    for leaf in split.nonzero().flatten().tolist():
+        step = int(first[leaf])
+        if step < 2 + 3 and mask[leaf, step] > 0:  # split before the forced position: after a boundary token
+            assert bool(table[ids[leaf, step - 1]])
+
+
 def test_policy_tree_rejects_a_group_size_that_is_not_the_leaf_count(tmp_path):
     policy = tree_policy(tmp_path)
     with pytest.raises(ValueError, match=r"algorithm.group_size=6 must equal .* = 1 × 4 = 4"):
@@ -239,6 +282,7 @@ def test_policy_tree_rejects_a_group_size_that_is_not_the_leaf_count(tmp_path):
         ({"trees_per_prompt": 0}, "policy.tree.trees_per_prompt=0 must be >= 1"),
         ({"entropy_threshold": -1.0}, "policy.tree.entropy_threshold=-1.0 must be > 0"),
         ({"entropy_window": -2}, "policy.tree.entropy_window=-2 must be >= 0"),
+        ({"at_segment_boundaries": True, "entropy_threshold": 1.0}, "split at high entropy or at segment boundaries"),
         ({"engine": "hf"}, "policy.tree.enabled=true needs policy.engine='static', got 'hf'"),
     ],
 )

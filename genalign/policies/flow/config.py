@@ -294,6 +294,13 @@ class FlowPolicyConfig:
     )
     prompt_cache_size: int = field(default=1024, metadata={"help": "Prompts whose embeddings are kept (LRU)."})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA of trainable weights for evaluation (0 = off)."})
+    anchor_every: int = field(
+        default=0,
+        metadata={
+            "help": "SAGE-GRPO's moving anchor [76]: the KL reference is a snapshot of the trained weights taken "
+            "every this many steps (0 = the base model: LoRA adapters disabled)."
+        },
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
     seed: int = field(default=0, metadata={"help": "Seed of initial noise, SDE noise and random step choices."})
 
@@ -326,6 +333,10 @@ class FlowPolicyConfig:
             )
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"policy.ema_decay={self.ema_decay} must be in [0, 1) (0 disables EMA).")
+        if not (isinstance(self.anchor_every, int) and self.anchor_every >= 0):
+            raise ValueError(
+                f"policy.anchor_every={self.anchor_every!r} must be an integer >= 0 (0 = no moving anchor)."
+            )
         if self.dtype == "float16" and self.lora_rank == 0:
             raise ValueError("policy.dtype='float16' with lora_rank=0 trains float16 weights; use bfloat16 or LoRA.")
         self.train_steps.validate()
@@ -377,7 +388,7 @@ class FlowPolicyConfig:
         """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the
         model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
         Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
-        kl = {"kl"} if self.lora_rank > 0 else set()
+        kl = {"kl"} if self.lora_rank > 0 or self.anchor_every > 0 else set()
         method = self.likelihood_free.method
         if method == "elbo":  # the rollout records the proxy through the scorer's code path
             return PolicyCapabilities(rollout_logp_is_exact=True, score_features=frozenset(kl))

@@ -16,7 +16,7 @@ from genalign.assets import model_location
 from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise
 from genalign.pipelines.flow_models import PromptEmbeddings, select_embeddings
 from genalign.policies.base import DTYPES
-from genalign.policies.flow.components import PromptEmbeddingCache
+from genalign.policies.flow.components import ParameterAverage, PromptEmbeddingCache
 from genalign.policies.flow.config import FlowPolicyConfig
 from genalign.policies.lora_options import ALL_LINEAR
 
@@ -52,6 +52,8 @@ class FlowModel:
                 module.requires_grad_(False)
                 module.eval()
         self._add_trainable_weights()
+        #: SAGE-GRPO's moving anchor [76]: a snapshot of the trained weights serving as the KL reference
+        self.anchor: ParameterAverage | None = None
         if config.gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
         self.embeddings = PromptEmbeddingCache(self._encode, config.prompt_cache_size)
@@ -68,7 +70,13 @@ class FlowModel:
 
     @contextmanager
     def reference(self) -> Iterator[None]:
-        """Inside the block the transformer is the reference policy: its LoRA adapters are disabled."""
+        """Inside the block the transformer is the reference policy: the moving anchor's weights when
+        ``policy.anchor_every > 0`` (:attr:`anchor`, set by the policy), else the base model (LoRA adapters
+        disabled)."""
+        if self.anchor is not None:
+            with self.anchor.applied():
+                yield
+            return
         self.transformer.disable_adapters()
         try:
             yield

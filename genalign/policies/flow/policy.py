@@ -57,6 +57,8 @@ class FlowPolicy(Policy):
         self.ema = ParameterAverage(transformer, config.ema_decay) if config.ema_decay > 0 else None
         method = config.likelihood_free.method
         self.old = ParameterAverage(transformer, config.likelihood_free.old_decay) if method == "nft" else None
+        if config.anchor_every > 0:  # decay 0: update() takes a snapshot
+            self.model.anchor = ParameterAverage(transformer, 0.0)
         self.evaluation = SDESampling(self.model, training=False)
         self.calibrator: NoiseCalibrator | None = None
         self.scorer: SDEStepScorer | FlowMatchingScorer
@@ -124,7 +126,7 @@ class FlowPolicy(Policy):
     def prepare_sharding(self, wrap: Callable[[nn.Module], None]) -> None:
         """The transformer; the parameter averages restart from its (now sharded) parameters."""
         wrap(self.model.transformer)
-        for average in (self.ema, self.old):
+        for average in (self.ema, self.old, self.model.anchor):
             if average is not None:
                 average.reset()
 
@@ -140,8 +142,12 @@ class FlowPolicy(Policy):
 
     # ---------------------------------------------------------------------------------------------- lifecycle
     def on_step(self, step: int) -> None:
-        """The training iteration drives sliding windows (MixGRPO) and sliding tree splits (BranchGRPO-Mix)."""
+        """The training iteration drives sliding windows (MixGRPO) and sliding tree splits (BranchGRPO-Mix); the
+        moving anchor (SAGE-GRPO [76]) is moved to the current weights before steps ``1 + k·anchor_every``."""
         self.iteration = step
+        anchor, every = self.model.anchor, self.config.anchor_every
+        if anchor is not None and step > 1 and (step - 1) % every == 0:
+            anchor.update()
 
     def after_optimizer_step(self) -> None:
         """Update the EMA of the weights and DiffusionNFT's old model."""
@@ -153,17 +159,18 @@ class FlowPolicy(Policy):
         state: dict[str, Any] = {"iteration": self.iteration, "model": self.model.state_dict()}
         state |= {"ema": self.ema.state_dict()} if self.ema is not None else {}
         state |= {"old": self.old.state_dict()} if self.old is not None else {}
+        state |= {"anchor": self.model.anchor.state_dict()} if self.model.anchor is not None else {}
         state |= {"noise_calibration": self.calibrator.state_dict()} if self.calibrator is not None else {}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
         self.model.load_state_dict(state["model"])
-        for name, average in (("ema", self.ema), ("old", self.old)):
+        for name, average in (("ema", self.ema), ("old", self.old), ("anchor", self.model.anchor)):
             if (average is None) != (name not in state):
                 raise ValueError(
                     f"the checkpoint {'has' if name in state else 'has no'} {name!r} state but this policy "
-                    f"{'keeps none' if average is None else 'keeps one'}: policy.ema_decay or "
+                    f"{'keeps none' if average is None else 'keeps one'}: policy.ema_decay, policy.anchor_every or "
                     "policy.likelihood_free.method differs from the run that wrote it."
                 )
             if average is not None:

@@ -35,9 +35,10 @@ def _check_kl(request: ScoreRequest, model: FlowModel) -> None:
         raise ValueError(
             f"kl_estimator={request.kl_estimator!r} is not supported by the flow policy; use one of {KL_ESTIMATORS}."
         )
-    if request.kl_estimator is not None and model.config.lora_rank == 0:
+    if request.kl_estimator is not None and model.config.lora_rank == 0 and model.anchor is None:
         raise ValueError(
-            "KL needs a reference policy; with lora_rank=0 there is none. Use LoRA or set the KL weight to 0."
+            "KL needs a reference policy; with lora_rank=0 and no moving anchor there is none. Use LoRA, set "
+            "policy.anchor_every > 0, or set the KL weight to 0."
         )
 
 

@@ -44,7 +44,15 @@ class LMTreeConfig:
         },
     )
     entropy_window: int = field(
-        default=8, metadata={"help": "Entropy mode: split at the latest this many tokens after the split position."}
+        default=8,
+        metadata={"help": "Entropy and segment modes: split at the latest this many tokens after the split position."},
+    )
+    at_segment_boundaries: bool = field(
+        default=False,
+        metadata={
+            "help": "Split at the first token from the split position on that starts a new segment (after a newline "
+            "or a sentence end: a new reasoning step)."
+        },
     )
 
     @property
@@ -55,12 +63,15 @@ class LMTreeConfig:
     def group_size(self) -> int:
         return self.trees_per_prompt * self.num_leaves
 
-    def plan(self) -> LMTreePlan:
+    def plan(self, boundary_table: Tensor | None = None) -> LMTreePlan:
+        """The engine's plan; ``boundary_table`` ``[V]`` bool (the tokenizer's segment boundaries) is used in segment
+        mode."""
         return LMTreePlan(
             split_positions=tuple(self.split_positions),
             branching=tuple(self.branching),
             entropy_threshold=self.entropy_threshold,
             entropy_window=self.entropy_window,
+            boundary_table=boundary_table if self.at_segment_boundaries else None,
         )
 
     def validate(self, *, max_new_tokens: int | None = None, engine: str | None = None) -> None:
@@ -95,6 +106,11 @@ class LMTreeConfig:
                 f"policy.tree.entropy_threshold={self.entropy_threshold} must be > 0 (e.g. 1.0) or null.",
             ),
             (self.entropy_window >= 0, f"policy.tree.entropy_window={self.entropy_window} must be >= 0 (e.g. 8)."),
+            (
+                not (self.at_segment_boundaries and self.entropy_threshold is not None),
+                "policy.tree.at_segment_boundaries=true with policy.tree.entropy_threshold set: split at high entropy "
+                "or at segment boundaries; unset one.",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -110,9 +126,11 @@ def sample_tree_group(
     group_size: int,
     params: SamplingParams,
     generator: torch.Generator,
+    boundary_table: Tensor | None = None,
 ) -> TreeGeneration:
     """The ``group_size`` leaves of each prompt of ``prompt_ids`` ``[B, P]`` (left-padded), ``B × group_size`` rows in
-    prompt order, from ``trees_per_prompt`` trees per prompt."""
+    prompt order, from ``trees_per_prompt`` trees per prompt; ``boundary_table`` ``[V]`` bool: the segment-boundary
+    tokens (segment mode)."""
     if group_size != config.group_size:
         raise ValueError(
             f"algorithm.group_size={group_size} must equal policy.tree.trees_per_prompt × prod(policy.tree.branching) "
@@ -120,7 +138,7 @@ def sample_tree_group(
         )
     roots = prompt_ids.repeat_interleave(config.trees_per_prompt, dim=0)  # [B M, P]
     root_mask = prompt_mask.repeat_interleave(config.trees_per_prompt, dim=0)  # [B M, P]
-    return engine.generate_tree(roots, root_mask, params, generator, config.plan())
+    return engine.generate_tree(roots, root_mask, params, generator, config.plan(boundary_table))
 
 
 __all__ = ["LMTreeConfig", "sample_tree_group"]
