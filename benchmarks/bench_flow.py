@@ -97,8 +97,9 @@ def interleaved(baseline: Callable[[], object], contender: Callable[[], object],
 
 
 def bench_rollout(
-    model: str, *, device: str, batch: int, steps: int, size: int, guidance: float, text_tokens: int, repeats: int
-) -> Pair:
+    model: str, *, device: str, batch: int, steps: int, size: int, guidance: float, text_tokens: int, repeats: int,
+    cfg_batching: str,
+) -> Pair:  # fmt: skip
     """Plain diffusers (baseline) against genalign's sampling with log-probs: one batch of ``batch`` images."""
     from genalign.assets import model_location
     from genalign.pipelines import FlowLogProbPipeline
@@ -111,6 +112,7 @@ def bench_rollout(
         dynamics="flow_sde",
         noise_level=0.7,
     )
+    ours.arch.batch_cfg = cfg_batching == "batched"  # as policy.cfg_batching sets it
     plain = ours.pipe  # the very same diffusers pipeline object: same weights, scheduler config and encoders
     common = dict(
         num_inference_steps=steps, guidance_scale=guidance, height=size, width=size, max_sequence_length=text_tokens
@@ -137,6 +139,7 @@ def bench_training(
     text_tokens: int,
     window: int,
     repeats: int,
+    cfg_batching: str,
 ) -> Pair:
     """Training all steps (baseline) against a MixGRPO window: one training iteration of ``batch`` images."""
     from genalign import algorithms as alg
@@ -156,6 +159,7 @@ def bench_training(
             max_sequence_length=text_tokens,
             lora_rank=8,
             train_steps=train_steps,
+            cfg_batching=cfg_batching,
         )
         policy = build_policy(config, device)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
@@ -202,6 +206,10 @@ def main(argv: list[str] | None = None) -> None:
         "model (its usage setting: one zero token), 128 otherwise."
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=10, help="Interleaved rounds (each system once per round).")
+    parser.add_argument(
+        "--cfg-batching", choices=("separate", "batched"), default="separate",
+        help="genalign's guidance branches: two calls, or one call of twice the batch (policy.cfg_batching).",
+    )  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="Seconds: batch 2, 3 steps, window 1, 1 repeat.")
     parser.add_argument("--out", type=Path, default=None, help="Write the markdown table here.")
     args = parser.parse_args(argv)
@@ -222,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         text_tokens = args.text_tokens or (1 if model.startswith("builtin:") else 128)
         sizes = dict(
             device=args.device, batch=args.batch, steps=args.steps, size=args.size, guidance=args.guidance,
-            text_tokens=text_tokens, repeats=args.repeats,
+            text_tokens=text_tokens, repeats=args.repeats, cfg_batching=args.cfg_batching,
         )  # fmt: skip
         rollout = bench_rollout(model, **sizes)
         training = bench_training(model, window=args.window, **sizes)
@@ -231,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
         f"started {started}, load average {load}.",
         "",
         f"Model: {name}; device {args.device}, {args.threads} threads, torch {torch.__version__}; batch {args.batch}, "
-        f"{args.size}x{args.size} px, {args.steps} steps, CFG {args.guidance:g}, {text_tokens} T5 token(s); {args.repeats} "
+        f"{args.size}x{args.size} px, {args.steps} steps, CFG {args.guidance:g} ({args.cfg_batching} branches), "
+        f"{text_tokens} T5 token(s); {args.repeats} "
         "interleaved rounds after a warm-up of each: median seconds, and the median of the per-round ratios.",
         "",
         "| measurement | baseline | genalign | ratio | target |",

@@ -49,6 +49,9 @@ class FlowArchitecture:
     pipeline_classes: ClassVar[tuple[str, ...]]
     #: True: classifier-free guidance with a negative prompt; False: guidance is an embedding input (FLUX.1).
     uses_true_cfg: ClassVar[bool] = True
+    #: Run the conditional and unconditional branches in one call of twice the batch (``policy.cfg_batching``), in
+    #: rollouts and in scoring alike, so re-scoring stays exact; False: two calls.
+    batch_cfg: bool = False
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
 

@@ -294,6 +294,13 @@ class FlowPolicyConfig:
     )
     prompt_cache_size: int = field(default=1024, metadata={"help": "Prompts whose embeddings are kept (LRU)."})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA of trainable weights for evaluation (0 = off)."})
+    cfg_batching: Literal["separate", "batched"] = field(
+        default="separate",
+        metadata={
+            "help": "Classifier-free guidance branches: two calls (separate), or one call of twice the batch "
+            "(batched, as diffusers; rollout and scoring alike, so re-scoring stays exact)."
+        },
+    )
     anchor_every: int = field(
         default=0,
         metadata={

@@ -43,6 +43,7 @@ class FlowModel:
             log_prob_form=config.log_prob_form,
         )
         self.arch = self.sampler.arch
+        self.arch.batch_cfg = config.cfg_batching == "batched"
         self.scheduler = self.sampler.scheduler
         self.transformer: nn.Module = self.sampler.pipe.transformer
         if dtype == torch.float16:  # fp16 VAEs overflow; decoding in float32 costs little
