@@ -98,7 +98,7 @@ def interleaved(baseline: Callable[[], object], contender: Callable[[], object],
 
 def bench_rollout(
     model: str, *, device: str, batch: int, steps: int, size: int, guidance: float, text_tokens: int, repeats: int,
-    cfg_batching: str,
+    cfg_batching: str = "separate",
 ) -> Pair:  # fmt: skip
     """Plain diffusers (baseline) against genalign's sampling with log-probs: one batch of ``batch`` images."""
     from genalign.assets import model_location
@@ -139,7 +139,7 @@ def bench_training(
     text_tokens: int,
     window: int,
     repeats: int,
-    cfg_batching: str,
+    cfg_batching: str = "separate",
 ) -> Pair:
     """Training all steps (baseline) against a MixGRPO window: one training iteration of ``batch`` images."""
     from genalign import algorithms as alg

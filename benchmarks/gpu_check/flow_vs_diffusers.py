@@ -34,8 +34,8 @@ def flow_vs_diffusers(device: str, *, smoke: bool, workdir: Path) -> PartResult:
     model = str(small_sd3(workdir / ("sd3-smoke" if smoke else "sd3-medium"), **shape))
     sizes = SMOKE_SIZES if smoke else GPU_SIZES
     window = 1 if smoke else 2
-    rollout = bench_rollout(model, device=device, **sizes)
-    training = bench_training(model, device=device, window=window, **sizes)
+    rollout = bench_rollout(model, device=device, cfg_batching="batched", **sizes)  # one call per step, as diffusers
+    training = bench_training(model, device=device, window=window, cfg_batching="batched", **sizes)
     plain = rollout.baseline
     rows = [
         ["plain diffusers sampling", f"{plain:.3f}", "1.00"],
