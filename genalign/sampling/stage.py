@@ -113,7 +113,8 @@ class SampleSourceStage:
     def plan(self, stream: Stream, count: int, step: int) -> SamplePlan:
         """The ``count`` prompts of step ``step``: candidates are drawn from ``stream`` in rounds and passed through
         the rules in order until ``count`` are admitted or the draw limit (``count × max(pool, max_draw)`` of the
-        rules) is reached; a shortfall is filled with passed-over candidates in draw order."""
+        rules) is reached; a shortfall is filled with passed-over candidates in draw order. Those refilled candidates
+        do not pass through the rules' ``choose`` again, so they carry no guidance a later rule would have attached."""
         if not self.rules:
             prompts = [Candidate(p, stream.row_index(p), row) for p, row in stream.take(count)]
             self._candidates = {c.position: c for c in prompts}
