@@ -97,6 +97,17 @@ LM_ALGORITHMS: dict[str, list[str]] = {
     ],
 }  # fmt: skip
 
+#: Chunk-GRPO [70]'s chunk-level ratio with 2 optimizer steps per batch (with 1, fully on-policy, chunk ratios give
+#: Flow-GRPO's gradient)
+CHUNK_RATIO = [
+    "algorithm.ratio_level=chunk",
+    "algorithm.minibatches=2",
+    "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
+]
+#: 8 steps with 2nd-order ODE steps after the SDE window (MixGRPO-Flash)
+AB2_8 = ["policy.ode_solver=ab2", "policy.num_steps=8"]
+LR_2X = ["optim.lr=6.0e-4"]  # twice the preset's learning rate
+
 #: flow method -> config overrides of the shapes demo preset (group 8 = the 2^3 leaves of a 3-split tree)
 FLOW_METHODS: dict[str, list[str]] = {
     "flow_grpo": [],
@@ -104,23 +115,15 @@ FLOW_METHODS: dict[str, list[str]] = {
         "policy.train_steps={strategy: sliding_window, stochastic: trained, window_size: 3, advance_every: 25}"
     ],
     "tree_branchgrpo": ["policy.tree={enabled: true, split_steps: [0, 3, 6]}"],
-    "chunk_grpo": [  # 2 optimizer steps per batch (with 1, fully on-policy, chunk ratios give Flow-GRPO's gradient)
-        "algorithm.ratio_level=chunk",
-        "algorithm.minibatches=2",
-        "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
-    ],
+    "chunk_grpo": CHUNK_RATIO,
     "diffusion_nft": ["policy.likelihood_free.method=nft"],
     "v_grpo_elbo": ["policy.likelihood_free.method=elbo"],
     # catalogue II and engineering
     "vgpo_anchor": ["algorithm.advantage=value_anchored"],  # [67] absolute-value-anchored group normalisation
     "sage_sde": ["policy.dynamics=manifold_sde", "algorithm.credit=[gradient_norm_equalizer]"],  # [76] (a) + (b)
-    "chunk_ab2_8": [  # Chunk-GRPO as above, 8 steps with 2nd-order ODE steps after the SDE window (MixGRPO-Flash)
-        "algorithm.ratio_level=chunk",
-        "algorithm.minibatches=2",
-        "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
-        "policy.ode_solver=ab2",
-        "policy.num_steps=8",
-    ],
+    "chunk_ab2_8": [*CHUNK_RATIO, *AB2_8],
+    "chunk_ab2_8_lr6": [*CHUNK_RATIO, *AB2_8, *LR_2X],
+    "flow_grpo_lr6": LR_2X,  # the control of chunk_ab2_8_lr6: Flow-GRPO at the same learning rate
 }
 
 
@@ -150,7 +153,7 @@ DEMOS = {
     ),
     "flow": Demo(
         ROOT / "configs" / "demo_shapes_flow_grpo.yaml", "shapes-t2i-faded demo", FLOW_METHODS, target=0.20,
-        relative=True, curve=("reward/mean", "training reward (partial credit"),
+        shared=["policy.eval_ode_solver=euler"], relative=True, curve=("reward/mean", "training reward (partial credit"),
     ),
 }  # fmt: skip
 DEMO = DEMOS["lm"]  # set by main()

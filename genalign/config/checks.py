@@ -140,19 +140,6 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
         )
 
 
-def check_async_family(cfg: AlgorithmConfig, policy: Any) -> None:
-    """With a family whose sampler log-probs serve as old log-probs (``rollout_logp_is_exact``), those would be the
-    stale behaviour policy's, not the current weights' that the off-policy clip centres on: only a fully on-policy
-    update (one optimizer step per batch: the current log-probs, detached) is exact then."""
-    if cfg.async_rollout.enabled and policy.capabilities().rollout_logp_is_exact and not cfg.fully_on_policy:
-        raise ConfigError(
-            f"algorithm.async_rollout with policy.family = {policy.family!r}, whose sampler log-probs are used as the "
-            f"old log-probs, needs one optimizer step per rollout batch, but it takes "
-            f"{cfg.optimizer_steps_per_update()}; set algorithm.inner_epochs=1, minibatches=1 and "
-            "update_schedule=standard, or algorithm.async_rollout.enabled=false."
-        )
-
-
 def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
     """Every score feature and structure field the algorithm needs is one the policy family supplies, and the group
     size is one its rollouts can produce."""
@@ -164,7 +151,6 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"algorithm.group_size={capabilities.group_size} or change policy.tree."
         )
     _check_sample_sources(cfg, policy.family, capabilities)
-    check_async_family(cfg, policy)
     wanted = cfg.needs()
     missing = capabilities.missing(wanted)
     if missing:

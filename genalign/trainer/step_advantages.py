@@ -89,14 +89,17 @@ class UpdateInputs:
 
 def needs_rescored_old_logp(cfg: AlgorithmConfig, policy: Policy) -> bool:
     """The old log-probs must come from a scoring pass before the update: the objective reads them, the update takes
-    more than one optimizer step per rollout, and the sampler's log-probs are not exact."""
+    more than one optimizer step per rollout, and the sampler's log-probs are not the current weights' (they are not
+    exact, or, with asynchronous rollouts, they are exact but a stale behaviour policy's: the off-policy clip [323]
+    centres its trust region on the current iterate and takes the ratio to the behaviour policy separately)."""
     uses_old_logp = alg.OBJECTIVES.meta(cfg.objective).get("uses_old_logp", True)
-    return uses_old_logp and not cfg.fully_on_policy and not policy.capabilities.rollout_logp_is_exact
+    stale_or_inexact = cfg.async_rollout.enabled or not policy.capabilities.rollout_logp_is_exact
+    return uses_old_logp and not cfg.fully_on_policy and stale_or_inexact
 
 
 def prepass_request(cfg: AlgorithmConfig, policy: Policy) -> ScoreRequest | None:
     """What the scoring pass before the update must compute, or None when no such pass is needed: old log-probs when
-    the sampler's are not exact and the update is not fully on-policy, entropy / KL for the credit rules, KL for
+    the sampler's are not the current weights' and the update is not fully on-policy, entropy / KL for the credit rules, KL for
     KL-in-reward."""
     needs = rule_needs(cfg.credit) | alg.shaper_needs(cfg.reward_shaping)
     kl_in_reward = cfg.kl_coef > 0 and cfg.kl_placement == "reward"
@@ -167,8 +170,8 @@ def update_inputs(
     )
     advantages = alg.apply_credit(cfg.credit_rules(), adv.advantages, inputs)  # [n] or [n, T]
     old_logp = None  # None: the update uses the detached current log-probs (ratio exactly 1)
-    if not cfg.fully_on_policy and policy.capabilities.rollout_logp_is_exact:
-        old_logp = rollout.old_logp
-    elif needs_rescored_old_logp(cfg, policy):
+    if needs_rescored_old_logp(cfg, policy):
         old_logp = prepass.logp
+    elif not cfg.fully_on_policy and policy.capabilities.rollout_logp_is_exact:
+        old_logp = rollout.old_logp  # synchronous: the sampler's weights are the current ones
     return UpdateInputs(adv, advantages, old_logp)

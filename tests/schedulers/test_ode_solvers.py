@@ -205,3 +205,29 @@ def test_policy_rollout_with_ab2_rescores_exactly_and_keeps_the_window(tmp_path)
     euler, ab2 = (rollouts[s].per_sample["latents"] for s in ("euler", "ab2"))
     assert torch.equal(euler[:, :2], ab2[:, :2])  # x_0 and x_1 (step 0 is Euler in both)
     assert not torch.equal(euler[:, 2], ab2[:, 2])  # step 1 is ab2: the state entering the window differs
+
+
+def test_evaluation_solver_can_differ_from_the_rollout_solver(tmp_path):
+    """``policy.eval_ode_solver``: a policy that rolls out with ab2 but evaluates with Euler draws exactly the
+    evaluation images of an Euler policy (one evaluation protocol for recipes trained with different solvers)."""
+    import numpy as np
+
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+    from genalign.policies.flow import build_policy
+
+    torch.set_num_threads(1)
+    values = dict(model=str(save_tiny_pipeline("sd3", tmp_path / "sd3")), height=16, width=16, num_steps=4,
+                  eval_num_steps=6, guidance_scale=1.0, max_sequence_length=8, lora_rank=4, lora_alpha=4.0)  # fmt: skip
+    rows = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
+
+    def evaluation_images(**solvers: str) -> list[np.ndarray]:
+        policy = build_policy(FlowPolicyConfig(**values, **solvers))
+        return [np.asarray(image) for image in policy.rollout(rows, 1, mode="eval").outputs]
+
+    euler = evaluation_images(ode_solver="euler")
+    ab2_evaluated_with_euler = evaluation_images(ode_solver="ab2", eval_ode_solver="euler")
+    ab2 = evaluation_images(ode_solver="ab2")
+    assert all(np.array_equal(a, b) for a, b in zip(euler, ab2_evaluated_with_euler, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(euler, ab2, strict=True))
+    with pytest.raises(UnknownOptionError, match="ab2"):
+        FlowPolicyConfig(**values, eval_ode_solver="rk4").validate()

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig, AsyncRolloutConfig
+from genalign.policies.base import ScoreRequest
 from genalign.trainer.async_rollout import rollout_version
 from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
 
@@ -39,17 +40,29 @@ def test_async_config_errors():
         cfg = AlgorithmConfig(**{**fields, "async_rollout": AsyncRolloutConfig(**sub)})
         with pytest.raises(ConfigError, match=message):
             cfg.validate()
-    # the toy family's sampler log-probs are its old log-probs: a multi-step update would centre on stale ones
-    proc = run_cli("validate", str(write_config_for_errors()), check=False)
-    assert proc.returncode != 0 and "needs one optimizer step per rollout batch" in proc.stdout + proc.stderr
 
 
-def write_config_for_errors():
-    import tempfile
-    from pathlib import Path
+def test_async_multi_step_update_centres_on_the_current_weights_not_the_stale_sampler():
+    """Exact sampler log-probs are the behaviour policy's; asynchronously they are stale, so a multi-step update
+    rescores the old log-probs with the current weights (the off-policy clip's π_k) and keeps the sampler's as π_β."""
+    from genalign.trainer.step_advantages import needs_rescored_old_logp, update_inputs
+    from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
 
-    folder = Path(tempfile.mkdtemp())
-    return write_config(folder, algorithm={**ASYNC, "inner_epochs": 2})
+    torch.manual_seed(0)
+    policy = ToyPolicy(ToyPolicyConfig(init_scale=1.0))
+    rollout = policy.rollout([{"pid": 0}, {"pid": 1}], 4)
+    with torch.no_grad():
+        policy.logits.add_(0.5 * torch.randn_like(policy.logits))  # the trainer has updated since the sampling
+        current = policy.score(rollout, ScoreRequest()).logp * rollout.action_mask
+    table, weights = torch.rand(8, 1), torch.ones(1)
+    stale = AlgorithmConfig(**ASYNC | {"async_rollout": AsyncRolloutConfig(enabled=True)}, inner_epochs=2)
+    synchronous = AlgorithmConfig(clip="off_policy", inner_epochs=2)
+    assert needs_rescored_old_logp(stale, policy) and not needs_rescored_old_logp(synchronous, policy)
+    old = update_inputs(policy, rollout, table, weights, stale, None, progress=0.0).old_logp
+    torch.testing.assert_close(old * rollout.action_mask, current)
+    assert not torch.allclose(old * rollout.action_mask, rollout.old_logp * rollout.action_mask)
+    old = update_inputs(policy, rollout, table, weights, synchronous, None, progress=0.0).old_logp
+    torch.testing.assert_close(old, rollout.old_logp)  # synchronous: the sampler's weights are the current ones
 
 
 def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
@@ -80,7 +93,8 @@ def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
 
 
 def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
-    """The text-to-image demo (exact sampler log-probs, one optimizer step per batch) with the rollout process: the
+    """The text-to-image demo (exact sampler log-probs; two optimizer steps per batch, so the old log-probs are the
+    current weights' rescored, the sampler's the behaviour policy's) with the rollout process: the
     samples are one version old between checkpoints, and a run resumed from its step-2 checkpoint logs the metrics of
     the uninterrupted run."""
     import json
@@ -93,6 +107,7 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     common = ["run.save_every=2", "algorithm.async_rollout.enabled=true", "algorithm.clip=off_policy",
               "eval.at_start=false", "eval.every=0", "eval.num_prompts=4", "eval.batch_size=4",
               "algorithm.prompts_per_step=2", "policy.sample_batch_size=16", "algorithm.micro_batch_size=16",
+              "algorithm.minibatches=2",
               "run.progress_bar=false"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
 

@@ -243,6 +243,13 @@ class FlowPolicyConfig:
             "one network call per step, MixGRPO-Flash); SDE steps and their log-probs are unchanged. Not for trees."
         },
     )
+    eval_ode_solver: OdeSolverName | None = field(
+        default=None,
+        metadata={
+            "help": "Solver of evaluation rollouts (None = ode_solver). Set it to compare recipes trained with "
+            "different solvers under one evaluation protocol: the solver alone changes the images (and scores)."
+        },
+    )
     train_steps: TrainStepsConfig = field(
         default_factory=TrainStepsConfig, metadata={"help": "Stochastic/trained steps."}
     )
@@ -316,6 +323,8 @@ class FlowPolicyConfig:
             raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
         SDE_DYNAMICS.get(self.dynamics)
         ODE_SOLVERS.get(self.ode_solver)
+        if self.eval_ode_solver is not None:
+            ODE_SOLVERS.get(self.eval_ode_solver)
         if self.tree.enabled and self.ode_solver != "euler":
             raise ValueError(
                 f"policy.ode_solver={self.ode_solver!r} with policy.tree.enabled: tree rollouts take Euler ODE steps; "

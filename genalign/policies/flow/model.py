@@ -123,10 +123,12 @@ class FlowModel:
         guidance: float,
         record_latents: bool,
         noise_level: Tensor | None = None,
+        ode_solver: str | None = None,
     ) -> tuple[FlowTrajectory, list[Any]]:
         """Denoise ``latents`` ``[N, ...]`` ``sample_batch_size`` samples at a time (the chunks the trainer's
         micro-batches should match) and decode; returns the joined trajectory and the ``[N]`` outputs.
-        ``noise_level`` ``[S]``: one level per step (default: ``config.noise_level`` on every stochastic step)."""
+        ``noise_level`` ``[S]``: one level per step (default: ``config.noise_level`` on every stochastic step);
+        ``ode_solver``: of the deterministic steps (default: ``config.ode_solver``)."""
         n = latents.shape[0]
         chunk = self.config.sample_batch_size or n
         pieces, outputs = [], []
@@ -144,7 +146,7 @@ class FlowModel:
                 noise_level=self.config.noise_level if noise_level is None else noise_level,
                 generator=self.generator,
                 record_latents=record_latents,
-                ode_solver=self.config.ode_solver,
+                ode_solver=ode_solver or self.config.ode_solver,
                 prompts=prompts[part],
             )
             pieces.append(piece)

@@ -131,6 +131,7 @@ class SDESampling:
         trajectory, outputs = model.denoise_in_chunks(
             latents, cond, uncond, sde, prompts=prompts, guidance=guidance, record_latents=training,
             noise_level=None if levels is None else levels.to(model.device),
+            ode_solver=None if training else cfg.eval_ode_solver,
         )  # fmt: skip
         action_mask = (trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
         sampled = Sampled(outputs, trajectory.log_probs * action_mask, action_mask)  # old_logp on the model's device
