@@ -87,6 +87,7 @@ METHODS: dict[str, list[str]] = {
     # where the samples come from (sample sources; the sampling race, race_chain_sampling_results.md)
     "dynamic_sampling": ["dynamic_sampling={enabled: true}"],  # DAPO's dynamic sampling alone
     "depo": ["sample_sources=[depo]"],  # [151]
+    "spo": ["sample_sources=[spo]"],  # [324] single-stream SPO: per-prompt value tracker, prioritised prompts
     "adagrpo": ["sample_sources=[adagrpo_curriculum]"],  # [62]
     "vas": ["sample_sources=[vas]"],  # [110]
     "erpo": ["sample_sources=[erpo]"],  # [203] residual-prompt temperature

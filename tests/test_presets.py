@@ -27,3 +27,20 @@ def test_preset_validates(path, capsys):
     err = capsys.readouterr().err
     assert "valid" in err
     assert "WARNING" not in err, err  # a preset that names its hardware fits it (genalign plan)
+
+
+def test_fast_flow_preset_is_the_race_recipe():
+    """configs/demo_shapes_flow_fast.yaml is the flow race's ``chunk_ab2_8_lr6`` (the demo preset plus its overrides),
+    so the measured result its header cites belongs to it."""
+    import sys
+
+    from genalign.config import to_dict
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    from compare_methods import DEMOS
+
+    flow = DEMOS["flow"]
+    race = load_config(flow.preset, [*flow.methods["chunk_ab2_8_lr6"], *flow.shared])
+    preset = load_config(root / "configs" / "demo_shapes_flow_fast.yaml", [f"run.output_dir={race.run.output_dir}"])
+    assert to_dict(preset) == to_dict(race)

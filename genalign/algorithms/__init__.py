@@ -19,7 +19,8 @@ progress); credit rules through :class:`CreditInputs` (sample advantages, token 
 update, and the rollout's declared :class:`RolloutStructure`); per-action regularisers (:data:`REGULARIZERS`) read a
 :class:`RegularizerInputs` (vocabulary options get their per-action value from the policy's chunked log-prob pass
 through :func:`bind_vocab_term`); estimators that use earlier steps get their statistics as float hyper-parameters
-from :func:`make_advantage_state` (``genalign/algorithms/state.py``). Registry meta ``needs`` names the score features
+from :func:`make_advantage_state` (``genalign/algorithms/advantages/state.py``), reward combiners from
+:func:`make_combiner_state` (Self-Paced GRPO's running competence). Registry meta ``needs`` names the score features
 (:data:`SCORE_FEATURES`) and structure fields (:data:`STRUCTURE_FIELDS`) an option reads.
 
 Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algorithms.md``
@@ -55,6 +56,7 @@ from genalign.algorithms.regularizers import (
     entropy_from_logits,
 )
 from genalign.algorithms.reward_combiners import REWARD_COMBINERS, reward_statistics
+from genalign.algorithms.reward_combiners_paced import CompetenceState, make_combiner_state
 from genalign.algorithms.reward_shaping import REWARD_SHAPERS, ShapingInputs, apply_reward_shaping, shaper_needs
 from genalign.algorithms.scores import SCORE_FEATURES, ScoreOutput, ScoreRequest, VelocityPredictions, VocabTerm
 from genalign.algorithms.structure import STRUCTURE_FIELDS, PrefixTree, RolloutStructure
@@ -75,6 +77,7 @@ __all__ = [
     "AdvantageState",
     "Aggregation",
     "ClippedLogRatio",
+    "CompetenceState",
     "CreditInputs",
     "HyperparameterError",
     "LevelOutput",
@@ -105,6 +108,7 @@ __all__ = [
     "kl_penalty",
     "loss_normalizer",
     "make_advantage_state",
+    "make_combiner_state",
     "objective_hyperparameters",
     "policy_loss",
     "reward_statistics",

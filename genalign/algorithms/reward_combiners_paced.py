@@ -70,6 +70,7 @@ def self_paced(
     *,
     competence: float | None = None,
     competence_reward: int = 0,
+    competence_momentum: float = 0.9,
     thresholds: Sequence[float] | None = None,
     min_weight: float = 0.1,
     names: Sequence[str] | None = None,
@@ -81,8 +82,10 @@ def self_paced(
 
     Reading chosen: the abstract's competence-aware "progressive reward mechanism" is read as a triangular schedule over
     stages placed at increasing competence ``thresholds`` (default evenly spaced in ``[0, 1]``); competence is a
-    running mean of reward ``competence_reward`` (:class:`CompetenceState`, passed as ``competence``) or, when none is
-    passed, that reward's mean over the batch. ``min_weight = 0.1`` is genalign's default.
+    running mean of reward ``competence_reward`` over the earlier steps (:class:`CompetenceState`, which the trainer
+    carries and checkpoints and passes as ``competence``) or, when none is passed (the first step, or a direct call),
+    that reward's mean over the batch. ``min_weight = 0.1`` and ``competence_momentum = 0.9`` are genalign's
+    defaults.
 
     Args:
         rewards: ``[N, K]``, one column per reward (stage order); NaN = missing.
@@ -90,6 +93,7 @@ def self_paced(
         weights: ``[K]`` base weights.
         competence: the competence estimate (None: batch mean of the competence reward).
         competence_reward: column whose mean measures competence.
+        competence_momentum: EMA momentum of the running competence (read by :func:`make_combiner_state`).
         thresholds: ``K`` strictly increasing competence values, one per stage.
         min_weight: emphasis floor in ``[0, 1]``.
         names: reward names for ``stats``.
@@ -99,6 +103,8 @@ def self_paced(
     rewards, weights = _check_inputs(rewards, group_ids, weights)
     k = rewards.shape[1]
     thresholds = _check_paced(k, thresholds, competence_reward, min_weight)
+    if not 0 <= competence_momentum < 1:
+        raise ValueError(f"self_paced: competence_momentum={competence_momentum!r} must be in [0, 1).")
     if competence is None:
         column = rewards[:, competence_reward]
         present = column[~torch.isnan(column)]
@@ -113,8 +119,9 @@ class CompetenceState:
     """Running competence of ``self_paced``: an exponential moving average of the batch mean of one reward column,
     ``c ← momentum · c + (1 − momentum) · mean(r_{:, competence_reward})`` (the first batch sets it).
 
-    The trainer would carry it like the advantage state: ``hp = state.hyperparameters() | cfg.reward_combination_args``
-    before combining, ``state.update(rewards)`` after, ``state_dict()`` in the checkpoint (plain floats).
+    The trainer carries it like the advantage state (:func:`genalign.trainer.step_advantages.step_advantages`):
+    ``state.hyperparameters() | cfg.reward_combination_args`` before combining (a competence fixed in the config
+    wins), ``state.update(rewards)`` after, ``state_dict()`` in the checkpoint (plain floats).
     """
 
     def __init__(self, *, competence_reward: int = 0, momentum: float = 0.9) -> None:
@@ -143,3 +150,17 @@ class CompetenceState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.competence_reward, self.momentum = int(state["competence_reward"]), float(state["momentum"])
         self.competence = None if state["competence"] is None else float(state["competence"])
+
+
+#: reward combiners that read statistics of earlier steps -> the state the trainer carries for them
+STATEFUL_COMBINERS = ("self_paced",)
+
+
+def make_combiner_state(combiner: str, args: dict[str, Any]) -> CompetenceState | None:
+    """The state the trainer must carry for ``combiner`` configured with ``args`` (``algorithm.reward_combination_args``),
+    or None when it is stateless."""
+    if combiner not in STATEFUL_COMBINERS:
+        return None
+    return CompetenceState(
+        competence_reward=int(args.get("competence_reward", 0)), momentum=float(args.get("competence_momentum", 0.9))
+    )

@@ -21,6 +21,11 @@ states are saved in the checkpoint's trainer state). The one exception: a checkp
 ``run.max_time_minutes`` ran out, at a step that is no drain point; the run resumed from it drains there, so its
 later rollouts use newer weights than the uninterrupted run's would have.
 
+Log-probs: the rollout's own (``Rollout.old_logp``) are the behaviour policy's ``π_β``, the clip's ``rollout_logp``;
+its trust region is centred on the current weights ``π_k``: the detached current log-probs with one optimizer step per
+batch, otherwise a scoring pass before the update, also for families whose sampler log-probs are exact (those serve as
+``π_k`` directly only when the rollout is synchronous).
+
 The trainer plans each step's prompts when it sends the rollout (seeded like the synchronous step), so sample-source
 rules, which choose from the steps before, are rejected in async mode (config check), as are reward probes.
 """

@@ -91,6 +91,7 @@ class TrainingRun:
     named_parameters: list[tuple[str, torch.nn.Parameter]]
     parallel: DataParallel
     advantage_state: alg.AdvantageState | None
+    combiner_state: alg.CompetenceState | None  # the reward combiner's statistics of earlier steps
     metrics_log: JsonlLog
     eval_log: JsonlLog
     trackers: Trackers
@@ -225,6 +226,7 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         named_parameters=named_parameters,
         parallel=parallel,
         advantage_state=alg.make_advantage_state(cfg.advantage),  # None for stateless estimators
+        combiner_state=alg.make_combiner_state(cfg.reward_combination, cfg.reward_combination_args),
         metrics_log=JsonlLog(out / METRICS_FILE),
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
@@ -248,6 +250,8 @@ def resume(run: TrainingRun) -> int:
     run.stream.cursor = state["data_cursor"]
     if run.advantage_state is not None:
         run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
+    if run.combiner_state is not None:
+        run.combiner_state.load_state_dict(state["extra"]["combiner_state"])
     run.sources.load_state_dict(state["extra"].get("sample_sources", {}))
     if run.rollouts is not None:
         run.rollouts.load_state_dict(state["extra"].get("async_rollout", {}))
@@ -348,7 +352,7 @@ def learn_from_samples(
     # Advantages over the global batch, then per-action credit; optional zero-variance group filter.
     inputs = update_inputs(
         run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress,
-        lockstep=run.parallel.sharded,
+        lockstep=run.parallel.sharded, combiner_state=run.combiner_state,
     )  # fmt: skip
     adv = inputs.step
     keep = alg.informative_groups(
@@ -438,9 +442,11 @@ def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, 
 
 
 def state_of(run: TrainingRun) -> dict[str, Any]:
-    """What a checkpoint needs beyond weights, optimizer and policy state: the data position, estimator statistics
-    and the sample sources' state."""
+    """What a checkpoint needs beyond weights, optimizer and policy state: the data position, estimator and reward
+    combiner statistics and the sample sources' state."""
     extra = {"advantage_state": run.advantage_state.state_dict()} if run.advantage_state is not None else {}
+    if run.combiner_state is not None:
+        extra["combiner_state"] = run.combiner_state.state_dict()
     if run.sources.rules:
         extra["sample_sources"] = run.sources.state_dict()
     if run.rollouts is not None:

@@ -34,19 +34,24 @@ def step_advantages(
     kl_per_sample: Tensor | None = None,
     state: alg.AdvantageState | None = None,
     embeddings: Tensor | None = None,
+    combiner_state: alg.CompetenceState | None = None,
 ) -> StepAdvantages:
     """Args: rewards ``[n, K]`` (NaN = not applicable), group_ids ``[n]`` globally unique, weights ``[K]``,
     kl_per_sample ``[n]`` (only with ``kl_placement == "reward"``), state: statistics of earlier steps for the
     estimators that use them (:func:`genalign.algorithms.make_advantage_state`), updated here, embeddings ``[n, H]``
-    sequence embeddings for the reward shapers that need ``hidden``."""
+    sequence embeddings for the reward shapers that need ``hidden``, combiner_state: the same for the reward
+    combiners that use them (:func:`genalign.algorithms.make_combiner_state`), updated here."""
     rank, _ = rank_and_world()
     sizes = all_gather_cat(torch.tensor([rewards.shape[0]]))
     start = int(sizes[:rank].sum())
     stop = start + rewards.shape[0]
     all_rewards, all_groups = all_gather_cat(rewards), all_gather_cat(group_ids)  # [N, K], [N]
+    combiner_args = (combiner_state.hyperparameters() if combiner_state is not None else {})
     combined, stats = alg.REWARD_COMBINERS.get(cfg.reward_combination)(
-        all_rewards, all_groups, weights, **cfg.reward_combination_args
+        all_rewards, all_groups, weights, **(combiner_args | cfg.reward_combination_args)
     )  # [N]
+    if combiner_state is not None:
+        combiner_state.update(all_rewards)  # AFTER this step's combination
     if kl_per_sample is not None:
         combined = alg.kl_in_reward(combined, all_gather_cat(kl_per_sample), cfg.kl_coef)
     if cfg.reward_shaping:
@@ -131,6 +136,7 @@ def update_inputs(
     progress: float,
     *,
     lockstep: bool = False,
+    combiner_state: alg.CompetenceState | None = None,
 ) -> UpdateInputs:
     """Advantages and old log-probs for one rollout: an optional scoring pass without gradient
     (:func:`prepass_request`), group-relative advantages over the global batch, then the configured credit rules.
@@ -139,6 +145,7 @@ def update_inputs(
         reward_table: ``[n, K]`` rewards of the rollout (NaN = not applicable); reward_weights: ``[K]``;
         progress: ``step / max_steps``.
         lockstep: every process makes the same number of scoring passes (sharded training).
+        state, combiner_state: statistics of earlier steps of the advantage estimator and the reward combiner.
     """
     request = prepass_request(cfg, policy)
     prepass = ScoredBatch()
@@ -151,7 +158,9 @@ def update_inputs(
     if prepass.hidden is not None and "hidden" in alg.shaper_needs(cfg.reward_shaping):
         mask = rollout.action_mask.to(prepass.hidden.device)[..., None]  # [n, T, 1]
         embeddings = (prepass.hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1.0)  # [n, H]
-    adv = step_advantages(reward_table, rollout.group_ids, reward_weights, cfg, kl_per_sample, state, embeddings)
+    adv = step_advantages(
+        reward_table, rollout.group_ids, reward_weights, cfg, kl_per_sample, state, embeddings, combiner_state
+    )
     inputs = alg.CreditInputs(
         sample_advantages=adv.advantages,
         mask=rollout.action_mask,

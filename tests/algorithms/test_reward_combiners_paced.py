@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from genalign.algorithms import REWARD_COMBINERS
-from genalign.algorithms.reward_combiners_paced import CompetenceState, stage_emphasis
+from genalign.algorithms.reward_combiners_paced import CompetenceState, make_combiner_state, stage_emphasis
 
 NAN = float("nan")
 
@@ -47,6 +47,14 @@ def test_competence_state_is_an_ema_and_round_trips_through_json():
     restored = CompetenceState()
     restored.load_state_dict(json.loads(json.dumps(state.state_dict())))
     assert restored.hyperparameters() == state.hyperparameters() and restored.competence_reward == 1
+
+
+def test_the_trainer_carries_a_state_only_for_self_paced():
+    state = make_combiner_state("self_paced", {"competence_reward": 1, "competence_momentum": 0.3})
+    assert (state.competence_reward, state.momentum) == (1, 0.3)
+    assert make_combiner_state("weighted_sum", {}) is None
+    with pytest.raises(ValueError, match="competence_momentum"):
+        REWARD_COMBINERS.get("self_paced")(torch.zeros(2, 2), torch.tensor([0, 0]), [1.0, 1.0], competence_momentum=1.0)
 
 
 def test_multi_view_is_the_mean_of_per_view_group_z_scores():

@@ -1,7 +1,7 @@
 """Small state objects for the methods that use statistics of earlier steps (the registries stay pure functions).
 
 Each state object turns what it has seen into the float hyper-parameters of one estimator and is updated with the
-rewards of each step. The trainer carries it like this (not wired yet)::
+rewards of each step. The trainer carries it like this (genalign/trainer/step_advantages.py, recipe.py)::
 
     state = make_advantage_state(cfg.advantage)                      # None for stateless estimators
     hp = (state.hyperparameters() if state else {}) | cfg.advantage_args   # values fixed in the config win
