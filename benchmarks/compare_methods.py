@@ -143,7 +143,7 @@ class Demo:
         return start + self.target if self.relative else self.target
 
     def target_text(self) -> str:
-        return f"+{self.target:.0%} over the start" if self.relative else f"{self.target:.0%}"
+        return f"+{self.target * 100:.0f} points over the start" if self.relative else f"{self.target:.0%}"
 
 
 DEMOS = {

@@ -46,7 +46,7 @@ def step_advantages(
     start = int(sizes[:rank].sum())
     stop = start + rewards.shape[0]
     all_rewards, all_groups = all_gather_cat(rewards), all_gather_cat(group_ids)  # [N, K], [N]
-    combiner_args = (combiner_state.hyperparameters() if combiner_state is not None else {})
+    combiner_args = combiner_state.hyperparameters() if combiner_state is not None else {}
     combined, stats = alg.REWARD_COMBINERS.get(cfg.reward_combination)(
         all_rewards, all_groups, weights, **(combiner_args | cfg.reward_combination_args)
     )  # [N]

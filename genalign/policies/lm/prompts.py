@@ -4,6 +4,10 @@ A row's guidance (``row[GUIDANCE_KEY]``, :mod:`genalign.policies.lm.guidance`) i
 added to the user prompt before the chat template, its ``prefix`` is tokenized on its own and appended after the
 rendered prompt, so both are conditioning (prompt ids), never actions. ``self_hint`` and ``temperature`` are the
 sampler's business (the causal-LM family resolves a self-hint into a ``hint`` before calling :func:`encode_prompts`).
+
+``policy.max_prompt_tokens`` limits the prompt as the data gives it: the guidance tokens a sample source adds (hint
+and prefix, whose length the user cannot foresee, e.g. AdaPrefix's growing reference prefix) come on top of it, and
+``truncate_left`` cuts the data's prompt, never the guidance.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from genalign.policies.base import GUIDANCE_KEY
 from genalign.policies.lm.guidance import append_to_prompt, read_guidance
 
 
@@ -84,23 +89,29 @@ def encode_prompts(
     token_lists: list[list[int]] = []
     kept, skipped, truncated, prefixes = [], [], [], []
     for index, row in enumerate(rows):
-        text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
-        ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+
+        def encode(row: dict[str, Any]) -> list[int]:
+            text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
+            ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+            if not ids:
+                raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
+            return list(ids)
+
         prefix = read_guidance(row, index).prefix
         prefix_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
-        ids = list(ids) + list(prefix_ids)
-        if not ids:
-            raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
-        if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+        ids = encode(row) + list(prefix_ids)
+        plain = {k: v for k, v in row.items() if k != GUIDANCE_KEY}
+        guidance_tokens = max(0, len(ids) - len(encode(plain))) if row.get(GUIDANCE_KEY) else 0  # hint + prefix
+        if max_prompt_tokens is not None and len(ids) - guidance_tokens > max_prompt_tokens:
             if on_long_prompt == "error":
                 raise ValueError(
-                    f"row {index}: prompt has {len(ids)} tokens, more than policy.max_prompt_tokens={max_prompt_tokens}; "
-                    "raise the limit or set policy.on_long_prompt to 'truncate_left' or 'skip'."
+                    f"row {index}: prompt has {len(ids) - guidance_tokens} tokens, more than policy.max_prompt_tokens="
+                    f"{max_prompt_tokens}; raise the limit or set policy.on_long_prompt to 'truncate_left' or 'skip'."
                 )
             if on_long_prompt == "skip":
                 skipped.append(index)
                 continue
-            ids = ids[-max_prompt_tokens:]
+            ids = ids[-(max_prompt_tokens + guidance_tokens) :]
             truncated.append(index)
         token_lists.append(ids)
         kept.append(index)

@@ -59,6 +59,22 @@ def test_hint_is_added_to_the_prompt_and_prefix_follows_it(model_dir):
         assert rollout.outputs[i] == ("3 . " + continuation).strip()
 
 
+def test_max_prompt_tokens_limits_the_data_prompt_and_guidance_comes_on_top(model_dir):
+    """A sample source's hint and prefix (e.g. AdaPrefix's growing reference prefix) do not count against
+    policy.max_prompt_tokens; truncate_left cuts the data's prompt and keeps the guidance whole."""
+    base = len(ids_of(make_policy(model_dir), "1 + 2 ="))
+    guided = {"prompt": "1 + 2 =", GUIDANCE_KEY: {"hint": " the answer is", "prefix": "3 ."}}
+    policy = make_policy(model_dir, max_prompt_tokens=base)
+    data = policy.rollout([guided], 1).per_sample
+    assert real(data["prompt_ids"][0], data["prompt_mask"][0]) == ids_of(policy, "1 + 2 = the answer is 3 .")
+    short = make_policy(model_dir, max_prompt_tokens=base - 1)
+    with pytest.raises(ValueError, match=rf"prompt has {base} tokens, more than policy.max_prompt_tokens={base - 1}"):
+        short.rollout([guided], 1)
+    cut = make_policy(model_dir, max_prompt_tokens=base - 1, on_long_prompt="truncate_left")
+    data = cut.rollout([guided], 1).per_sample
+    assert real(data["prompt_ids"][0], data["prompt_mask"][0]) == ids_of(policy, "1 + 2 = the answer is 3 .")[1:]
+
+
 def test_hint_goes_into_the_last_user_message_before_the_chat_template(model_dir):
     policy = make_policy(model_dir, use_chat_template=True)
     messages = [
