@@ -89,19 +89,22 @@ def encode_prompts(
     token_lists: list[list[int]] = []
     kept, skipped, truncated, prefixes = [], [], [], []
     for index, row in enumerate(rows):
-
-        def encode(row: dict[str, Any]) -> list[int]:
-            text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
-            ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
-            if not ids:
-                raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
-            return list(ids)
-
+        text = prompt_text(row, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt)
+        ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+        if not ids:
+            raise ValueError(f"row {index}: the prompt encodes to zero tokens ({text!r}); give a non-empty prompt.")
         prefix = read_guidance(row, index).prefix
         prefix_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
-        ids = encode(row) + list(prefix_ids)
-        plain = {k: v for k, v in row.items() if k != GUIDANCE_KEY}
-        guidance_tokens = max(0, len(ids) - len(encode(plain))) if row.get(GUIDANCE_KEY) else 0  # hint + prefix
+        ids = list(ids) + list(prefix_ids)
+        guidance_tokens = 0  # hint + prefix tokens, on top of the limit
+        if row.get(GUIDANCE_KEY):
+            plain = {key: value for key, value in row.items() if key != GUIDANCE_KEY}
+            text = prompt_text(
+                plain, index, tokenizer, use_chat_template=use_chat_template, system_prompt=system_prompt
+            )
+            guidance_tokens = max(
+                0, len(ids) - len(tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"])
+            )
         if max_prompt_tokens is not None and len(ids) - guidance_tokens > max_prompt_tokens:
             if on_long_prompt == "error":
                 raise ValueError(
