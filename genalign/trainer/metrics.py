@@ -102,3 +102,57 @@ def plot_curves(metrics: list[dict[str, Any]], evals: list[dict[str, Any]], path
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:
+    """One line of ``metrics.jsonl``: rewards per label, the advantage stage's statistics, the update's metrics and
+    the rollout's numeric info (``rollout/<key>``)."""
+    mask = rollout.action_mask
+    lengths = mask.sum(1)
+    record: dict[str, Any] = {
+        "step": step,
+        "reward/mean": adv.stats["reward/mean"],
+        "reward/std": adv.stats["reward/std"],
+        "num_samples": len(rollout),
+        "completion_length/mean": float(lengths.mean()),
+        "frac_reward_zero_std": adv.stats["frac_reward_zero_std"],
+    }
+    for k, label in enumerate(labels):
+        record[f"reward/{label}/mean"] = float(reward_table[:, k].nanmean())
+        record[f"reward/{label}/errors"] = float(reward_errors[k])
+        record[f"reward/{label}/missing"] = float(reward_table[:, k].isnan().sum())
+    for key, value in adv.stats.items():  # the combiner names rewards by column: reward_<k>/... -> reward/<label>/...
+        prefix, _, rest = key.partition("/")
+        if prefix.startswith("reward_") and prefix[7:].isdigit() and rest:
+            key = f"reward/{labels[int(prefix[7:])]}/{rest}"
+        record.setdefault(key, value)
+    record |= update_metrics
+    record.setdefault("kl", 0.0)
+    record.setdefault("entropy", float("nan"))
+    for key, value in rollout.info.items():
+        if isinstance(value, (int, float)):
+            record[f"rollout/{key}"] = value
+    return record
+
+
+def progress_bar(run, start_step: int, main: bool):
+    """A tqdm bar on the main process when ``run.progress_bar`` (else None: :func:`report_progress` prints)."""
+    if not (run.progress_bar and main):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=run.max_steps, initial=start_step, desc="genalign", dynamic_ncols=True)
+
+
+def report_progress(progress, record: dict[str, Any], step: int, log_every: int) -> None:
+    fmt = {
+        "reward": record["reward/mean"],
+        "kl": record.get("kl", 0.0),
+        "step_s": record["time/step_s"],
+    }
+    text = " ".join(f"{k}={v:.3g}" for k, v in fmt.items() if v is not None and not math.isnan(v))
+    if progress is not None:
+        progress.update(1)
+        progress.set_postfix_str(text)
+    elif step % log_every == 0:
+        print(f"step {step}: {text}", flush=True)

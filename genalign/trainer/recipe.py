@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import random
 import time
 from collections.abc import Callable
@@ -49,7 +48,16 @@ from genalign.trainer.distributed import (
 )
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.guards import CollapseMonitor, NonFiniteTrainingError, all_finite, optimizer_state_tensors
-from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE, JsonlLog, dump_samples, plot_curves
+from genalign.trainer.metrics import (
+    EVAL_FILE,
+    METRICS_FILE,
+    JsonlLog,
+    dump_samples,
+    plot_curves,
+    progress_bar,
+    report_progress,
+    step_record,
+)
 from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.parallel import DataParallel, resolve_mixed_precision, resolve_strategy
 from genalign.trainer.rewards import RewardSet, prompt_text
@@ -129,7 +137,7 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
     run, start_step = start_run(config)
     if start_step == 0 and config.eval.at_start:
         run_eval(run, 0)
-    progress = _progress(config.run, start_step, run.main)
+    progress = progress_bar(config.run, start_step, run.main)
     started, last_eval, step = time.monotonic(), {}, start_step
     with run.rollouts or contextlib.nullcontext():  # stops the rollout process (async mode) however the loop ends
         for step in range(start_step + 1, config.run.max_steps + 1):
@@ -379,7 +387,7 @@ def learn_from_samples(
     )  # fmt: skip
     t_update = time.perf_counter() - t1
 
-    record = _step_record(step, rollout, reward_table, samples.reward_errors, run.rewards.labels, adv, update_metrics)
+    record = step_record(step, rollout, reward_table, samples.reward_errors, run.rewards.labels, adv, update_metrics)
     record["num_trained_samples"] = len(keep)
     record |= chosen.stats
     record |= sum_counters(run.rewards.take_metrics())
@@ -411,7 +419,7 @@ def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollo
         )
         dump_samples(run.out / "samples", step, prompts, rollout.outputs, rewards, count)
         run.trackers.samples(step, prompts[:count], rollout.outputs[:count], rewards[:count])
-    _report(progress, record, step, run_cfg.log_every)
+    report_progress(progress, record, step, run_cfg.log_every)
 
 
 def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
@@ -452,54 +460,3 @@ def state_of(run: TrainingRun) -> dict[str, Any]:
     if run.rollouts is not None:
         extra["async_rollout"] = run.rollouts.state_dict()
     return {"data_cursor": run.stream.cursor, "extra": extra}
-
-
-def _step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:
-    mask = rollout.action_mask
-    lengths = mask.sum(1)
-    record: dict[str, Any] = {
-        "step": step,
-        "reward/mean": adv.stats["reward/mean"],
-        "reward/std": adv.stats["reward/std"],
-        "num_samples": len(rollout),
-        "completion_length/mean": float(lengths.mean()),
-        "frac_reward_zero_std": adv.stats["frac_reward_zero_std"],
-    }
-    for k, label in enumerate(labels):
-        record[f"reward/{label}/mean"] = float(reward_table[:, k].nanmean())
-        record[f"reward/{label}/errors"] = float(reward_errors[k])
-        record[f"reward/{label}/missing"] = float(reward_table[:, k].isnan().sum())
-    for key, value in adv.stats.items():  # the combiner names rewards by column: reward_<k>/... -> reward/<label>/...
-        prefix, _, rest = key.partition("/")
-        if prefix.startswith("reward_") and prefix[7:].isdigit() and rest:
-            key = f"reward/{labels[int(prefix[7:])]}/{rest}"
-        record.setdefault(key, value)
-    record |= update_metrics
-    record.setdefault("kl", 0.0)
-    record.setdefault("entropy", float("nan"))
-    for key, value in rollout.info.items():
-        if isinstance(value, (int, float)):
-            record[f"rollout/{key}"] = value
-    return record
-
-
-def _progress(run, start_step: int, main: bool):
-    if not (run.progress_bar and main):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=run.max_steps, initial=start_step, desc="genalign", dynamic_ncols=True)
-
-
-def _report(progress, record: dict[str, Any], step: int, log_every: int) -> None:
-    fmt = {
-        "reward": record["reward/mean"],
-        "kl": record.get("kl", 0.0),
-        "step_s": record["time/step_s"],
-    }
-    text = " ".join(f"{k}={v:.3g}" for k, v in fmt.items() if v is not None and not math.isnan(v))
-    if progress is not None:
-        progress.update(1)
-        progress.set_postfix_str(text)
-    elif step % log_every == 0:
-        print(f"step {step}: {text}", flush=True)
