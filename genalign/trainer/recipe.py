@@ -258,7 +258,7 @@ def resume(run: TrainingRun) -> int:
     run.stream.cursor = state["data_cursor"]
     if run.advantage_state is not None:
         run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
-    if run.combiner_state is not None:
+    if run.combiner_state is not None and "combiner_state" in state["extra"]:  # absent: saved before it was carried
         run.combiner_state.load_state_dict(state["extra"]["combiner_state"])
     run.sources.load_state_dict(state["extra"].get("sample_sources", {}))
     if run.rollouts is not None:
