@@ -23,6 +23,21 @@ class Killed(RuntimeError):
     """The simulated crash."""
 
 
+def train_killed_in_step(monkeypatch, config: TrainConfig, step: int = 5) -> None:
+    """Train ``config`` until the start of ``step`` (after the checkpoint of the step before), where it is killed."""
+    real_step = recipe.training_step
+
+    def crash_in_step(run, at):
+        if at == step:
+            raise Killed(f"killed after the checkpoint of step {step - 1}")
+        return real_step(run, at)
+
+    monkeypatch.setattr(recipe, "training_step", crash_in_step)
+    with pytest.raises(Killed):
+        recipe.train(config)
+    monkeypatch.setattr(recipe, "training_step", real_step)
+
+
 def config(out, **run) -> TrainConfig:
     """Four prompts of an eight-row data set per step, so every prompt comes back after two steps."""
     return from_dict(TrainConfig, {
@@ -87,17 +102,7 @@ def test_repo_replays_into_training_and_resumes_exactly(tmp_path, monkeypatch):
         assert torch.equal(tail.old_logp[i, :length], item.behaviour_logp)
 
     crashed = tmp_path / "crashed"
-    real_step = recipe.training_step
-
-    def crash_at_step_5(run, step):
-        if step == 5:
-            raise Killed("killed after the checkpoint of step 4")
-        return real_step(run, step)
-
-    monkeypatch.setattr(recipe, "training_step", crash_at_step_5)
-    with pytest.raises(Killed):
-        recipe.train(config(crashed))
-    monkeypatch.setattr(recipe, "training_step", real_step)
+    train_killed_in_step(monkeypatch, config(crashed))
     assert len(records(crashed)) == 4
     resumed = config(crashed)
     recipe.train(dataclasses.replace(resumed, run=dataclasses.replace(resumed.run, resume="latest")))

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from genalign.trainer import recipe
-from tests.sampling.test_replay_training import Killed, config, records
+from tests.sampling.test_replay_training import config, records, train_killed_in_step
 
 #: rule set -> (sample_source_args, a metrics key that shows the rules acted)
 CASES = {
@@ -40,17 +40,8 @@ def test_a_killed_run_resumes_the_rules_exactly(case, tmp_path, monkeypatch):
     steps = [json.loads(line) for line in expected]
     assert any((s.get(acted) or 0.0) > 0 for s in steps), f"{case}: {acted} never positive"
 
-    crashed, real_step = tmp_path / "crashed", recipe.training_step
-
-    def crash_at_step_5(run, step):
-        if step == 5:
-            raise Killed("killed after the checkpoint of step 4")
-        return real_step(run, step)
-
-    monkeypatch.setattr(recipe, "training_step", crash_at_step_5)
-    with pytest.raises(Killed):
-        recipe.train(rule_config(crashed, rules))
-    monkeypatch.setattr(recipe, "training_step", real_step)
+    crashed = tmp_path / "crashed"
+    train_killed_in_step(monkeypatch, rule_config(crashed, rules))
     recipe.train(rule_config(crashed, rules, resume="latest"))
     assert records(crashed) == expected
     state = json.loads((crashed / "checkpoints" / "step-6" / "trainer_state.json").read_text())
