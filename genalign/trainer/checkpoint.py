@@ -4,7 +4,8 @@ A checkpoint is written into ``checkpoints/.tmp-step-N`` (by every process: each
 flushed to disk (``fsync``), a ``MANIFEST.json``
 with the size and SHA-256 of every file is written last, then a ``COMPLETE`` marker, and the folder is renamed into
 place (and its parent flushed): a crash or a power loss at any moment leaves the previous checkpoints and at most a
-temporary folder, which the next start removes. Nothing is pickled, so loading a checkpoint cannot run code from it:
+temporary folder, which the next start removes. Checkpoints are deleted (pruned, or replaced by a re-save of
+the same step) the same way round: renamed to a temporary name first, then removed. Nothing is pickled, so loading a checkpoint cannot run code from it:
 the trainable weights and the optimizer's tensors are written by :mod:`genalign.trainer.sharded_state` (DCP shards in
 safetensors, readable by any number of processes, so a run saved by N processes resumes with M), the consolidated
 weights in the family's own format (peft / diffusers, for sampling and export) by the main process, and scheduler,
@@ -201,14 +202,27 @@ def save_checkpoint(
         save_state({"step": step, **trainer_state}, tmp / "trainer_state")
         (tmp / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
         _seal(tmp, step)
-        if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
-            shutil.rmtree(final)
+        replaced = _retire(final) if final.exists() else None  # re-saving a step (final save after a periodic one)
         os.replace(tmp, final)
         _fsync(root)
-        for old in list_checkpoints(output_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+        retired = [_retire(old) for old in list_checkpoints(output_dir)[:-keep_last]]
+        for path in [replaced, *retired]:
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
     barrier()
     return final
+
+
+def _retire(checkpoint: Path) -> Path:
+    """Rename a checkpoint to a temporary name (flushed) before deleting it: a kill in the middle of the deletion
+    then leaves a temporary folder (removed at the next start), never a half-deleted folder that still says
+    ``COMPLETE``."""
+    retired = checkpoint.with_name(f"{TEMPORARY_PREFIX}retired-{checkpoint.name}")
+    if retired.exists():
+        shutil.rmtree(retired)
+    os.replace(checkpoint, retired)
+    _fsync(checkpoint.parent)
+    return retired
 
 
 def _seal(folder: Path, step: int) -> None:

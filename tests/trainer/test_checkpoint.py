@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from genalign.trainer import checkpoint
 from genalign.trainer.checkpoint import (
     CheckpointError,
     find_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    remove_temporary,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -53,6 +56,31 @@ def test_a_half_written_checkpoint_is_never_picked(tmp_path):
         find_checkpoint(tmp_path, str(tmp_path / "checkpoints" / "step-3"))
     with pytest.raises(CheckpointError, match="holds no usable checkpoint"):
         find_checkpoint(tmp_path / "elsewhere", "latest")
+
+
+class _KilledWhileDeleting(BaseException):
+    """Stands for SIGKILL: nothing after it runs."""
+
+
+def _rmtree_killed_after_one_file(path, ignore_errors=False):
+    """Delete one file of ``path`` (the manifest's first, as a real deletion might), then die."""
+    next(p for p in sorted(Path(path).rglob("*.json"))).unlink()
+    raise _KilledWhileDeleting
+
+
+@pytest.mark.parametrize("resave", [False, True], ids=["pruning", "re-saving the same step"])
+def test_a_kill_while_deleting_a_checkpoint_leaves_no_half_deleted_complete_one(tmp_path, monkeypatch, resave):
+    policy = ToyPolicy(ToyPolicyConfig())
+    for step in (1, 2):
+        _save(tmp_path, step, policy)
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", _rmtree_killed_after_one_file)
+    with pytest.raises(_KilledWhileDeleting):
+        _save(tmp_path, 2 if resave else 3, policy)
+    monkeypatch.undo()
+    complete = list_checkpoints(tmp_path)
+    assert complete and all(verify_checkpoint(p) is None for p in complete)
+    assert [p.name for p in complete] == (["step-1", "step-2"] if resave else ["step-2", "step-3"])
+    assert [p.name for p in remove_temporary(tmp_path)] == [".tmp-retired-step-" + ("2" if resave else "1")]
 
 
 def test_save_then_load_restores_optimizer_scheduler_policy_and_random_state(tmp_path):
