@@ -313,6 +313,12 @@ class Policy(ABC):
     def after_optimizer_step(self) -> None:  # noqa: B027
         """Called after each optimizer step (EMA updates, the "old" model of likelihood-free objectives)."""
 
+    def random_generators(self) -> dict[str, torch.Generator]:
+        """Every random generator the policy samples with, by name (none by default). Evaluation reseeds them and
+        restores them afterwards (:func:`genalign.trainer.evaluate.evaluation_randomness`), so it sees the same noise
+        every time and never moves the training stream; families also save them in :meth:`state_dict`."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Every piece of resumable state that :meth:`save` does not write: random generators, EMA weights,
         counters; tensors and plain values only (contract 4)."""

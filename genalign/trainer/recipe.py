@@ -429,7 +429,8 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
     eval_cfg = run.config.eval
     result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
                                        accuracy_reward=eval_cfg.accuracy_reward,
-                                       full_parameters=run.parallel.full_parameters)}  # fmt: skip
+                                       full_parameters=run.parallel.full_parameters,
+                                       seed=run.config.run.seed)}  # fmt: skip
     if run.main:
         run.eval_log.append(result)
         run.trackers.log(result, step)

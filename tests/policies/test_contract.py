@@ -30,6 +30,7 @@ from genalign.config.schema import TrainConfig
 from genalign.data import load_rows
 from genalign.policies import FAMILY_MODULES
 from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreRequest
+from genalign.trainer.evaluate import evaluation_randomness
 from genalign.trainer.recipe import build_policy
 from tests.policies.contract_cases import CASES, case_config
 
@@ -133,6 +134,25 @@ def test_state_dict_round_trip_restores_every_generator_and_average(case, tmp_pa
     request = request_of(policy, config)
     assert torch.equal(scores(restored, again, request), scores(policy, expected, request))
     assert restored.state_dict().keys() == policy.state_dict().keys()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_evaluation_repeats_its_noise_and_leaves_the_training_stream_alone(case, tmp_path):
+    policy, config = build(case, tmp_path)
+    rows = load_rows(config.data.train)[:2]
+
+    def evaluation_outputs() -> list:
+        with torch.no_grad(), evaluation_randomness(policy, seed=5), policy.evaluation_weights():
+            return policy.rollout(rows, 1, mode="eval").outputs
+
+    generators_before = {name: g.get_state() for name, g in policy.random_generators().items()}
+    first = evaluation_outputs()
+    assert same_outputs(evaluation_outputs(), first), "every evaluation samples with the same noise"
+    for name, generator in policy.random_generators().items():
+        assert torch.equal(generator.get_state(), generators_before[name]), f"evaluation moved {name}"
+    never_evaluated, _ = build(case, tmp_path)
+    after_evaluation, expected = sample(policy, config), sample(never_evaluated, config)
+    assert same_outputs(after_evaluation.outputs, expected.outputs), "evaluating must not change what training samples"
 
 
 def run(config_path: Path, *overrides: str, kill_at_call: int | None = None) -> subprocess.CompletedProcess:

@@ -201,18 +201,17 @@ class FlowModel:
             )
 
     # ----------------------------------------------------------------------------------------------- state
+    def random_generators(self) -> dict[str, torch.Generator]:
+        return {"generator": self.generator, "mask_generator": self.mask_generator,
+                "point_generator": self.point_generator}  # fmt: skip
+
     def state_dict(self) -> dict[str, Any]:
         """The random generators (everything else of the model is its weights)."""
-        return {
-            "generator": self.generator.get_state(),
-            "mask_generator": self.mask_generator.get_state(),
-            "point_generator": self.point_generator.get_state(),
-        }
+        return {name: generator.get_state() for name, generator in self.random_generators().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
-        self.mask_generator.set_state(state["mask_generator"])
-        self.point_generator.set_state(state["point_generator"])
+        for name, generator in self.random_generators().items():
+            generator.set_state(state[name])
 
 
 def add_trainable_weights(transformer: nn.Module, config: FlowPolicyConfig, default_targets: tuple[str, ...]) -> None:

@@ -155,6 +155,9 @@ class FlowPolicy(Policy):
             if average is not None:
                 average.update()
 
+    def random_generators(self) -> dict[str, torch.Generator]:
+        return self.model.random_generators()
+
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"iteration": self.iteration, "model": self.model.state_dict()}
         state |= {"ema": self.ema.state_dict()} if self.ema is not None else {}
