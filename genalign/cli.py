@@ -145,7 +145,7 @@ def _eval(config, args, checkpoint: str | None) -> int:
     rewards = RewardSet(config.rewards)
     policy = _load_policy(config, checkpoint)
     result = evaluate(policy, rows, rewards, batch_size=config.eval.batch_size,
-                      accuracy_reward=config.eval.accuracy_reward, seed=config.run.seed)  # fmt: skip
+                      accuracy_reward=config.eval.accuracy_reward, seed=config.eval.seed)  # fmt: skip
     result["checkpoint"] = checkpoint or "base model"
     out = Path(args.out) if args.out else Path(config.run.output_dir) / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)

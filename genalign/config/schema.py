@@ -411,6 +411,19 @@ class EvalConfig:
     batch_size: int = _help("Prompts per evaluation rollout call.", 32)
     accuracy_reward: str | None = _help("Reward label reported as accuracy (default: the first reward).")
     at_start: bool = _help("Evaluate before the first update.", True)
+    seed: int = _help(
+        "Seed of the evaluation's sampling noise, the same at every evaluation and for every run.seed, so evaluations "
+        "differ only by the weights; the training generators are restored after each evaluation.",
+        0,
+    )
+
+    def validate(self) -> None:
+        for name in ("every", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"eval.{name} = {getattr(self, name)} must be >= 0.")
+        for name in ("num_prompts", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"eval.{name} = {getattr(self, name)} must be >= 1.")
 
 
 def _resolve_policy_config(value: Any, where: str) -> type:

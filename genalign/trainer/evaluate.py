@@ -5,9 +5,10 @@ with the parameters gathered once for the whole evaluation; the reward tables an
 process returns the same result.
 
 Randomness: evaluation runs under :func:`evaluation_randomness`, which seeds the policy's random generators and the
-global ones from the run's seed and restores them afterwards. Every evaluation of a run therefore samples with the same
-noise (a flow model starts from the same initial latents for the same prompts; an LM draws the same uniforms), so two
-evaluations differ only by the weights, and evaluating more or less often never changes what training samples.
+global ones from ``eval.seed`` and restores them afterwards. Every evaluation (of any run, whatever its ``run.seed``)
+therefore samples with the same noise (a flow model starts from the same initial latents for the same prompts; an LM
+draws the same uniforms), so two evaluations differ only by the weights, and evaluating more or less often never
+changes what training samples.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def evaluate(
     Args:
         full_parameters: the trainer's context that gathers sharded parameters for sampling (entered after the
             evaluation weights are swapped in, by every process).
-        seed: of the evaluation's randomness (:func:`evaluation_randomness`); the trainer passes ``run.seed``.
+        seed: of the evaluation's randomness (:func:`evaluation_randomness`); the trainer passes ``eval.seed``.
     """
     rank, world = rank_and_world()
     mine = rows[rank::world]

@@ -430,7 +430,7 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
     result = {"step": step, **evaluate(run.policy, run.eval_rows, run.rewards, batch_size=eval_cfg.batch_size,
                                        accuracy_reward=eval_cfg.accuracy_reward,
                                        full_parameters=run.parallel.full_parameters,
-                                       seed=run.config.run.seed)}  # fmt: skip
+                                       seed=eval_cfg.seed)}  # fmt: skip
     if run.main:
         run.eval_log.append(result)
         run.trackers.log(result, step)

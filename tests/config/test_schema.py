@@ -47,6 +47,8 @@ def test_minimal_config_fills_defaults(tmp_path):
         ("run.trackers=[mlflow]", "'mlflow' is not supported"),
         ("data.train={source: data.txt}", "unsupported file type '.txt'"),
         ("eval.accuracy_reward=acc", "is not a reward label"),
+        ("eval.seed=-1", "eval.seed = -1 must be >= 0"),
+        ("eval.batch_size=0", "eval.batch_size = 0 must be >= 1"),
         ("algorith.group_size=4", "unknown config key 'algorith'. Did you mean 'algorithm'"),
     ],
 )
