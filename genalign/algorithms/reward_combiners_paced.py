@@ -54,6 +54,10 @@ def _check_paced(k: int, thresholds: Sequence[float] | None, competence_reward: 
     return thresholds
 
 
+#: genalign's default EMA momentum of Self-Paced GRPO's running competence
+COMPETENCE_MOMENTUM = 0.9
+
+
 @REWARD_COMBINERS.register(
     "self_paced",
     experimental=True,
@@ -70,7 +74,7 @@ def self_paced(
     *,
     competence: float | None = None,
     competence_reward: int = 0,
-    competence_momentum: float = 0.9,
+    competence_momentum: float = COMPETENCE_MOMENTUM,
     thresholds: Sequence[float] | None = None,
     min_weight: float = 0.1,
     names: Sequence[str] | None = None,
@@ -124,7 +128,7 @@ class CompetenceState:
     wins), ``state.update(rewards)`` after, ``state_dict()`` in the checkpoint (plain floats).
     """
 
-    def __init__(self, *, competence_reward: int = 0, momentum: float = 0.9) -> None:
+    def __init__(self, *, competence_reward: int = 0, momentum: float = COMPETENCE_MOMENTUM) -> None:
         if not 0 <= momentum < 1:
             raise ValueError(f"CompetenceState: momentum={momentum!r} must be in [0, 1).")
         self.competence_reward = competence_reward
@@ -162,5 +166,6 @@ def make_combiner_state(combiner: str, args: dict[str, Any]) -> CompetenceState 
     if combiner not in STATEFUL_COMBINERS:
         return None
     return CompetenceState(
-        competence_reward=int(args.get("competence_reward", 0)), momentum=float(args.get("competence_momentum", 0.9))
+        competence_reward=int(args.get("competence_reward", 0)),
+        momentum=float(args.get("competence_momentum", COMPETENCE_MOMENTUM)),
     )
