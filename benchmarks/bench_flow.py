@@ -175,7 +175,7 @@ def bench_training(
                 module.train()
             score = policy.score(rollout)
             mask = rollout.action_mask  # [N, T]
-            context = alg.ObjectiveContext(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
+            context = alg.StepBatch(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
             loss, _ = objective(score, advantages, context, clip="ppo", eps_low=1e-4, eps_high=1e-4)  # [N, T]
             alg.aggregate(loss, mask, "token_mean", alg.loss_normalizer(mask, "token_mean")).backward()
             optimizer.step()

@@ -4,7 +4,7 @@
 Why a method learns slowly is often not its objective but its gradient estimate: a batch of ``N`` samples gives
 ``g = mu + noise`` with ``mu`` the expected gradient. This script freezes the weights, draws ``K`` independent rollout
 batches of the **same prompts** (fresh initial and SDE noise each), and computes each batch's gradient with the
-trainer's own code (:func:`genalign.trainer.step_advantages.update_inputs` and :func:`genalign.trainer.update.run_update`
+trainer's own code (:func:`genalign.trainer.step_batch.build_step_batch` and :func:`genalign.trainer.update.run_update`
 with a zero learning rate, so every policy hook, credit option and likelihood-free objective is included). From the
 ``K`` gradients ``g_k`` (mean ``g_bar``):
 
@@ -44,7 +44,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from genalign.algorithms import STRUCTURE_FIELDS
+from genalign.algorithms import names_by
 from genalign.config import TrainConfig, from_dict
 from genalign.config.core import apply_overrides, load_yaml
 from genalign.data import load_rows
@@ -53,8 +53,8 @@ from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.optim import named_trainable_parameters
 from genalign.trainer.recipe import build_policy, seed_step
 from genalign.trainer.rewards import RewardSet
-from genalign.trainer.step_advantages import update_inputs
-from genalign.trainer.update import UpdateBatch, run_update
+from genalign.trainer.step_batch import build_step_batch
+from genalign.trainer.update import run_update
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo_shapes_flow_grpo.yaml"
 UNBIASED = ["policy.model=builtin:shapes-t2i"]  # the shapes-world model without the demo's planted colour flaw
@@ -123,8 +123,9 @@ def measure(config_path: Path, overrides: list[str], batches: int) -> dict[str, 
     optimizer = torch.optim.SGD(parameters, lr=0.0)  # the update code runs unchanged; the weights stay put
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     policy.on_step(1)  # every batch sees the first iteration's trained steps / window
-    structure = frozenset(cfg.needs()) & frozenset(STRUCTURE_FIELDS)
-    probe = rewards.weighted_sum if "step_rewards" in structure else None
+    structure = names_by("rollout", cfg.needs())
+    probe = rewards.weighted_sum
+    stage, plan = cfg.advantage_stage(), cfg.loss_plan()
     gradients, mean_rewards, seconds = [], [], []
     for batch in range(batches):
         seed_step(config.run.seed + 1, batch, 0)
@@ -132,17 +133,17 @@ def measure(config_path: Path, overrides: list[str], batches: int) -> dict[str, 
         rollout = policy.rollout(rows, cfg.group_size, request=RolloutRequest(structure=structure, reward_probe=probe))
         lengths = rollout.action_mask.sum(1).long().tolist()
         reward_table, _ = rewards(rollout.rows, rollout.outputs, completion_length=lengths)
-        inputs = update_inputs(policy, rollout, reward_table, rewards.weights, cfg, None, progress=0.0)
+        step_batch, _ = build_step_batch(
+            policy, rollout, reward_table, rewards.weights, stage, plan, 0.0,
+            micro_batch_size=cfg.micro_batch_size, on_policy=cfg.fully_on_policy,
+        )  # fmt: skip
         optimizer.zero_grad(set_to_none=True)  # run_update skips a batch with nothing to train on: no stale grads
-        batch = UpdateBatch(
-            inputs.advantages, inputs.old_logp, inputs.step.group_reward_std, inputs.step.group_mean, 0.0
-        )
-        run_update(policy, rollout, batch, cfg, optimizer, scheduler, parameters, None)
+        run_update(policy, rollout, step_batch, plan, cfg, optimizer, scheduler, parameters, None)
         seconds.append(time.perf_counter() - t0)
         gradients.append(
             torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.flatten() for p in parameters])
         )
-        mean_rewards.append(float(inputs.step.combined_reward.nanmean()))
+        mean_rewards.append(float(step_batch["combined_reward"].nanmean()))
     stats = gradient_statistics(torch.stack(gradients), len(rollout))
     return stats | {
         "samples_per_batch": len(rollout),

@@ -135,21 +135,19 @@ def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: in
     """One trainer-like iteration with the backend's pieces (credit rules, objective registry); returns the mean
     training reward of its rollout."""
     policy.on_step(step)
-    structure = alg.rule_needs([name for name, _ in method.credit]) & frozenset(alg.STRUCTURE_FIELDS)
+    structure = alg.names_by("rollout", alg.rule_needs([name for name, _ in method.credit]))
     rollout = policy.rollout(rows, method.group_size, request=RolloutRequest(structure=structure))
     rewards = reward_fn(rollout.rows, rollout.outputs)  # [N]
     sample_advantages = alg.compute_advantages("grpo", rewards, rollout.group_ids)  # [N]
-    inputs = alg.CreditInputs(sample_advantages, rollout.action_mask, rollout.group_ids,
-                              behaviour_logp=rollout.old_logp, structure=rollout.structure)  # fmt: skip
+    inputs = alg.StepBatch(sample_advantages=sample_advantages, mask=rollout.action_mask, group_ids=rollout.group_ids, behaviour_logp=rollout.old_logp, **rollout.structure)  # fmt: skip
     advantages = alg.apply_credit(method.credit, sample_advantages, inputs)  # [N] or [N, T]
     for module in policy.modules_to_train():
         module.train()
     optimizer.zero_grad(set_to_none=True)
-    out = policy.score(
-        rollout, ScoreRequest(velocity="velocity" in alg.OBJECTIVES.meta(method.objective).get("needs", ()))
-    )
+    needs = alg.OBJECTIVES.meta(method.objective).get("needs", ())
+    out = policy.score(rollout, ScoreRequest(alg.names_by("score", needs)))
     mask = rollout.action_mask
-    context = alg.ObjectiveContext(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
+    context = alg.StepBatch(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
     hyperparameters = method.objective_args
     if method.objective == "clipped_ratio":
         hyperparameters = {"ratio_level": method.ratio_level, "clip": "ppo", "eps_low": 1e-3, "eps_high": 1e-3}

@@ -73,7 +73,7 @@ def listing(kind: str) -> list[tuple[str, str]]:
         rows = []
         for name in family_names():
             capabilities = load_family(name).CONFIG_CLASS().capabilities()
-            supplies = sorted(capabilities.score_features | capabilities.structure)
+            supplies = sorted(capabilities.signals)
             rows.append((name, f"supplies {', '.join(supplies) or 'log-probs only'} with its default options"))
         return rows
     registry = _registry(kind)

@@ -1,5 +1,6 @@
 """The package's shape: no import cycle between genalign modules (module-level or lazy imports alike), no module over
-500 lines and no function over 80 lines (the few that read better whole are listed with the reason)."""
+800 lines (files are cut by purpose, not by a count) and no function over 80 lines (the few that read better whole
+are listed with the reason)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "genalign"
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80
 #: functions allowed to be longer, with the reason
 LONG_FUNCTIONS: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""Input checks shared by the algorithm functions, and the hyper-parameter validator.
+"""Input checks shared by the algorithm functions.
 
 Every public function in ``genalign.algorithms`` validates its tensors here, so that a wrong shape raises a
 ``ValueError`` naming the argument and the expected shape instead of being broadcast silently.
@@ -6,47 +6,10 @@ Every public function in ``genalign.algorithms`` validates its tensors here, so 
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
-
-from genalign.registry import Registry, did_you_mean
-
-
-class HyperparameterError(TypeError, ValueError):
-    """Raised when an option receives a keyword it does not accept."""
-
-
-def accepted_hyperparameters(registry: Registry, name: str) -> dict[str, Any]:
-    """Return ``{keyword: default}`` for the keyword-only hyper-parameters of option ``name`` of ``registry``.
-
-    Raises :class:`genalign.registry.UnknownOptionError` (listing the valid names) for an unknown ``name``.
-    """
-    fn = registry.get(name)
-    if hasattr(fn, "hyperparameters"):  # an object that declares its keywords (e.g. an Aggregation)
-        return dict(fn.hyperparameters)
-    params = inspect.signature(fn).parameters.values()
-    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def check_hyperparameters(registry: Registry, name: str, hp: Mapping[str, Any]) -> None:
-    """Raise :class:`HyperparameterError` if ``hp`` holds a keyword that option ``name`` of ``registry`` does not take.
-
-    The trainer's config loader calls this to reject a config early, e.g.
-    ``check_hyperparameters(ADVANTAGE_ESTIMATORS, "grpo", {"epsilon": 1e-6})`` fails and suggests ``eps``.
-    """
-    accepted = accepted_hyperparameters(registry, name)
-    unknown = [key for key in hp if key not in accepted]
-    if unknown:
-        hints = "".join(did_you_mean(key, list(accepted)) for key in unknown)
-        valid = ", ".join(accepted) if accepted else "none"
-        raise HyperparameterError(
-            f"{registry.kind} {name!r} got unknown hyper-parameter(s) {', '.join(map(repr, unknown))}.{hints} "
-            f"Accepted keywords: {valid}."
-        )
 
 
 def check_float_tensor(value: Any, name: str, shape_hint: str) -> Tensor:

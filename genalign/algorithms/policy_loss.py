@@ -24,7 +24,7 @@ gate's slope at ρ = 1 is exactly 1), except for the prefix levels (``prefix_geo
 form but ``sapo``, whose gate is ``2/τ`` at ρ = 1.
 
 The levels live in :mod:`genalign.algorithms.ratio_levels`, the clip forms in :mod:`genalign.algorithms.clip_forms`.
-Both families take an :class:`~genalign.algorithms.context.ObjectiveContext`
+Both families take the step batch (:class:`~genalign.algorithms.batch.StepBatch`)
 (entropy, rollout-engine log-probs, sentence ids, group reward std, training progress) as a fixed positional
 argument; ``objective_args`` hold the keywords of the level and of the clip form together
 (:func:`split_objective_hyperparameters`).
@@ -33,23 +33,18 @@ argument; ``objective_args`` hold the keywords of the level and of the clip form
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from genalign.algorithms._validation import (
-    HyperparameterError,
-    accepted_hyperparameters,
-    check_float_tensor,
-    check_mask,
-    check_shape,
-)
+from genalign.algorithms._validation import check_float_tensor, check_mask, check_shape
 from genalign.algorithms._validation import expand_advantages as _expand_advantages
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.clip_forms import CLIP_FORMS, ClippedLogRatio
-from genalign.algorithms.context import ObjectiveContext, check_context
 from genalign.algorithms.kl import kl_k3
+from genalign.algorithms.options import HyperparameterError, accepted_hyperparameters
 from genalign.algorithms.ratio_levels import RATIO_LEVELS, LevelOutput
 from genalign.registry import did_you_mean
 
@@ -108,6 +103,50 @@ def check_objective_hyperparameters(ratio_level: str, clip: str, hp: Mapping[str
     split_objective_hyperparameters(ratio_level, clip, hp)
 
 
+@dataclass(frozen=True)
+class BoundPolicyLoss:
+    """A ratio level and a clip form with their hyper-parameters validated and bound once (config load), called per
+    micro-batch without inspecting anything: ``loss(logp, old_logp, advantages, mask, batch) -> (loss [N, T],
+    metrics)`` (see :func:`policy_loss` for the arguments)."""
+
+    ratio_level: str
+    clip: str
+    level_hp: Mapping[str, Any]
+    clip_hp: Mapping[str, Any]
+
+    def __call__(
+        self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, batch: StepBatch | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        level_fn, clip_form = RATIO_LEVELS.get(self.ratio_level), CLIP_FORMS.get(self.clip)
+        logp = check_float_tensor(logp, "logp", "[N, T]")
+        if logp.ndim != 2:
+            raise ValueError(f"logp must have shape [N, T], got {list(logp.shape)}")
+        shape = tuple(logp.shape)
+        old_logp = check_shape(old_logp, "old_logp", shape, "[N, T]").detach()
+        dtype = torch.promote_types(logp.dtype, torch.float32)  # ratios of bf16 log-probs are computed in float32
+        logp, old_logp = logp.to(dtype), old_logp.to(dtype)
+        advantages = _expand_advantages(advantages, shape).detach().to(dtype)  # [N, T]
+        mask = check_mask(mask, shape, dtype)  # [N, T]
+        valid = mask > 0  # [N, T]
+        batch = _complete_batch(batch, old_logp, mask, valid, dtype)
+
+        log_ratio = torch.where(valid, logp - old_logp, 0.0)  # [N, T]; padding never reaches exp
+
+        def clip_fn(lr: Tensor, adv: Tensor, derived: StepBatch | None = None) -> ClippedLogRatio:
+            return clip_form(lr, adv, batch if derived is None else derived, **self.clip_hp)
+
+        out = level_fn(log_ratio, advantages, mask, clip_fn, batch, **self.level_hp)
+        loss = torch.where(valid, -out.surrogate, 0.0)  # [N, T]
+        return loss, _policy_metrics(out, log_ratio, valid)
+
+
+def bind_policy_loss(ratio_level: str = "token", clip: str = "ppo", **hp: Any) -> BoundPolicyLoss:
+    """Validate ``hp`` against the ratio level and the clip form (unknown names and keywords raise with a
+    did-you-mean hint, bad values raise ``ValueError``) and bind them: the objective of the GRPO family, ready to call."""
+    level_hp, clip_hp = split_objective_hyperparameters(ratio_level, clip, hp)
+    return BoundPolicyLoss(ratio_level, clip, level_hp, clip_hp)
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -116,10 +155,11 @@ def policy_loss(
     *,
     ratio_level: str = "token",
     clip: str = "ppo",
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     **hp: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-action policy loss for one (micro-)batch; aggregate it with :func:`genalign.algorithms.aggregate`.
+    (A training loop binds the options once with :func:`bind_policy_loss`; this validates them on every call.)
 
     Args:
         logp: ``[N, T]`` log-probs of the stored actions under the current policy (with grad).
@@ -128,8 +168,9 @@ def policy_loss(
         mask: ``[N, T]`` bool or float, 1 where an action is trained. Padding may hold any value (even ``-inf``).
         ratio_level: a name in :data:`RATIO_LEVELS`.
         clip: a name in :data:`CLIP_FORMS`.
-        context: extra per-action inputs some options need (:class:`ObjectiveContext`: entropy, rollout-engine
-            log-probs, sentence ids, group reward std, training progress); ``old_logp`` and ``mask`` are filled here.
+        batch: the signals some options read (:class:`~genalign.algorithms.batch.StepBatch`: ``entropy``,
+            ``behaviour_logp`` of the rollout engine, ``segment_ids``, ``group_reward_std``, ``progress``);
+            ``old_logp`` and ``mask`` are filled here.
         **hp: keyword hyper-parameters of the ratio level and of the clip form (``eps_low``, ``eps_high``, ...); an
             unknown keyword raises :class:`HyperparameterError`.
     Returns:
@@ -138,44 +179,28 @@ def policy_loss(
         scalars over the valid actions of this batch: ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``,
         ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``approx_kl`` (k3 of KL(π_old‖πθ), token level).
     """
-    level_hp, clip_hp = split_objective_hyperparameters(ratio_level, clip, hp)
-    level_fn, clip_form = RATIO_LEVELS.get(ratio_level), CLIP_FORMS.get(clip)
-    logp = check_float_tensor(logp, "logp", "[N, T]")
-    if logp.ndim != 2:
-        raise ValueError(f"logp must have shape [N, T], got {list(logp.shape)}")
-    shape = tuple(logp.shape)
-    old_logp = check_shape(old_logp, "old_logp", shape, "[N, T]").detach()
-    dtype = torch.promote_types(logp.dtype, torch.float32)  # ratios of bf16 log-probs are computed in float32
-    logp, old_logp = logp.to(dtype), old_logp.to(dtype)
-    advantages = _expand_advantages(advantages, shape).detach().to(dtype)  # [N, T]
-    mask = check_mask(mask, shape, dtype)  # [N, T]
-    valid = mask > 0  # [N, T]
-    context = _complete_context(check_context(context, shape), old_logp, mask, valid, dtype)
-
-    log_ratio = torch.where(valid, logp - old_logp, 0.0)  # [N, T]; padding never reaches exp
-
-    def clip_fn(lr: Tensor, adv: Tensor, ctx: ObjectiveContext | None = None) -> ClippedLogRatio:
-        return clip_form(lr, adv, context if ctx is None else ctx, **clip_hp)
-
-    out = level_fn(log_ratio, advantages, mask, clip_fn, context, **level_hp)
-    loss = torch.where(valid, -out.surrogate, 0.0)  # [N, T]
-    return loss, _policy_metrics(out, log_ratio, valid)
+    return bind_policy_loss(ratio_level, clip, **hp)(logp, old_logp, advantages, mask, batch)
 
 
-def _complete_context(
-    context: ObjectiveContext, old_logp: Tensor, mask: Tensor, valid: Tensor, dtype: torch.dtype
-) -> ObjectiveContext:
-    """Fill ``old_logp`` and ``mask``; cast float fields to ``dtype`` and zero them on padding (no NaN/-inf leaks;
-    ``old_logp`` and ``rollout_logp`` are both 0 there, so padding never looks like an engine mismatch)."""
+def _complete_batch(
+    batch: StepBatch | None, old_logp: Tensor, mask: Tensor, valid: Tensor, dtype: torch.dtype
+) -> StepBatch:
+    """Fill ``old_logp`` and ``mask``; detach every tensor, cast the float signals the ratio options read to ``dtype``
+    and zero the per-action ones on padding (no NaN/-inf leaks; ``old_logp`` and ``behaviour_logp`` are both 0 there,
+    so padding never looks like an engine mismatch)."""
+    batch = StepBatch() if batch is None else batch
+    if batch.size is not None and batch.size != mask.shape[0]:
+        raise ValueError(f"batch holds {batch.size} samples, but logp has N = {mask.shape[0]}")
 
-    def clean(value: Tensor | None) -> Tensor | None:
-        return None if value is None else torch.where(valid, value.to(dtype), 0.0)
+    def clean(name: str) -> Tensor | None:
+        value = batch.get(name)
+        return None if value is None else torch.where(valid, value.detach().to(dtype), 0.0)
 
-    return replace(
-        context,
-        entropy=clean(context.entropy),
-        rollout_logp=clean(context.rollout_logp),  # 0 on padding, like old_logp: no engine mismatch there
-        group_reward_std=None if context.group_reward_std is None else context.group_reward_std.to(dtype),
+    std = batch.get("group_reward_std")
+    return batch.with_values(
+        entropy=clean("entropy"),
+        behaviour_logp=clean("behaviour_logp"),  # 0 on padding, like old_logp: no engine mismatch there
+        group_reward_std=None if std is None else std.detach().to(dtype),
         old_logp=torch.where(valid, old_logp, 0.0),
         mask=mask,
     )

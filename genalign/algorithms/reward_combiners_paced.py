@@ -58,8 +58,59 @@ def _check_paced(k: int, thresholds: Sequence[float] | None, competence_reward: 
 COMPETENCE_MOMENTUM = 0.9
 
 
+class SelfPaced:
+    """:func:`self_paced` with its running competence: an exponential moving average of the batch mean of one reward
+    column, ``c ← momentum · c + (1 − momentum) · mean(r_{:, competence_reward})`` (the first batch sets it), updated
+    after each step's combination. A ``competence`` fixed in the config wins. Stateful (``state_dict`` holds plain
+    floats): the trainer checkpoints it."""
+
+    def __init__(
+        self,
+        *,
+        competence: float | None = None,
+        competence_reward: int = 0,
+        competence_momentum: float = COMPETENCE_MOMENTUM,
+        thresholds: Sequence[float] | None = None,
+        min_weight: float = 0.1,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        if not 0 <= competence_momentum < 1:
+            raise ValueError(f"self_paced: competence_momentum={competence_momentum!r} must be in [0, 1).")
+        self.fixed: dict[str, Any] = {
+            "competence_reward": competence_reward,
+            "competence_momentum": competence_momentum,
+        }
+        self.fixed |= {"thresholds": thresholds, "min_weight": min_weight, "names": names}
+        if competence is not None:
+            self.fixed["competence"] = competence
+        self.competence_reward, self.momentum = competence_reward, competence_momentum
+        self.competence: float | None = None
+
+    def __call__(self, rewards: Tensor, group_ids: Tensor, weights: Tensor | Sequence[float]):
+        learned = {} if self.competence is None else {"competence": self.competence}
+        return self_paced(rewards, group_ids, weights, **(learned | self.fixed))
+
+    def update(self, rewards: Tensor, group_ids: Tensor | None = None) -> None:
+        """Add one step's global rewards ``[N, K]`` (NaN ignored)."""
+        column = rewards[:, self.competence_reward].detach().double()
+        present = column[~torch.isnan(column)]
+        if present.numel() == 0:
+            return
+        mean = float(present.mean())
+        previous = self.competence
+        self.competence = mean if previous is None else self.momentum * previous + (1 - self.momentum) * mean
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"competence_reward": self.competence_reward, "momentum": self.momentum, "competence": self.competence}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.competence_reward, self.momentum = int(state["competence_reward"]), float(state["momentum"])
+        self.competence = None if state["competence"] is None else float(state["competence"])
+
+
 @REWARD_COMBINERS.register(
     "self_paced",
+    bind=SelfPaced,
     experimental=True,
     formula="c = competence (running mean of reward c_r, or batch mean); u = interp(c, τ, 0..K−1); "
     "e_k = m + (1−m)·max(0, 1−|u−k|); r_i = Σ_k w_k e_k r_ik",
@@ -86,8 +137,8 @@ def self_paced(
 
     Reading chosen: the abstract's competence-aware "progressive reward mechanism" is read as a triangular schedule over
     stages placed at increasing competence ``thresholds`` (default evenly spaced in ``[0, 1]``); competence is a
-    running mean of reward ``competence_reward`` over the earlier steps (:class:`CompetenceState`, which the trainer
-    carries and checkpoints and passes as ``competence``) or, when none is passed (the first step, or a direct call),
+    running mean of reward ``competence_reward`` over the earlier steps (:class:`SelfPaced`, its bound form in training, which
+    keeps it and is checkpointed with the run, passes it as ``competence``) or, when none is passed (the first step, or a direct call),
     that reward's mean over the batch. ``min_weight = 0.1`` and ``competence_momentum = 0.9`` are genalign's
     defaults.
 
@@ -97,7 +148,7 @@ def self_paced(
         weights: ``[K]`` base weights.
         competence: the competence estimate (None: batch mean of the competence reward).
         competence_reward: column whose mean measures competence.
-        competence_momentum: EMA momentum of the running competence (read by :func:`make_combiner_state`).
+        competence_momentum: EMA momentum of the running competence (read by :class:`SelfPaced`).
         thresholds: ``K`` strictly increasing competence values, one per stage.
         min_weight: emphasis floor in ``[0, 1]``.
         names: reward names for ``stats``.
@@ -117,55 +168,3 @@ def self_paced(
     combined = _weighted_nansum(rewards, weights * emphasis)  # [N]
     stats = reward_statistics(rewards, names) | {"self_paced/competence": float(competence)}
     return combined, stats | {f"self_paced/emphasis_{j}": float(e) for j, e in enumerate(emphasis)}
-
-
-class CompetenceState:
-    """Running competence of ``self_paced``: an exponential moving average of the batch mean of one reward column,
-    ``c ← momentum · c + (1 − momentum) · mean(r_{:, competence_reward})`` (the first batch sets it).
-
-    The trainer carries it like the advantage state (:func:`genalign.trainer.step_advantages.step_advantages`):
-    ``state.hyperparameters() | cfg.reward_combination_args`` before combining (a competence fixed in the config
-    wins), ``state.update(rewards)`` after, ``state_dict()`` in the checkpoint (plain floats).
-    """
-
-    def __init__(self, *, competence_reward: int = 0, momentum: float = COMPETENCE_MOMENTUM) -> None:
-        if not 0 <= momentum < 1:
-            raise ValueError(f"CompetenceState: momentum={momentum!r} must be in [0, 1).")
-        self.competence_reward = competence_reward
-        self.momentum = momentum
-        self.competence: float | None = None
-
-    def hyperparameters(self) -> dict[str, float]:
-        return {} if self.competence is None else {"competence": self.competence}
-
-    def update(self, rewards: Tensor) -> None:
-        """Add one step's global rewards ``[N, K]`` (NaN ignored)."""
-        column = rewards[:, self.competence_reward].detach().double()
-        present = column[~torch.isnan(column)]
-        if present.numel() == 0:
-            return
-        mean = float(present.mean())
-        previous = self.competence
-        self.competence = mean if previous is None else self.momentum * previous + (1 - self.momentum) * mean
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"competence_reward": self.competence_reward, "momentum": self.momentum, "competence": self.competence}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.competence_reward, self.momentum = int(state["competence_reward"]), float(state["momentum"])
-        self.competence = None if state["competence"] is None else float(state["competence"])
-
-
-#: reward combiners that read statistics of earlier steps -> the state the trainer carries for them
-STATEFUL_COMBINERS = ("self_paced",)
-
-
-def make_combiner_state(combiner: str, args: dict[str, Any]) -> CompetenceState | None:
-    """The state the trainer must carry for ``combiner`` configured with ``args`` (``algorithm.reward_combination_args``),
-    or None when it is stateless."""
-    if combiner not in STATEFUL_COMBINERS:
-        return None
-    return CompetenceState(
-        competence_reward=int(args.get("competence_reward", 0)),
-        momentum=float(args.get("competence_momentum", COMPETENCE_MOMENTUM)),
-    )

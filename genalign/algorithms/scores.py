@@ -1,18 +1,23 @@
 """What the backend asks of a scoring pass and what it gets back: :class:`ScoreRequest` and :class:`ScoreOutput`.
 
 A policy's ``score(rollout, request)`` re-scores stored actions under the current parameters and returns the
-log-probabilities plus the per-action features the request names. The feature names (used in registry meta ``needs``
-and in a family's capabilities) are the request's field names: ``entropy``, ``kl``, ``vocab_term``, ``topk``,
-``hidden``, ``velocity``, ``logit_stats``, ``logp_without_image``, ``visual_similarity``, ``logp_frames_shuffled``. Token-level features are
-computed inside the family's chunked head pass, so ``[n, T, V]`` logits never exist. ``n`` samples, ``T`` actions.
+log-probabilities plus the *features* the request names: declared signals whose producer is ``score``
+(:mod:`genalign.algorithms.signals`; ``entropy``, ``kl``, ``hidden``, ... and those the catalogue declares). A request
+is a set of names, with a parameter for the features that take one (the KL estimator of ``kl``, the function of
+``vocab_term``, the ``k`` of ``topk_logp``). Token-level features are computed inside the family's chunked head pass,
+so ``[n, T, V]`` logits never exist. ``n`` samples, ``T`` actions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
 
 from torch import Tensor
+
+from genalign.algorithms.signals import check_value, signal
 
 #: ``fn(logits [k, V]) -> [k]``: a per-token function of the next-token logits at the sampling temperature.
 VocabTerm = Callable[[Tensor], Tensor]
@@ -23,66 +28,43 @@ class ScoreRequest:
     """The features a scoring pass should return besides ``logp``.
 
     Attributes:
-        entropy: per-action entropy of the policy.
-        kl_estimator: a KL estimator name (``k1``, ``k2``, ``k3``; flow families compute the closed form in mean space
-            for every name): per-action KL to the reference policy. ``None`` = no KL (and no reference pass).
-        vocab_term: a per-token function of the next-token logits, evaluated with gradient inside the chunked head pass
-            (vocabulary regularisers, :func:`genalign.algorithms.bind_vocab_term`).
-        topk: ``k > 0``: the ``k`` largest next-token log-probabilities of each action (detached).
-        hidden: the last hidden state that predicts each action (detached).
-        velocity: the current, old-model and target velocities of flow-matching points (DiffusionNFT).
-        logit_stats: per-action statistics of the raw next-token logits (detached), see ``ScoreOutput.logit_stats``.
-        logp_without_image: the log-probability of each action with the images blanked out (detached; families
-            with images, VPPO [329]).
-        visual_similarity: the similarity of each action's hidden states to the image tokens' (detached; families
-            with images, PEPO [129]).
-        logp_frames_shuffled: the log-probability of each action with the frames (a sample's images) in another
-            order (detached; families with images, Video-KTR [230]).
+        features: declared score-feature names.
+        params: the parameter of a feature that takes one, by feature name (``{"kl": "k3", "topk_logp": 5,
+            "vocab_term": fn}``; see each declaration's ``param``).
     """
 
-    entropy: bool = False
-    kl_estimator: str | None = None
-    vocab_term: VocabTerm | None = None
-    topk: int = 0
-    hidden: bool = False
-    velocity: bool = False
-    logit_stats: bool = False
-    logp_without_image: bool = False
-    visual_similarity: bool = False
-    logp_frames_shuffled: bool = False
+    features: frozenset[str] = frozenset()
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
-    def features(self) -> frozenset[str]:
-        """The capability names this request needs."""
-        wanted = {
-            "entropy": self.entropy,
-            "kl": self.kl_estimator is not None,
-            "vocab_term": self.vocab_term is not None,
-            "topk": self.topk > 0,
-            "hidden": self.hidden,
-            "velocity": self.velocity,
-            "logit_stats": self.logit_stats,
-            "logp_without_image": self.logp_without_image,
-            "visual_similarity": self.visual_similarity,
-            "logp_frames_shuffled": self.logp_frames_shuffled,
-        }
-        return frozenset(name for name, on in wanted.items() if on)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", frozenset(self.features))
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        for name in self.features:
+            if signal(name).producer != "score":
+                raise ValueError(f"ScoreRequest: {name!r} is not a score feature (its producer is rollout or step)")
+        unknown = sorted(set(self.params) - set(self.features))
+        if unknown:
+            raise ValueError(f"ScoreRequest: parameters for {unknown}, which are not requested features")
 
+    @classmethod
+    def of(cls, *names: str, **params: Any) -> ScoreRequest:
+        """``ScoreRequest.of("entropy", kl="k3")``: the named features plus each parameterised one."""
+        return cls(frozenset(names) | frozenset(params), params)
 
-SCORE_FEATURES: tuple[str, ...] = (
-    "entropy",
-    "kl",
-    "vocab_term",
-    "topk",
-    "hidden",
-    "velocity",
-    "logit_stats",
-    "logp_without_image",
-    "visual_similarity",
-    "logp_frames_shuffled",
-)
+    def __contains__(self, name: object) -> bool:
+        return name in self.features
 
-#: Channels of ``ScoreOutput.logit_stats`` (last axis).
-SELF_CERTAINTY, RAW_LOGIT = 0, 1
+    def param(self, name: str, default: Any = None) -> Any:
+        """The parameter of feature ``name`` (``default`` when none was given)."""
+        return self.params.get(name, default)
+
+    def union(self, other: ScoreRequest) -> ScoreRequest:
+        """Both requests' features; ``other``'s parameters win."""
+        return ScoreRequest(self.features | other.features, {**self.params, **other.params})
+
+    def without(self, names: Iterable[str]) -> ScoreRequest:
+        names = set(names)
+        return ScoreRequest(self.features - names, {k: v for k, v in self.params.items() if k not in names})
 
 
 @dataclass(frozen=True)
@@ -99,39 +81,66 @@ class VelocityPredictions:
     old: Tensor
     target: Tensor
 
+    @property
+    def num_samples(self) -> int:
+        return self.current.shape[0]
 
-@dataclass
-class ScoreOutput:
-    """What ``policy.score`` returns for a (micro-)batch of ``n`` samples; a feature not requested is ``None``.
+    def select(self, index: Tensor) -> VelocityPredictions:
+        return VelocityPredictions(*(getattr(self, f.name)[index] for f in fields(self)))
+
+    def tensors(self) -> list[Tensor]:
+        return [self.current, self.old, self.target]
+
+
+@dataclass(frozen=True)
+class ScoreOutput(Mapping[str, Any]):
+    """What ``policy.score`` returns for a (micro-)batch of ``n`` samples: ``logp`` and the requested features.
 
     Attributes:
         logp: ``[n, T]`` float32 log-probabilities (or likelihood proxies) of the stored actions (with grad).
-        entropy: ``[n, T]`` per-action entropy.
-        kl: ``[n, T]`` per-action KL to the reference policy (with grad), in the family's natural space.
-        vocab_term: ``[n, T]`` float32 value of the request's vocabulary term (with grad, 0 on padding).
-        topk_logp: ``[n, T, k]`` the ``k`` largest next-token log-probabilities of each action (detached).
-        hidden: ``[n, T, H]`` last hidden state predicting each action (detached).
-        velocity: :class:`VelocityPredictions` of flow-matching points.
-        logit_stats: ``[n, T, 2]`` float32 (detached): channel :data:`SELF_CERTAINTY` is ``logsumexp(s) − mean_v(s)``
-            of the logits ``s`` at the sampling temperature (``KL(uniform ‖ p) + log V``), channel :data:`RAW_LOGIT`
-            the raw logit (before the temperature) of the sampled action.
-        logp_without_image: ``[n, T]`` float32 (detached) log-probabilities of the stored actions from a second pass
-            with every image blanked out (same tokens and positions), at the sampling temperature.
-        visual_similarity: ``[n, T]`` float32 (detached) mean over the model's layers of the mean cosine similarity
-            between the hidden state at each action's token and the hidden states at the image tokens (0 without
-            images).
-        logp_frames_shuffled: ``[n, T]`` float32 (detached) log-probabilities of the stored actions from a second pass
-            with each sample's frames (images) reordered (same tokens and positions), at the sampling temperature.
+        features: declared score-feature name -> value (``[n, T, ...]`` tensors, or a declared value object such as
+            :class:`VelocityPredictions`), each checked against its declaration. The output reads like a mapping of
+            them: ``out["entropy"]``, ``out.get("kl")``, ``"hidden" in out``.
     """
 
     logp: Tensor
-    entropy: Tensor | None = None
-    kl: Tensor | None = None
-    vocab_term: Tensor | None = None
-    topk_logp: Tensor | None = None
-    hidden: Tensor | None = None
-    velocity: VelocityPredictions | None = None
-    logit_stats: Tensor | None = None
-    logp_without_image: Tensor | None = None
-    visual_similarity: Tensor | None = None
-    logp_frames_shuffled: Tensor | None = None
+    features: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        kept = {name: value for name, value in self.features.items() if value is not None}
+        samples, actions = self.logp.shape[0], (self.logp.shape[1] if self.logp.dim() > 1 else None)
+        for name, value in kept.items():
+            if signal(name).producer != "score":
+                raise ValueError(f"ScoreOutput: {name!r} is not a score feature (its producer is rollout or step)")
+            check_value(name, value, samples=samples, actions=actions, where="ScoreOutput")
+        object.__setattr__(self, "features", MappingProxyType(kept))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.features[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.features)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def require(self, name: str, option: str) -> Any:
+        """The feature ``name``, or a ``ValueError`` naming ``option``."""
+        if name not in self.features:
+            raise ValueError(
+                f"{option} needs the score feature {name!r}, which this scoring pass did not return; list it in the "
+                "option's registry meta 'needs' (the trainer then requests it) or request it yourself."
+            )
+        return self.features[name]
+
+    def with_features(self, **features: Any) -> ScoreOutput:
+        """A copy with ``features`` added or replaced (``None`` removes one)."""
+        merged = {**self.features, **features}
+        return ScoreOutput(self.logp, {name: value for name, value in merged.items() if value is not None})
+
+    def differentiable(self) -> list[Tensor]:
+        """Every tensor of the output that carries gradient (for a zero-weight backward that must touch them all)."""
+        tensors = [self.logp]
+        for value in self.features.values():
+            tensors += value.tensors() if hasattr(value, "tensors") else [value] if isinstance(value, Tensor) else []
+        return [tensor for tensor in tensors if tensor.requires_grad]

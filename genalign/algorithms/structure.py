@@ -1,30 +1,28 @@
-"""What the backend may know about a rollout beyond its actions: declared, typed fields (no hidden keys).
+"""What the backend may know about a rollout beyond its actions: ``Rollout.structure``, a mapping of declared
+signals whose producer is ``rollout`` (:mod:`genalign.algorithms.signals`), and the helpers that build, check, cut and
+join it.
 
-A model family fills the fields it has (declared in its capabilities, ``genalign.policies.base.PolicyCapabilities``);
-a credit rule or an objective names the fields it needs (registry meta ``needs``), and a config asking for a field the
-family cannot supply is rejected at load time. Every tensor is indexed by sample along its first axis, so
-:meth:`RolloutStructure.select` can cut micro-batches. ``N`` samples, ``T`` actions.
+A family records the signals it can (listed in its capabilities) when the trainer's rollout request names them (a
+family may record cheap ones unasked); a rule names the signals it reads in its registry meta ``needs``, and a config
+asking for one the family cannot supply is refused at load. Every value is indexed by sample along its first axis, so
+micro-batches cut it like any other per-sample tensor. ``N`` samples, ``T`` actions.
 
-Field names (the strings used in ``needs`` and in capabilities) are the attribute names: ``prefix_tree``,
-``step_std``, ``segment_ids``, ``truncated``, ``step_rewards``, ``action_ids``, ``segment_values``, ``answer_probe``,
-``teacher_logp``, ``block_ids``, ``path_logp``.
-
-*Segment states.* ``segment_values`` and ``answer_probe`` describe the states between the segments of
-``segment_ids``: state ``k`` (``0 <= k <= S_i``, ``S_i`` = number of segments of sample ``i``) is the prompt followed
-by the first ``k`` segments of the completion, so state 0 is the prompt alone and state ``S_i`` the whole completion.
-Entries past ``S_i`` are NaN.
+*Segment states.* Signals over segment states (``segment_values``, ``answer_probe``) describe the states between the
+segments of ``segment_ids``: state ``k`` (``0 <= k <= S_i``, ``S_i`` = number of segments of sample ``i``) is the
+prompt followed by the first ``k`` segments of the completion, so state 0 is the prompt alone and state ``S_i`` the
+whole completion. Entries past ``S_i`` are NaN.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-#: Channels of ``RolloutStructure.answer_probe`` (last axis).
-ANSWER_LOGP, ANSWER_MEAN_PROB, ANSWER_ENTROPY = 0, 1, 2
+from genalign.algorithms.signals import SIGNALS, check_value, declare_signal, select_value, signal
 
 
 @dataclass(frozen=True)
@@ -43,106 +41,50 @@ class PrefixTree:
     node_of_action: Tensor
     depth: Tensor
 
+    @property
+    def num_samples(self) -> int:
+        return self.node_of_action.shape[0]
+
+    @property
+    def num_actions(self) -> int:
+        return self.node_of_action.shape[1]
+
     def select(self, index: Tensor) -> PrefixTree:
+        index = index.to(self.node_of_action.device)
         return PrefixTree(self.node_of_action[index], self.depth[index])
 
 
-@dataclass(frozen=True)
-class RolloutStructure:
-    """Optional structure of a rollout; ``None`` where the family has nothing to say.
+def check_structure(structure: Mapping[str, Any], samples: int, actions: int, where: str = "Rollout.structure") -> None:
+    """Every entry is a declared rollout signal whose value matches its declaration for ``samples`` x ``actions``."""
+    for name, value in structure.items():
+        if signal(name).producer != "rollout":
+            raise ValueError(f"{where}: {name!r} is not a rollout structure signal (its producer is score or step)")
+        check_value(name, value, samples=samples, actions=actions, where=where)
 
-    Attributes:
-        prefix_tree: the group's prefix tree (tree rollouts), see :class:`PrefixTree`.
-        step_std: ``[N, T]`` float, the standard deviation of the transition each action sampled (flow SDE steps at
-            their noise level; 0 for deterministic steps).
-        segment_ids: ``[N, T]`` long, the segment (sentence or reasoning step) of each action, non-decreasing along
-            ``T``.
-        truncated: ``[N]`` bool, the sample hit the length limit before its end token.
-        step_rewards: ``[N, S + 1]`` float, the reward of the output completed deterministically from each state
-            ``x_0 .. x_S`` of a trajectory (DenseGRPO [148]; entry ``S`` is the final output's reward), measured by
-            the family at rollout time with the trainer's reward function.
-        action_ids: ``[N, T]`` long, the token id of each action (token families; 0 on padding).
-        segment_values: ``[N, S + 1]`` float, a Monte-Carlo estimate of the expected reward from each segment state
-            (module docstring): the mean reward of continuations sampled from state ``k``; entry ``S_i`` is the
-            sample's own reward, state 0 uses the group's samples (SPO-chain [41]). Measured at rollout time with the
-            trainer's reward function.
-        answer_probe: ``[N, S + 1, 3]`` float, the reference answer teacher-forced after each segment state and a probe
-            text (belief probing [194], SPAE [193]): channel :data:`ANSWER_LOGP` the answer's log-probability,
-            :data:`ANSWER_MEAN_PROB` the mean probability of its tokens, :data:`ANSWER_ENTROPY` the mean entropy of
-            the next-token distributions at its tokens.
-        teacher_logp: ``[N, T]`` float, the log-probability of each action under the same model given privileged
-            information (the row's reference answer) in the prompt (self-distillation teacher, RLSD [132]).
-        block_ids: ``[N, T]`` long, the text block of each action: the number of configured block markers that start
-            at or before the action (blockwise advantages [56]); non-decreasing along ``T``.
-        path_logp: ``[N, S]`` float, masked diffusion LMs sampled with a trainable decoding policy: the summed
-            log-probability, under the denoiser, of the tokens committed at each of the ``S`` decoding steps in the
-            state they were decoded from (the pathwise log-likelihood per step, SAS [118]'s self-aware reward).
-    """
 
-    prefix_tree: PrefixTree | None = None
-    step_std: Tensor | None = None
-    segment_ids: Tensor | None = None
-    truncated: Tensor | None = None
-    step_rewards: Tensor | None = None
-    action_ids: Tensor | None = None
-    segment_values: Tensor | None = None
-    answer_probe: Tensor | None = None
-    teacher_logp: Tensor | None = None
-    block_ids: Tensor | None = None
-    path_logp: Tensor | None = None
+def select_structure(structure: Mapping[str, Any], index: Tensor) -> dict[str, Any]:
+    """The structure of the samples at ``index`` (``[n]`` long)."""
+    return {name: select_value(value, index) for name, value in structure.items()}
 
-    def select(self, index: Tensor) -> RolloutStructure:
-        """The structure of the samples at ``index`` (``[n]`` long)."""
-        values: dict[str, Any] = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, Tensor):
-                value = value[index.to(value.device)]
-            elif value is not None:
-                value = value.select(index)
-            values[item.name] = value
-        return RolloutStructure(**values)
 
-    @staticmethod
-    def cat(parts: list[RolloutStructure], sizes: list[int]) -> RolloutStructure:
-        """The structure of rollouts joined along the sample axis (``sizes[i]`` samples in ``parts[i]``): a field set
-        in any part must be set in every non-empty part; tensors are right-padded with zeros to the longest
-        per-sample axis. A prefix tree does not join (its node ids are per
-        rollout): raises ``ValueError``."""
-        live = [(part, size) for part, size in zip(parts, sizes, strict=True) if size > 0]
-        values: dict[str, Any] = {}
-        for item in fields(RolloutStructure):
-            present = [getattr(part, item.name) is not None for part, _ in live]
-            if not any(present):
-                values[item.name] = None
-                continue
-            if not all(present):
-                raise ValueError(f"cannot join rollouts: only some carry the structure field {item.name!r}")
-            tensors = [getattr(part, item.name) for part, _ in live]
-            if not all(isinstance(t, Tensor) for t in tensors):
-                raise ValueError(
-                    f"cannot join rollouts that carry {item.name!r} (a prefix tree's node ids are per rollout); "
-                    "tree rollouts do not combine with sample sources that add samples."
-                )
-            values[item.name] = pad_cat(tensors, side="right")
-        return RolloutStructure(**values)
-
-    def present(self) -> frozenset[str]:
-        """Names of the fields that are set."""
-        return frozenset(item.name for item in fields(self) if getattr(self, item.name) is not None)
-
-    def require(self, name: str, option: str) -> Any:
-        """``self.<name>``, or a ``ValueError`` naming ``option`` and the family capability it needs."""
-        value = getattr(self, name)
-        if value is None:
+def cat_structures(parts: list[Mapping[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """The structure of rollouts joined along the sample axis (``sizes[i]`` samples in ``parts[i]``): a signal set
+    in any non-empty part must be set in every one; tensors are right-padded with zeros to the longest per-sample
+    axis. A prefix tree does not join (its node ids are per rollout): raises ``ValueError``."""
+    live = [part for part, size in zip(parts, sizes, strict=True) if size > 0]
+    names = {name for part in live for name in part}
+    joined: dict[str, Any] = {}
+    for name in sorted(names, key=list(SIGNALS).index):
+        if not all(name in part for part in live):
+            raise ValueError(f"cannot join rollouts: only some carry the structure signal {name!r}")
+        values = [part[name] for part in live]
+        if not all(isinstance(value, Tensor) for value in values):
             raise ValueError(
-                f"{option} needs the rollout structure field {name!r}, which this rollout does not carry; use a "
-                f"policy family (and policy options) that fill it, see `genalign list families`."
+                f"cannot join rollouts that carry {name!r} (a prefix tree's node ids are per rollout); "
+                "tree rollouts do not combine with sample sources that add samples."
             )
-        return value
-
-
-STRUCTURE_FIELDS: tuple[str, ...] = tuple(item.name for item in fields(RolloutStructure))
+        joined[name] = pad_cat(values, side="right")
+    return joined
 
 
 def pad_cat(tensors: list[Tensor], *, side: str = "right") -> Tensor:
@@ -225,3 +167,9 @@ def token_prefix_tree(action_ids: Tensor, mask: Tensor, group_ids: Tensor) -> Pr
         empty = torch.zeros(n, 0, dtype=torch.long, device=device)
         return PrefixTree(node_of_action=empty, depth=empty.clone())
     return PrefixTree(node_of_action=torch.stack(nodes, 1).to(device), depth=torch.stack(depths, 1).to(device))
+
+
+declare_signal("prefix_tree", ("N", "T"), "rollout",
+               "The samples of each group as the leaves of one tree of shared prefixes (node of each action, depth).",
+               source="[170] BranchGRPO, [255] TEMPO, [322] lambda-GRPO, [165] Tree-GRPO", dtype=None,
+               value_type=PrefixTree)  # fmt: skip

@@ -53,10 +53,14 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
     except KeyError as err:
         raise ConfigError(f"algorithm.objective: {err}") from None
     try:
-        cfg.objective_kwargs()
+        cfg.loss_plan()
     except (KeyError, TypeError, ValueError) as err:
         where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
         raise ConfigError(f"{where}: {err}") from None
+    try:
+        cfg.advantage_stage()
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"algorithm: {err}") from None
     _check_objective_fields(cfg)
 
 
@@ -132,7 +136,9 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
             "each step's prompts and samples from the steps before it, but asynchronous rollouts plan their prompts "
             "steps ahead; remove the rules or set algorithm.async_rollout.enabled=false."
         )
-    probed = sorted(set(cfg.needs()) & {"step_rewards", "segment_values"})
+    from genalign.algorithms.signals import SIGNALS
+
+    probed = sorted(name for name in cfg.needs() if name in SIGNALS and SIGNALS[name].needs_rewards)
     if probed:
         raise ConfigError(
             f"{', '.join(cfg.needs()[probed[0]])} needs {probed[0]!r}, measured with the trainer's rewards during the "
@@ -151,16 +157,27 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"algorithm.group_size={capabilities.group_size} or change policy.tree."
         )
     _check_sample_sources(cfg, policy.family, capabilities)
+    if cfg.async_rollout.enabled and capabilities.rollout_calls_rewards:
+        raise ConfigError(
+            f"policy.family = {policy.family!r} with these options calls the trainer's rewards inside its rollouts "
+            "(e.g. policy.noise_search ranks initial noises by reward), which the asynchronous rollout process cannot "
+            "call; set algorithm.async_rollout.enabled=false or turn that policy option off."
+        )
+    undeclared = capabilities.undeclared()
+    if undeclared:
+        raise ConfigError(
+            f"policy.family = {policy.family!r} declares capabilities {undeclared}, which no signal declaration knows; "
+            "declare them (genalign.algorithms.declare_signal) in a module that is imported before the config loads."
+        )
     wanted = cfg.needs()
     missing = capabilities.missing(wanted)
     if missing:
         need = missing[0]
         raise ConfigError(
             f"{', '.join(wanted[need])} needs {need!r}, which policy.family = {policy.family!r} with these policy "
-            f"options does not supply (it supplies score features {sorted(capabilities.score_features)} and rollout "
-            f"structure {sorted(capabilities.structure)}). Families whose default options supply {need!r}: "
-            f"{', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy options (the table "
-            "in docs/extending.md). Choose another option, or a family and options that supply it."
+            f"options does not supply (it supplies {sorted(capabilities.signals)}). Families whose default options "
+            f"supply {need!r}: {', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy "
+            "options (the table in docs/extending.md). Choose another option, or a family and options that supply it."
         )
 
 

@@ -301,9 +301,43 @@ class AlgorithmConfig:
             self.objective, ratio_level=self.ratio_level, clip=self.clip, args=self.objective_args
         )
 
+    def advantage_stage(self) -> Any:
+        """The :class:`~genalign.algorithms.AdvantageStage` of these options: combiner, KL in the reward, shapers,
+        estimator and credit rules, validated and bound (raises on a bad name or hyper-parameter)."""
+        from genalign import algorithms as alg
+
+        return alg.AdvantageStage.build(
+            combiner=alg.Option(self.reward_combination, self.reward_combination_args),
+            estimator=alg.Option(self.advantage, self.advantage_args),
+            shapers=[alg.Option(name, args) for name, args in self.reward_shaping_rules()],
+            credit=[alg.Option(name, args) for name, args in self.credit_rules()],
+            advantage_clip=self.advantage_clip,
+            kl_in_reward=self.kl_coef if self.kl_placement == "reward" else 0.0,
+            kl_estimator=self.kl_estimator,
+            zero_std_tol=self.dynamic_sampling.std_tol,
+        )
+
+    def loss_plan(self) -> Any:
+        """The :class:`~genalign.algorithms.LossPlan` of these options: objective (with its ratio level and clip
+        form), KL in the loss, regulariser, entropy bonus and aggregation, validated and bound."""
+        from genalign import algorithms as alg
+
+        return alg.LossPlan.build(
+            objective=alg.Option(self.objective, self.objective_args),
+            ratio_level=alg.Option(self.ratio_level),
+            clip=alg.Option(self.clip),
+            regularizer=None if self.regularizer is None else alg.Option(self.regularizer, self.regularizer_args),
+            regularizer_coef=self.regularizer_coef,
+            kl_coef=self.kl_coef if self.kl_placement == "loss" else 0.0,
+            kl_estimator=self.kl_estimator,
+            kl_importance=self.kl_importance_correction,
+            entropy_coef=self.entropy_coef,
+            aggregation=alg.Option(self.aggregation, self.aggregation_args),
+        )
+
     def needs(self) -> dict[str, list[str]]:
-        """Score features and rollout-structure fields the configured methods read, each with the options that need
-        it (checked against the policy family's capabilities at config load)."""
+        """The signals the configured methods read (:mod:`genalign.algorithms.signals`), each with the options that
+        need it (those a family produces are checked against its capabilities at config load)."""
         from genalign import algorithms as alg
         from genalign.sampling import SAMPLE_SOURCES
 

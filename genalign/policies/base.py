@@ -4,16 +4,16 @@ A model family plugs into genalign by saying two things (shared/ARCHITECTURE.md)
 
 * how to sample a group of outputs: :meth:`Policy.rollout` returns a :class:`Rollout`;
 * how to score the log-probability of a stored rollout under the current parameters: :meth:`Policy.score` returns a
-  :class:`~genalign.algorithms.scores.ScoreOutput` with the features a
-  :class:`~genalign.algorithms.scores.ScoreRequest` asks for.
+  :class:`~genalign.algorithms.scores.ScoreOutput` with the features (declared signals) a
+  :class:`~genalign.algorithms.scores.ScoreRequest` names.
 
 Everything else (advantages, credit, ratios, clipping, KL, aggregation, logging, checkpoints) is shared. Everything the
 trainer calls is declared here, with a no-op default where a family has nothing to do (the lifecycle stages
 :meth:`Policy.on_step`, :meth:`Policy.on_inner_epoch`, :meth:`Policy.after_optimizer_step`, :meth:`Policy.state_dict`,
 :meth:`Policy.load_state_dict`); what a family can compute is declared data (:class:`PolicyCapabilities`), checked
 against the configured methods at config load. The backend reads a rollout only through its declared fields (the
-action tensors and :class:`~genalign.algorithms.structure.RolloutStructure`), never inside ``Rollout.per_sample``,
-which belongs to the family. ``T`` is the action axis: tokens for language models, trained denoising steps for flow
+action tensors and ``Rollout.structure``, a mapping of declared signals), never inside ``Rollout.per_sample``, which
+belongs to the family. ``T`` is the action axis: tokens for language models, trained denoising steps for flow
 models, tokens or one ELBO term per sequence for diffusion LMs.
 
 Contract 2: with no parameter update in between, ``score(rollout)`` of a stored rollout is deterministic and
@@ -47,8 +47,9 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from genalign.algorithms.scores import SCORE_FEATURES, ScoreOutput, ScoreRequest
-from genalign.algorithms.structure import STRUCTURE_FIELDS, RolloutStructure, pad_cat
+from genalign.algorithms.scores import ScoreOutput, ScoreRequest
+from genalign.algorithms.signals import SIGNALS, names_by
+from genalign.algorithms.structure import cat_structures, check_structure, pad_cat, select_structure
 
 #: Weight dtypes by their config name (``policy.dtype``), for every family.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,38 +64,35 @@ class PolicyCapabilities:
 
     Attributes:
         rollout_logp_is_exact: the sampler's log-probs come from the code path of ``score`` (bit-exact old log-probs).
-        score_features: :class:`~genalign.algorithms.scores.ScoreRequest` features ``score`` computes
-            (``entropy``, ``kl``, ``vocab_term``, ``topk``, ``hidden``, ``velocity``).
-        structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields its training rollouts can carry.
+        signals: the declared signals (:mod:`genalign.algorithms.signals`) it can produce: score features its
+            ``score`` computes on request, and rollout structure its training rollouts record on request.
         group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
             None when any ``algorithm.group_size`` works.
         forced_completions: :meth:`Policy.force` builds rollouts of given completions (replayed samples, reference
-            solutions), and training rollouts carry ``structure.action_ids`` so that samples can be stored.
+            solutions), and training rollouts carry the ``action_ids`` signal so that samples can be stored.
         guidance: the keys of a row's :data:`GUIDANCE_KEY` dict its training rollouts honour (``hint``: text added
             to the prompt; ``prefix``: text the completion is forced to start with, conditioning only;
             ``temperature``: this row's sampling temperature).
+        rollout_calls_rewards: its training rollouts call the trainer's reward probe with these options (e.g. a
+            noise search that ranks initial noises by reward), so they cannot run where the rewards are not callable.
     """
 
     rollout_logp_is_exact: bool = False
-    score_features: frozenset[str] = frozenset()
-    structure: frozenset[str] = frozenset()
+    signals: frozenset[str] = frozenset()
     group_size: int | None = None
     forced_completions: bool = False
     guidance: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        unknown = (set(self.score_features) - set(SCORE_FEATURES)) | (set(self.structure) - set(STRUCTURE_FIELDS))
-        assert not unknown, f"unknown capability names {sorted(unknown)}"
+    rollout_calls_rewards: bool = False
 
     def missing(self, needs: Iterable[str]) -> list[str]:
-        """The score features and structure fields among ``needs`` that this family cannot supply (other names, such
-        as ``behaviour_logp`` or ``progress``, come from the trainer and are always available)."""
-        return sorted(
-            need
-            for need in set(needs)
-            if (need in SCORE_FEATURES and need not in self.score_features)
-            or (need in STRUCTURE_FIELDS and need not in self.structure)
-        )
+        """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot
+        (step signals such as ``behaviour_logp`` or ``progress`` come from the trainer and are always available)."""
+        family_made = names_by("score", needs) | names_by("rollout", needs)
+        return sorted(family_made - self.signals)
+
+    def undeclared(self) -> list[str]:
+        """Names in :attr:`signals` that no declaration knows (a typo, or a module that declares them not imported)."""
+        return sorted(name for name in self.signals if name not in SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -102,10 +100,9 @@ class RolloutRequest:
     """What a training rollout should record besides its actions.
 
     Attributes:
-        structure: :class:`~genalign.algorithms.structure.RolloutStructure` fields the configured methods need
-            (a family may fill cheap fields unasked).
-        reward_probe: the trainer's combined reward of decoded outputs, for families that measure rewards of
-            intermediate states (DenseGRPO's ``step_rewards``, SPO's ``segment_values``).
+        structure: the rollout-structure signals the configured methods need (a family may record cheap ones unasked).
+        reward_probe: the trainer's combined reward of decoded outputs, for families whose rollouts measure rewards
+            (of intermediate states, or to choose initial noise); None where rewards cannot be called.
     """
 
     structure: frozenset[str] = frozenset()
@@ -129,7 +126,8 @@ class Rollout:
             sample was drawn for (the trainer maps it to a globally unique id).
         old_logp: ``[N, T]`` float32 log-probabilities of the actions at sampling time (detached).
         action_mask: ``[N, T]`` float32, 1 where an action exists and is trained, 0 for padding / untrained steps.
-        structure: the declared structure the backend may read (prefix tree, step noise, segments, truncation, ...).
+        structure: declared rollout signals by name (prefix tree, step noise, segments, truncation, ...), each indexed
+            by sample along its first axis; checked against its declaration (add one with :meth:`add_structure`).
         per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
             list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
         info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
@@ -142,7 +140,7 @@ class Rollout:
     group_ids: Tensor
     old_logp: Tensor
     action_mask: Tensor
-    structure: RolloutStructure = field(default_factory=RolloutStructure)
+    structure: dict[str, Any] = field(default_factory=dict)
     per_sample: dict[str, Tensor | list[Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     left_padded: frozenset[str] = frozenset()
@@ -152,14 +150,19 @@ class Rollout:
         checks = {"outputs": len(self.outputs), "group_ids": self.group_ids.shape[0]}
         checks |= {"old_logp": self.old_logp.shape[0], "action_mask": self.action_mask.shape[0]}
         checks |= {f"per_sample[{k!r}]": len(v) for k, v in self.per_sample.items()}
-        for name in self.structure.present():
-            value = getattr(self.structure, name)
-            checks[f"structure.{name}"] = (value if isinstance(value, Tensor) else value.node_of_action).shape[0]
         for name, size in checks.items():
             assert size == n, f"Rollout.{name} has {size} samples, rows has {n}"
         assert self.old_logp.shape == self.action_mask.shape, (
             f"old_logp {tuple(self.old_logp.shape)} and action_mask {tuple(self.action_mask.shape)} differ"
         )
+        self.structure = {name: value for name, value in self.structure.items() if value is not None}
+        check_structure(self.structure, n, self.num_actions)
+
+    def add_structure(self, **values: Any) -> None:
+        """Record rollout signals after sampling (e.g. rewards of intermediate states), checked like the others."""
+        values = {name: value for name, value in values.items() if value is not None}
+        check_structure(values, len(self), self.num_actions)
+        self.structure = {**self.structure, **values}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -182,7 +185,7 @@ class Rollout:
             group_ids=self.group_ids[idx],
             old_logp=self.old_logp[idx.to(self.old_logp.device)],
             action_mask=self.action_mask[idx.to(self.action_mask.device)],
-            structure=self.structure.select(idx),
+            structure=select_structure(self.structure, idx),
             per_sample=per_sample,
             info=dict(self.info),
             left_padded=self.left_padded,
@@ -218,7 +221,7 @@ class Rollout:
             group_ids=torch.cat([part.group_ids for part in parts]),
             old_logp=pad_cat([part.old_logp for part in parts]),
             action_mask=pad_cat([part.action_mask for part in parts]),
-            structure=RolloutStructure.cat([part.structure for part in parts], [len(part) for part in parts]),
+            structure=cat_structures([part.structure for part in parts], [len(part) for part in parts]),
             per_sample=per_sample,
             info=info,
             left_padded=parts[0].left_padded,
@@ -270,7 +273,7 @@ class Policy(ABC):
     @abstractmethod
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
         """Re-score a training ``rollout`` under the current parameters (with grad when the modules are in training
-        mode) and return the requested features (only those in ``capabilities.score_features`` are ever asked)."""
+        mode) and return the requested features (only those in ``capabilities.signals`` are ever asked)."""
 
     # -- parameters and weights ---------------------------------------------------------------------------------------
     @abstractmethod

@@ -407,21 +407,21 @@ class CausalLMPolicy(TokenLMPolicy):
             completion_mask[:, :width],
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
-            with_entropy=request.entropy,
-            vocab_term=request.vocab_term,
-            topk=request.topk,
-            with_hidden=request.hidden,
-            with_logit_stats=request.logit_stats,
+            with_entropy="entropy" in request,
+            vocab_term=request.param("vocab_term") if "vocab_term" in request else None,
+            topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
+            with_hidden="hidden" in request,
+            with_logit_stats="logit_stats" in request,
         )
         pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
-        return ScoreOutput(
-            logp=pad(scores.logp),
-            entropy=pad(scores.entropy),
-            vocab_term=pad(scores.vocab_term),
-            topk_logp=pad(scores.topk_logp),
-            hidden=pad(scores.hidden),
-            logit_stats=pad(scores.logit_stats),
-        )
+        features = {
+            "entropy": scores.entropy,
+            "vocab_term": scores.vocab_term,
+            "topk_logp": scores.topk_logp,
+            "hidden": scores.hidden,
+            "logit_stats": scores.logit_stats,
+        }
+        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
 
 
 def _pad_actions(x: Tensor, num_actions: int) -> Tensor:

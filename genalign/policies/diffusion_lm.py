@@ -33,7 +33,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from genalign.algorithms.structure import RolloutStructure
 from genalign.assets import model_location
 from genalign.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
@@ -72,7 +71,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
         **TokenLMPolicy.missing_feature_reasons,
         "entropy": "has no per-action entropy (its actions are likelihood-proxy terms); set the entropy coefficient to 0",
         "vocab_term": "has no next-token logits per action (its actions are likelihood-proxy terms)",
-        "topk": "has no next-token distribution per action (its actions are likelihood-proxy terms)",
+        "topk_logp": "has no next-token distribution per action (its actions are likelihood-proxy terms)",
         "hidden": "has no hidden state per action (its actions are likelihood-proxy terms)",
     }
 
@@ -199,7 +198,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
 
     def _generate(
         self, prompt_ids: Tensor, prompt_mask: Tensor, mode: Literal["train", "eval"]
-    ) -> tuple[Any, RolloutStructure]:
+    ) -> tuple[Any, dict[str, Tensor]]:
         """Block unmasking by the heuristic sampler, or by the decoding policy (whose per-step pathwise
         log-likelihood goes into the structure, ``path_logp`` ``[N, S]``)."""
         cfg = self.config
@@ -211,7 +210,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
             "temperature": cfg.temperature if mode == "train" else cfg.eval_temperature,
             "generator": self.generator,
         }
-        structure = RolloutStructure()
+        structure: dict[str, Tensor] = {}
         with eval_mode(self.model):
             if self.decoding is None:
                 generation = generate(
@@ -227,7 +226,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
                 generation = self.decoding.generate(
                     self.model_fn(self.model), prompt_ids, prompt_mask, greedy=greedy, **sampler
                 )
-                structure = RolloutStructure(path_logp=generation.path_logp)
+                structure = {"path_logp": generation.path_logp}
         return generation, structure
 
     # ---- score ---------------------------------------------------------------------------------------------------
@@ -277,7 +276,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
         """The proxy's log-likelihood estimate ``[n, A]`` under ``module``, with the mask seeds of the current inner
         epoch (the reference policy scores with the same seeds, so its KL compares like with like), followed by the
         decoding policy's log-probabilities ``[n, S]`` when one is configured."""
-        return ScoreOutput(logp=self._actions(module, rollout.per_sample, epoch=self.inner_epoch)[0])
+        return ScoreOutput(self._actions(module, rollout.per_sample, epoch=self.inner_epoch)[0])
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """``[n, A]`` under the reference: the proxy under the reference model (skipped with a frozen denoiser),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from genalign.algorithms._validation import check_hyperparameters
+from genalign.algorithms.options import check_hyperparameters
 from genalign.likelihood import LIKELIHOOD_PROXIES
 from genalign.policies.base import PolicyCapabilities
 from genalign.policies.dlm import DECODING_POLICIES

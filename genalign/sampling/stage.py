@@ -162,6 +162,21 @@ class SampleSourceStage:
         """Some rule adds samples without sampling them (:meth:`forced_samples`)."""
         return any(rule.forces for _, rule in self.rules)
 
+    def view(self, rollout: Any, rewards: Tensor, forced: Tensor) -> LocalSamples:
+        """This process's samples as the rules see them: a rollout (``genalign.policies.base.Rollout``), its weighted
+        reward sums ``[n]`` and forced flags ``[n]``; the rollout signals the rules read (``truncated``, and
+        ``action_ids`` with the behaviour log-probs when a rule stores samples)."""
+        tokens = rollout.structure.get("action_ids") if self.needs_tokens else None
+        return LocalSamples(
+            group_ids=rollout.group_ids,
+            rewards=rewards,
+            lengths=rollout.action_mask.sum(1),
+            truncated=rollout.structure.get("truncated"),
+            forced=forced,
+            tokens=tokens,
+            behaviour_logp=rollout.old_logp if tokens is not None else None,
+        )
+
     def candidate(self, position: int) -> Candidate:
         """The prompt of this step at stream ``position`` (its row carries the guidance the rules attached)."""
         return self._candidates[position]

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from genalign.algorithms import STRUCTURE_FIELDS
+from genalign.algorithms import names_by
 from genalign.policies import load_family
 from genalign.policies.base import Rollout, RolloutRequest
 
@@ -170,7 +170,7 @@ class AsyncRollout:
         plan = run.sources.plan(run.stream, sampled, step)
         taken = plan.prompts[run.rank * local : (run.rank + 1) * local]
         self.pending[step] = (torch.tensor([prompt.position for prompt in taken], dtype=torch.long), version)
-        structure = frozenset(run.config.algorithm.needs()) & frozenset(STRUCTURE_FIELDS)
+        structure = names_by("rollout", run.config.algorithm.needs())
         self.requests.put(("rollout", step, [prompt.row for prompt in taken], plan.samples_per_prompt, structure))
         self.sent = step
 

@@ -104,24 +104,24 @@ def plot_curves(metrics: list[dict[str, Any]], evals: list[dict[str, Any]], path
     plt.close(fig)
 
 
-def step_record(step, rollout, reward_table, reward_errors, labels, adv, update_metrics) -> dict[str, Any]:
+def step_record(step, rollout, reward_table, reward_errors, labels, stats, update_metrics) -> dict[str, Any]:
     """One line of ``metrics.jsonl``: rewards per label, the advantage stage's statistics, the update's metrics and
     the rollout's numeric info (``rollout/<key>``)."""
     mask = rollout.action_mask
     lengths = mask.sum(1)
     record: dict[str, Any] = {
         "step": step,
-        "reward/mean": adv.stats["reward/mean"],
-        "reward/std": adv.stats["reward/std"],
+        "reward/mean": stats["reward/mean"],
+        "reward/std": stats["reward/std"],
         "num_samples": len(rollout),
         "completion_length/mean": float(lengths.mean()),
-        "frac_reward_zero_std": adv.stats["frac_reward_zero_std"],
+        "frac_reward_zero_std": stats["frac_reward_zero_std"],
     }
     for k, label in enumerate(labels):
         record[f"reward/{label}/mean"] = float(reward_table[:, k].nanmean())
         record[f"reward/{label}/errors"] = float(reward_errors[k])
         record[f"reward/{label}/missing"] = float(reward_table[:, k].isnan().sum())
-    for key, value in adv.stats.items():  # the combiner names rewards by column: reward_<k>/... -> reward/<label>/...
+    for key, value in stats.items():  # the combiner names rewards by column: reward_<k>/... -> reward/<label>/...
         prefix, _, rest = key.partition("/")
         if prefix.startswith("reward_") and prefix[7:].isdigit() and rest:
             key = f"reward/{labels[int(prefix[7:])]}/{rest}"

@@ -62,10 +62,10 @@ from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.parallel import DataParallel, resolve_mixed_precision, resolve_strategy
 from genalign.trainer.rewards import RewardSet, prompt_text
 from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
-from genalign.trainer.step_advantages import StepAdvantages, update_inputs
+from genalign.trainer.step_batch import build_step_batch
 from genalign.trainer.step_samples import StepSamples, collect_samples
 from genalign.trainer.trackers import Trackers
-from genalign.trainer.update import UpdateBatch, run_update
+from genalign.trainer.update import run_update
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:
@@ -98,8 +98,8 @@ class TrainingRun:
     scheduler: Any
     named_parameters: list[tuple[str, torch.nn.Parameter]]
     parallel: DataParallel
-    advantage_state: alg.AdvantageState | None
-    combiner_state: alg.CompetenceState | None  # the reward combiner's statistics of earlier steps
+    stage: alg.AdvantageStage  # combiner, shapers, estimator and credit rules, bound once
+    loss: alg.LossPlan  # objective, KL, regulariser, entropy bonus and aggregation, bound once
     metrics_log: JsonlLog
     eval_log: JsonlLog
     trackers: Trackers
@@ -119,6 +119,17 @@ class TrainingRun:
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
         return [param for _, param in self.named_parameters]
+
+    def components(self) -> dict[str, alg.Stateful]:
+        """Every stateful component besides the policy, optimizer and data position, by checkpoint key: stateful
+        options (an estimator or combiner that reads earlier steps, ...), the sample sources, the asynchronous
+        rollout schedule. Saved and restored in one place (:func:`state_of`, :func:`resume`)."""
+        parts: dict[str, alg.Stateful] = dict(self.stage.stateful())
+        if self.sources.rules:
+            parts["sample_sources"] = self.sources
+        if self.rollouts is not None:
+            parts["async_rollout"] = self.rollouts
+        return parts
 
 
 def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = None) -> dict[str, Any]:
@@ -141,9 +152,9 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
     started, last_eval, step = time.monotonic(), {}, start_step
     with run.rollouts or contextlib.nullcontext():  # stops the rollout process (async mode) however the loop ends
         for step in range(start_step + 1, config.run.max_steps + 1):
-            record, rollout, adv = training_step(run, step)
+            record, rollout, batch = training_step(run, step)
             stop = guard_step(run, step, record)
-            log_step(run, step, record, rollout, adv, progress)
+            log_step(run, step, record, rollout, batch, progress)
             if stop is not None:
                 raise stop
             if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
@@ -233,8 +244,8 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
         scheduler=scheduler,
         named_parameters=named_parameters,
         parallel=parallel,
-        advantage_state=alg.make_advantage_state(cfg.advantage),  # None for stateless estimators
-        combiner_state=alg.make_combiner_state(cfg.reward_combination, cfg.reward_combination_args),
+        stage=cfg.advantage_stage(),
+        loss=cfg.loss_plan(),
         metrics_log=JsonlLog(out / METRICS_FILE),
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
@@ -256,13 +267,12 @@ def resume(run: TrainingRun) -> int:
     )  # fmt: skip
     check_steps_left(state["step"], run_cfg.max_steps)
     run.stream.cursor = state["data_cursor"]
-    if run.advantage_state is not None:
-        run.advantage_state.load_state_dict(state["extra"]["advantage_state"])
-    if run.combiner_state is not None and "combiner_state" in state["extra"]:  # absent: saved before it was carried
-        run.combiner_state.load_state_dict(state["extra"]["combiner_state"])
-    run.sources.load_state_dict(state["extra"].get("sample_sources", {}))
-    if run.rollouts is not None:
-        run.rollouts.load_state_dict(state["extra"].get("async_rollout", {}))
+    saved = component_states(state["extra"])
+    for key, component in run.components().items():
+        if key in saved:
+            component.load_state_dict(saved[key])
+        else:  # a checkpoint written before this component's state was carried: it starts afresh
+            run.print(f"resume: the checkpoint holds no state for {key}; it starts from its initial state")
     if run.main:
         run.metrics_log.truncate_after(state["step"])
         run.eval_log.truncate_after(state["step"])
@@ -304,7 +314,7 @@ def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFinite
     return None
 
 
-def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
+def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout, alg.StepBatch]:
     """One step: this process's rollout (:func:`sample_step`), then rewards, advantages, credit and the update
     (:func:`learn_from_samples`). Returns the step's metrics record, the rollout and its advantages. In async mode
     the rollout process samples the next steps now, and this step's rollout was sampled ahead (async_rollout.py)."""
@@ -316,10 +326,10 @@ def training_step(run: TrainingRun, step: int) -> tuple[dict[str, Any], Rollout,
     rollout = sample_step(run, step) if run.rollouts is None else run.rollouts.receive(step)
     worker_seconds = rollout.info.pop("worker_seconds", None)  # a timing: logged under time/, not rollout/
     samples = collect_samples(run, step, rollout, rollout_request(run))
-    record, rollout, adv = learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
+    record, rollout, batch = learn_from_samples(run, step, samples, sampling_seconds=time.perf_counter() - t0)
     if worker_seconds is not None:
         record["time/rollout_worker_s"] = worker_seconds
-    return record, rollout, adv
+    return record, rollout, batch
 
 
 def sample_step(run: TrainingRun, step: int) -> Rollout:
@@ -346,65 +356,56 @@ def sample_step(run: TrainingRun, step: int) -> Rollout:
 
 def learn_from_samples(
     run: TrainingRun, step: int, samples: StepSamples, *, sampling_seconds: float
-) -> tuple[dict[str, Any], Rollout, StepAdvantages]:
+) -> tuple[dict[str, Any], Rollout, alg.StepBatch]:
     """Advantages over the global batch, credit, the optional group filter and the update of one step's samples
     (this process's share, with their rewards and the sample sources' decision); returns the step's metrics record,
-    the rollout and its advantages. ``sampling_seconds``: the rollout, its extra rounds and the rewards."""
+    the rollout and its step batch. ``sampling_seconds``: the rollout, its extra rounds and the rewards."""
     config, cfg = run.config, run.config.algorithm
     t0 = time.perf_counter()
     rollout, reward_table, chosen = samples.rollout, samples.reward_table, samples.choice
-    progress = step / config.run.max_steps
     if chosen.keep is not None:  # e.g. GFPO: the filtered subset forms the groups
         rollout, reward_table = rollout.select(chosen.keep), reward_table[chosen.keep]
 
-    # Advantages over the global batch, then per-action credit; optional zero-variance group filter.
-    inputs = update_inputs(
-        run.policy, rollout, reward_table, run.rewards.weights, cfg, run.advantage_state, progress,
-        lockstep=run.parallel.sharded, combiner_state=run.combiner_state,
+    # Advantages over the global batch, then per-action credit and the old log-probs; optional zero-variance filter.
+    batch, stats = build_step_batch(
+        run.policy, rollout, reward_table, run.rewards.weights, run.stage, run.loss, step / config.run.max_steps,
+        micro_batch_size=cfg.micro_batch_size, on_policy=cfg.fully_on_policy, asynchronous=cfg.async_rollout.enabled,
+        lockstep=run.parallel.sharded,
     )  # fmt: skip
-    adv = inputs.step
     keep = alg.informative_groups(
-        rollout.group_ids, adv.zero_std,
+        rollout.group_ids, batch["reward_zero_std"],
         drop_zero_std=cfg.drop_zero_std_groups or cfg.dynamic_sampling.enabled,
         max_groups=cfg.prompts_per_step // run.world if cfg.dynamic_sampling.enabled else None,
     )  # fmt: skip
     if chosen.train is not None:  # e.g. overlong filtering: in the group statistics, out of the loss
         keep = keep[chosen.train[keep]]
-    update_rollout = rollout.select(keep) if len(keep) < len(rollout) else rollout
+    trained = len(keep) < len(rollout)
     t1 = time.perf_counter()
 
-    batch = UpdateBatch(
-        advantages=inputs.advantages[keep],
-        old_logp=None if inputs.old_logp is None else inputs.old_logp[keep],
-        group_reward_std=adv.group_reward_std[keep],
-        group_mean=adv.group_mean[keep],
-        progress=progress,
-    )
     update_metrics = run_update(
-        run.policy, update_rollout, batch, cfg, run.optimizer, run.scheduler, run.parameters,
-        config.optim.max_grad_norm, run.accelerator.autocast,
+        run.policy, rollout.select(keep) if trained else rollout, batch.select(keep) if trained else batch, run.loss,
+        cfg, run.optimizer, run.scheduler, run.parameters, config.optim.max_grad_norm, run.accelerator.autocast,
         padding=rollout.select([0]) if run.parallel.sharded else None,
     )  # fmt: skip
     t_update = time.perf_counter() - t1
 
-    record = step_record(step, rollout, reward_table, samples.reward_errors, run.rewards.labels, adv, update_metrics)
+    record = step_record(step, rollout, reward_table, samples.reward_errors, run.rewards.labels, stats, update_metrics)
     record["num_trained_samples"] = len(keep)
     record |= chosen.stats
     record |= sum_counters(run.rewards.take_metrics())
     step_seconds = sampling_seconds + time.perf_counter() - t0
     record |= {"time/rollout_s": sampling_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
-    return record, rollout, adv
+    return record, rollout, batch
 
 
 def rollout_request(run: TrainingRun) -> RolloutRequest:
-    """The rollout structure the configured methods read, and the reward probe for families that measure rewards of
-    intermediate states."""
-    structure = frozenset(run.config.algorithm.needs()) & frozenset(alg.STRUCTURE_FIELDS)
-    probe = run.rewards.weighted_sum if structure & {"step_rewards", "segment_values"} else None
-    return RolloutRequest(structure=structure, reward_probe=probe)
+    """The rollout structure the configured methods read, and the trainer's reward probe for families whose rollouts
+    measure rewards (of intermediate states, or to choose initial noise)."""
+    structure = alg.names_by("rollout", run.config.algorithm.needs())
+    return RolloutRequest(structure=structure, reward_probe=run.rewards.weighted_sum)
 
 
-def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollout, adv: StepAdvantages, progress):
+def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollout, batch: alg.StepBatch, progress):
     """Append the record to ``metrics.jsonl`` and the trackers, dump samples, report progress (main process)."""
     if not run.main:
         return
@@ -414,7 +415,7 @@ def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollo
     if run_cfg.sample_every and step % run_cfg.sample_every == 0:
         prompts, rewards, count = (
             [prompt_text(r) for r in rollout.rows],
-            adv.combined_reward.tolist(),
+            batch["combined_reward"].tolist(),
             run_cfg.samples_per_dump,
         )
         dump_samples(run.out / "samples", step, prompts, rollout.outputs, rewards, count)
@@ -451,13 +452,21 @@ def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, 
 
 
 def state_of(run: TrainingRun) -> dict[str, Any]:
-    """What a checkpoint needs beyond weights, optimizer and policy state: the data position, estimator and reward
-    combiner statistics and the sample sources' state."""
-    extra = {"advantage_state": run.advantage_state.state_dict()} if run.advantage_state is not None else {}
-    if run.combiner_state is not None:
-        extra["combiner_state"] = run.combiner_state.state_dict()
-    if run.sources.rules:
-        extra["sample_sources"] = run.sources.state_dict()
-    if run.rollouts is not None:
-        extra["async_rollout"] = run.rollouts.state_dict()
-    return {"data_cursor": run.stream.cursor, "extra": extra}
+    """What a checkpoint needs beyond weights, optimizer and policy state: the data position and the state of every
+    stateful component (:meth:`TrainingRun.components`)."""
+    components = {key: component.state_dict() for key, component in run.components().items()}
+    return {"data_cursor": run.stream.cursor, "extra": {"components": components}}
+
+
+#: Checkpoint keys of component states written before they were kept under ``extra["components"]``.
+_LEGACY_KEYS = {"advantage_state": "advantage", "combiner_state": "reward_combination",
+                "sample_sources": "sample_sources", "async_rollout": "async_rollout"}  # fmt: skip
+
+
+def component_states(extra: dict[str, Any]) -> dict[str, Any]:
+    """The saved component states by key, also from checkpoints of earlier versions (one key per component)."""
+    states = dict(extra.get("components", {}))
+    for legacy, key in _LEGACY_KEYS.items():
+        if legacy in extra and key not in states:
+            states[key] = extra[legacy]
+    return states

@@ -100,17 +100,7 @@ def _rewards(run: TrainingRun, rollout: Rollout) -> tuple[Tensor, list[int]]:
 
 
 def _local(run: TrainingRun, rollout: Rollout, table: Tensor, forced: Tensor) -> LocalSamples:
-    stage: SampleSourceStage = run.sources
-    tokens = rollout.structure.action_ids if stage.needs_tokens else None
-    return LocalSamples(
-        group_ids=rollout.group_ids,
-        rewards=run.rewards.table_sum(table),
-        lengths=rollout.action_mask.sum(1),
-        truncated=rollout.structure.truncated,
-        forced=forced,
-        tokens=tokens,
-        behaviour_logp=rollout.old_logp if tokens is not None else None,
-    )
+    return run.sources.view(rollout, run.rewards.table_sum(table), forced)
 
 
 def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest) -> Rollout | None:

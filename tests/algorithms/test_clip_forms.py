@@ -7,21 +7,19 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import ObjectiveContext, policy_loss
+from genalign.algorithms import StepBatch, policy_loss
 
 F64 = torch.float64
 
 
-def run(ratios, advantages, *, rows: bool = False, old=None, context=None, **kwargs):
+def run(ratios, advantages, *, rows: bool = False, old=None, batch=None, **kwargs):
     """``ratios``: one action per sequence (``rows=False``) or one row ``[1, T]`` with one advantage (``rows=True``).
     Returns (loss, d loss.sum() / d logp) flattened."""
     log_ratio = torch.log(torch.tensor(ratios, dtype=F64))
     log_ratio = log_ratio[None, :] if rows else log_ratio[:, None]
     old = torch.zeros_like(log_ratio) if old is None else torch.tensor(old, dtype=F64).view_as(log_ratio)
     logp = (old + log_ratio).requires_grad_(True)
-    loss, _ = policy_loss(
-        logp, old, torch.tensor(advantages, dtype=F64), torch.ones_like(logp), context=context, **kwargs
-    )
+    loss, _ = policy_loss(logp, old, torch.tensor(advantages, dtype=F64), torch.ones_like(logp), batch=batch, **kwargs)
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     return loss.detach().flatten(), grad.flatten()
 
@@ -31,11 +29,11 @@ def close(actual, expected):
 
 
 def test_entropy_adaptive_bounds():
-    context = ObjectiveContext(entropy=torch.tensor([[1.0, 3.0]], dtype=F64))  # row mean 2 -> scales 0.5, 1.5
-    loss, grad = run([1.2, 1.2], [1.0], rows=True, context=context, clip="entropy_adaptive")
+    context = StepBatch(entropy=torch.tensor([[1.0, 3.0]], dtype=F64))  # row mean 2 -> scales 0.5, 1.5
+    loss, grad = run([1.2, 1.2], [1.0], rows=True, batch=context, clip="entropy_adaptive")
     close(loss, [-1.1, -1.2])  # ε_high 0.1 (capped) and 0.3 (free)
     close(grad, [0.0, -1.2])
-    with pytest.raises(ValueError, match=r"clip form 'entropy_adaptive' needs context.entropy"):
+    with pytest.raises(ValueError, match=r"clip form 'entropy_adaptive' needs the signal 'entropy'"):
         run([1.2], [1.0], clip="entropy_adaptive")
 
 
@@ -52,8 +50,8 @@ def test_elastic_bounds_follow_advantage_and_group_variance():
     loss, grad = run([1.35, 1.35], [1.0, 2.0], clip="elastic", advantage_gain=0.5)
     close(loss, [-1.3, -2 * 1.35])  # ε = 0.2·1.5 = 0.3 (capped), 0.2·2 = 0.4 (free)
     close(grad, [0.0, -2 * 1.35])
-    context = ObjectiveContext(group_reward_std=torch.tensor([0.5], dtype=F64))  # 4σ² = 1
-    loss, _ = run([1.5], [1.0], clip="elastic", advantage_gain=0.0, variance_gain=1.0, context=context)
+    context = StepBatch(group_reward_std=torch.tensor([0.5], dtype=F64))  # 4σ² = 1
+    loss, _ = run([1.5], [1.0], clip="elastic", advantage_gain=0.0, variance_gain=1.0, batch=context)
     close(loss, [-1.4])  # ε = 0.2 · 2
     with pytest.raises(ValueError, match="group_reward_std"):
         run([1.5], [1.0], clip="elastic", variance_gain=1.0)
@@ -115,23 +113,23 @@ def test_stale_veto_drops_the_suffix_of_negative_responses():
 
 
 def _engine(rollout):
-    return ObjectiveContext(rollout_logp=torch.tensor(rollout, dtype=F64)[:, None])
+    return StepBatch(behaviour_logp=torch.tensor(rollout, dtype=F64)[:, None])
 
 
 def test_icepop_masks_mismatched_actions_and_reweights_the_rest():
     old = [0.0, math.log(0.9), math.log(0.2), math.log(0.6)]
     rollout = [0.0, math.log(0.3), math.log(0.5), math.log(0.4)]  # k = 1, 3, 0.4, 1.5
-    loss, grad = run([1.1, 1.0, 1.0, 1.0], [1.0] * 4, old=old, context=_engine(rollout), clip="icepop")
+    loss, grad = run([1.1, 1.0, 1.0, 1.0], [1.0] * 4, old=old, batch=_engine(rollout), clip="icepop")
     close(loss, [-1.1, 0.0, 0.0, -1.5])
     close(grad, [-1.1, 0.0, 0.0, -1.5])
-    with pytest.raises(ValueError, match=r"needs context.rollout_logp"):
+    with pytest.raises(ValueError, match=r"needs the signal 'behaviour_logp'"):
         run([1.0], [1.0], clip="icepop")
 
 
 def test_truncated_is_weights():
     old = [math.log(0.9), math.log(0.2)]
     rollout = [math.log(0.3), math.log(0.4)]  # k = 3 -> 2 (truncated), 0.5
-    loss, grad = run([1.1, 1.1], [1.0, 1.0], old=old, context=_engine(rollout), clip="truncated_is")
+    loss, grad = run([1.1, 1.1], [1.0, 1.0], old=old, batch=_engine(rollout), clip="truncated_is")
     close(loss, [-2.2, -0.55])
     close(grad, [-2.2, -0.55])
 
@@ -139,7 +137,7 @@ def test_truncated_is_weights():
 def test_off_policy_trust_region_is_centred_on_the_iterate():
     old = [math.log(0.4), math.log(0.4)]
     rollout = [math.log(0.2), math.log(0.2)]  # π_k/π_β = 2 -> r bounds [1.6, 2.4]
-    loss, grad = run([1.1, 1.3], [1.0, 1.0], old=old, context=_engine(rollout), clip="off_policy")
+    loss, grad = run([1.1, 1.3], [1.0, 1.0], old=old, batch=_engine(rollout), clip="off_policy")
     close(loss, [-2.2, -2.4])
     close(grad, [-2.2, 0.0])
     loss_ppo, grad_ppo = run([1.1, 1.3, 0.7], [1.0, 1.0, -1.0], clip="ppo")
@@ -149,7 +147,7 @@ def test_off_policy_trust_region_is_centred_on_the_iterate():
 
 
 def test_entropy_split_widens_high_entropy_actions():
-    context = ObjectiveContext(entropy=torch.tensor([[0.2, 1.0]], dtype=F64))
-    loss, grad = run([1.25, 1.25], [1.0], rows=True, context=context, clip="entropy_split")
+    context = StepBatch(entropy=torch.tensor([[0.2, 1.0]], dtype=F64))
+    loss, grad = run([1.25, 1.25], [1.0], rows=True, batch=context, clip="entropy_split")
     close(loss, [-1.2, -1.25])  # ε_high 0.2 vs 0.3
     close(grad, [0.0, -1.25])

@@ -8,8 +8,8 @@ import torch
 
 from genalign.algorithms import (
     CREDIT_RULES,
-    CreditInputs,
     HyperparameterError,
+    StepBatch,
     apply_credit,
     check_hyperparameters,
     check_rule_order,
@@ -22,8 +22,10 @@ ENTROPY = torch.tensor([[1.0, 3.0], [1.0, 4.0]], dtype=F64)
 GROUPS = torch.tensor([0, 0])
 
 
-def inputs(adv=ADV, mask=MASK, entropy=ENTROPY, **fields) -> CreditInputs:
-    return CreditInputs(adv, mask, torch.zeros(len(adv), dtype=torch.long), entropy=entropy, **fields)
+def inputs(adv=ADV, mask=MASK, entropy=ENTROPY, **fields) -> StepBatch:
+    return StepBatch(
+        sample_advantages=adv, mask=mask, group_ids=torch.zeros(len(adv), dtype=torch.long), entropy=entropy, **fields
+    )
 
 
 def weights(name: str, adv=ADV, mask=MASK, entropy=ENTROPY, **hp) -> torch.Tensor:
@@ -79,11 +81,13 @@ def test_bad_input():
     with pytest.raises(ValueError, match="rho must be in"):
         weights("high_entropy_tokens", rho=0.0)
     with pytest.raises(ValueError, match=r"sample_advantages must have shape \[N\]=\[2\]"):
-        CreditInputs(ADV[:1], MASK, GROUPS)
+        StepBatch(sample_advantages=ADV[:1], mask=MASK, group_ids=GROUPS)
     with pytest.raises(ValueError, match=r"entropy must have shape \[N, T\]=\[2, 2\]"):
-        CreditInputs(ADV, MASK, GROUPS, entropy=ENTROPY[:, :1])
-    with pytest.raises(ValueError, match=r"needs CreditInputs\.entropy"):
-        CREDIT_RULES.get("high_entropy_tokens")(torch.ones(2, 2), CreditInputs(ADV, MASK, GROUPS))
+        StepBatch(sample_advantages=ADV, mask=MASK, group_ids=GROUPS, entropy=ENTROPY[:, :1])
+    with pytest.raises(ValueError, match=r"needs the signal 'entropy'"):
+        CREDIT_RULES.get("high_entropy_tokens")(
+            torch.ones(2, 2), StepBatch(sample_advantages=ADV, mask=MASK, group_ids=GROUPS)
+        )
     with pytest.raises(HyperparameterError, match=r"'high_entropy_tokens'.*Accepted keywords: rho"):
         check_hyperparameters(CREDIT_RULES, "high_entropy_tokens", {"top_p": 0.2})
 
@@ -113,7 +117,7 @@ def test_polarity_token_weights_by_behaviour_probability_and_sign():
 
 
 def test_polarity_token_weights_needs_logp_progress_and_valid_alphas():
-    with pytest.raises(ValueError, match=r"needs CreditInputs\.behaviour_logp"):
+    with pytest.raises(ValueError, match=r"needs the signal 'behaviour_logp'"):
         weights("polarity_token_weights")
     with pytest.raises(ValueError, match=r"anneal=True needs progress in \[0, 1\], got None"):
         weights("polarity_token_weights", logp=-ENTROPY, anneal=True)
@@ -124,12 +128,14 @@ def test_polarity_token_weights_needs_logp_progress_and_valid_alphas():
 def test_future_kl_subtracts_the_reverse_cumulative_kl():
     kl = torch.tensor([[0.1, 0.2, 0.3], [1.0, 1.0, 5.0]], dtype=F64)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
-    credit = CreditInputs(torch.tensor([1.0, -1.0], dtype=F64), mask, GROUPS, kl=kl)
+    credit = StepBatch(sample_advantages=torch.tensor([1.0, -1.0], dtype=F64), mask=mask, group_ids=GROUPS, kl=kl)
     out = CREDIT_RULES.get("future_kl")(torch.tensor([[1.0] * 3, [-1.0] * 3], dtype=F64), credit, coef=0.5)
     # row 0: 1 − 0.5·(0.6, 0.5, 0.3); row 1: −1 − 0.5·(2, 1), padding 0 (its KL ignored)
     torch.testing.assert_close(out, torch.tensor([[0.7, 0.75, 0.85], [-2.0, -1.5, 0.0]], dtype=F64))
-    with pytest.raises(ValueError, match=r"needs CreditInputs\.kl"):
-        CREDIT_RULES.get("future_kl")(torch.ones(2, 3), CreditInputs(torch.ones(2), mask.float(), GROUPS))
+    with pytest.raises(ValueError, match=r"needs the signal 'kl'"):
+        CREDIT_RULES.get("future_kl")(
+            torch.ones(2, 3), StepBatch(sample_advantages=torch.ones(2), mask=mask.float(), group_ids=GROUPS)
+        )
 
 
 def test_rules_chain_in_order_and_replacing_rules_must_come_first():

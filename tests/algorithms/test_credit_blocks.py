@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.config import from_dict
 from genalign.config.core import ConfigError
 from genalign.config.schema import TrainConfig
@@ -18,11 +18,8 @@ BLOCKS = torch.tensor([[0, 0, 1, 1]] * 4)
 MASK = torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 0]])
 
 
-def inputs() -> CreditInputs:
-    return CreditInputs(
-        torch.zeros(4, dtype=F64), MASK, torch.zeros(4, dtype=torch.long), rewards=REWARDS,
-        structure=RolloutStructure(block_ids=BLOCKS),
-    )  # fmt: skip
+def inputs() -> StepBatch:
+    return StepBatch(sample_advantages=torch.zeros(4, dtype=F64), mask=MASK, group_ids=torch.zeros(4, dtype=torch.long), rewards=REWARDS, block_ids=BLOCKS)  # fmt: skip
 
 
 def test_each_block_gets_its_own_reward_with_an_outcome_conditioned_baseline():

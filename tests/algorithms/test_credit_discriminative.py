@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from tests.algorithms.arith_config import arith_lm_config
 
 F64 = torch.float64
@@ -18,7 +18,9 @@ HIDDEN = torch.tensor([[[0.0, 1.0], [1.0, 0.0]], [[0.0, 1.0], [-1.0, 0.0]]], dty
 
 
 def delta(hidden=HIDDEN, adv=ADV, **hp) -> torch.Tensor:
-    inputs = CreditInputs(adv, torch.ones(2, 2), torch.zeros(2, dtype=torch.long), hidden=hidden)
+    inputs = StepBatch(
+        sample_advantages=adv, mask=torch.ones(2, 2), group_ids=torch.zeros(2, dtype=torch.long), hidden=hidden
+    )
     return CREDIT_RULES.get("discriminative_tokens")(adv[:, None].expand(2, 2).clone(), inputs, **hp)
 
 
@@ -40,12 +42,6 @@ def test_without_both_sides_the_weights_are_one():
 
 
 def test_config_accepts_delta_and_requests_hidden_states_before_the_update():
-    from genalign.trainer.step_advantages import prepass_request
-
     config = arith_lm_config(credit=["discriminative_tokens"])
-
-    class Family:  # what prepass_request reads of a policy
-        capabilities = type("C", (), {"rollout_logp_is_exact": False})()
-
-    request = prepass_request(config.algorithm, Family())
-    assert request is not None and request.hidden and "hidden" in request.features()
+    request = config.algorithm.advantage_stage().prepass()
+    assert request is not None and "hidden" in request.features

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit.entropy_dynamics import entropy_change_magnitude
 from tests.algorithms.arith_config import arith_lm_config
 
@@ -25,8 +25,7 @@ OMEGA = [
 
 def steer(advantages=ADV, mask=None, **hp):
     mask = torch.ones(2, 2) if mask is None else mask
-    inputs = CreditInputs(advantages[:, 0], mask, torch.zeros(2, dtype=torch.long), behaviour_logp=PROBS.log(),
-                          entropy=ENTROPY)  # fmt: skip
+    inputs = StepBatch(sample_advantages=advantages[:, 0], mask=mask, group_ids=torch.zeros(2, dtype=torch.long), behaviour_logp=PROBS.log(), entropy=ENTROPY)  # fmt: skip
     return CREDIT_RULES.get("entropy_change")(advantages, inputs, **hp)
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from tests.algorithms.arith_config import arith_lm_config
 
 F64 = torch.float64
@@ -23,8 +23,7 @@ PROBS = torch.tensor(
 
 
 def stare(entropy_value: float, **hp) -> torch.Tensor:
-    inputs = CreditInputs(ADV, MASK, torch.zeros(4, dtype=torch.long), behaviour_logp=PROBS.log(),
-                          entropy=torch.full((4, 3), entropy_value, dtype=F64))  # fmt: skip
+    inputs = StepBatch(sample_advantages=ADV, mask=MASK, group_ids=torch.zeros(4, dtype=torch.long), behaviour_logp=PROBS.log(), entropy=torch.full((4, 3), entropy_value, dtype=F64))  # fmt: skip
     return CREDIT_RULES.get("entropy_critical_tokens")(torch.ones(4, 3, dtype=F64), inputs, **hp)
 
 
@@ -55,7 +54,7 @@ def test_stare_rejects_bad_weights():
 def pivots(entropy, groups, mask=None, **hp):
     mask = torch.ones(entropy.shape) if mask is None else mask
     adv = torch.ones(entropy.shape[0], dtype=F64)
-    inputs = CreditInputs(adv, mask, groups, entropy=entropy)
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=groups, entropy=entropy)
     return CREDIT_RULES.get("entropy_pivots")(torch.ones(entropy.shape, dtype=F64), inputs, **hp)
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from tests.algorithms.arith_config import arith_lm_config
 
 F64 = torch.float64
@@ -19,7 +19,7 @@ ENTROPY = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=F64)
 def egsw(mask=None, groups=None, **hp):
     mask = torch.ones(2, 2) if mask is None else mask
     groups = torch.zeros(2, dtype=torch.long) if groups is None else groups
-    inputs = CreditInputs(ADV, mask, groups, entropy=ENTROPY)
+    inputs = StepBatch(sample_advantages=ADV, mask=mask, group_ids=groups, entropy=ENTROPY)
     return CREDIT_RULES.get("entropy_softmax_weights")(ADV[:, None].expand(2, 2).clone(), inputs, **hp)
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from tests.algorithms.arith_config import arith_lm_config
 
 MASK = torch.tensor([[1.0] * 10, [1.0] * 4 + [0.0] * 6, [0.0, 0.0] + [1.0] * 8])  # row 2 is left-padded
 
 
 def kept(progress: float, mask=MASK, **hp) -> list[int]:
-    inputs = CreditInputs(torch.ones(3), mask, torch.zeros(3, dtype=torch.long), progress=progress)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(3), mask=mask, group_ids=torch.zeros(3, dtype=torch.long), progress=progress
+    )
     out = CREDIT_RULES.get("progressive_prefix")(torch.ones(mask.shape), inputs, **hp)
     assert torch.equal(out, out * (mask > 0))  # never on padding
     return out.sum(1).long().tolist()
@@ -31,7 +33,9 @@ def test_retained_prefix_grows_linearly_from_start_to_end_fraction():
 
 
 def test_the_prefix_is_the_first_valid_tokens():
-    inputs = CreditInputs(torch.ones(3), MASK, torch.zeros(3, dtype=torch.long), progress=1.0)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(3), mask=MASK, group_ids=torch.zeros(3, dtype=torch.long), progress=1.0
+    )
     out = CREDIT_RULES.get("progressive_prefix")(torch.ones(3, 10), inputs)
     assert out[2].tolist() == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]  # after the left padding
 
@@ -39,7 +43,7 @@ def test_the_prefix_is_the_first_valid_tokens():
 def test_needs_progress_and_valid_fractions():
     with pytest.raises(ValueError, match="progress"):
         CREDIT_RULES.get("progressive_prefix")(
-            torch.ones(3, 10), CreditInputs(torch.ones(3), MASK, torch.zeros(3).long())
+            torch.ones(3, 10), StepBatch(sample_advantages=torch.ones(3), mask=MASK, group_ids=torch.zeros(3).long())
         )
     with pytest.raises(ValueError, match="start_fraction"):
         kept(0.5, start_fraction=0.6, end_fraction=0.5)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, OBJECTIVES, CreditInputs, ObjectiveContext, ScoreOutput
+from genalign.algorithms import CREDIT_RULES, OBJECTIVES, ScoreOutput, StepBatch
 from genalign.config import ConfigError
 from tests.algorithms.arith_config import arith_lm_config
 
@@ -17,7 +17,12 @@ F64 = torch.float64
 
 def damping(advantages, probs, mask, **hp):
     logp = torch.tensor(probs, dtype=F64).log()
-    inputs = CreditInputs(advantages, mask, torch.zeros(len(advantages), dtype=torch.long), behaviour_logp=logp)
+    inputs = StepBatch(
+        sample_advantages=advantages,
+        mask=mask,
+        group_ids=torch.zeros(len(advantages), dtype=torch.long),
+        behaviour_logp=logp,
+    )
     return CREDIT_RULES.get("probability_damping")(advantages[:, None].expand(mask.shape).clone(), inputs, **hp)
 
 
@@ -37,7 +42,7 @@ def test_probability_damping_scales_by_a_linear_function_of_the_token_probabilit
 def lopti_loss(phase, *, low_first=True, threshold=0.5):
     old = torch.tensor([[0.2, 0.8, 0.6]]).log()  # token 0 is a low-probability token (< 0.5), 1 and 2 are not
     logp = old.clone().requires_grad_(True)  # on-policy: every ratio is 1
-    context = ObjectiveContext(old_logp=old, mask=torch.ones(1, 3), phase=phase)
+    context = StepBatch(old_logp=old, mask=torch.ones(1, 3), phase=phase)
     loss, metrics = OBJECTIVES.get("lopti")(
         ScoreOutput(logp=logp), torch.tensor([2.0]), context, threshold=threshold, low_first=low_first
     )
@@ -59,14 +64,14 @@ def test_lopti_trains_low_probability_tokens_in_the_first_phase_and_the_rest_in_
 def test_lopti_second_phase_ratio_carries_the_first_phase_change():
     old = torch.tensor([[math.log(0.2), math.log(0.8)]])
     logp = torch.tensor([[math.log(0.3), math.log(0.88)]], requires_grad=True)  # after phase 0: ratios 1.5, 1.1
-    context = ObjectiveContext(old_logp=old, mask=torch.ones(1, 2), phase=1)
+    context = StepBatch(old_logp=old, mask=torch.ones(1, 2), phase=1)
     loss, _ = OBJECTIVES.get("lopti")(ScoreOutput(logp=logp), torch.tensor([1.0]), context, eps_high=0.2)
     torch.testing.assert_close(loss.detach(), torch.tensor([[0.0, -1.1]]))  # token 1: −A·ρ, ρ = 1.1 inside the clip
 
 
 def test_lopti_needs_the_phase_and_validates_its_threshold():
-    context = ObjectiveContext(old_logp=torch.zeros(1, 1), mask=torch.ones(1, 1))
-    with pytest.raises(ValueError, match=r"context\.phase"):
+    context = StepBatch(old_logp=torch.zeros(1, 1), mask=torch.ones(1, 1))
+    with pytest.raises(ValueError, match=r"the signal 'phase'"):
         OBJECTIVES.get("lopti")(ScoreOutput(logp=torch.zeros(1, 1)), torch.ones(1), context)
     with pytest.raises(ValueError, match="threshold must be in"):
         OBJECTIVES.get("lopti")(ScoreOutput(logp=torch.zeros(1, 1)), torch.ones(1), context, threshold=1.0)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, apply_credit
+from genalign.algorithms import CREDIT_RULES, StepBatch, apply_credit
 from genalign.algorithms.credit.sampling import annealed_fraction
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -16,9 +16,9 @@ ENTROPY = torch.tensor([[0.5, 0.1, 0.3], [0.2, 0.4, 9.0]])
 
 
 def d3s(progress, **hp):
-    inputs = CreditInputs(sample_advantages=torch.tensor([1.0, -2.0]), mask=MASK, group_ids=torch.tensor([0, 0]),
+    inputs = StepBatch(sample_advantages=torch.tensor([1.0, -2.0]), mask=MASK, group_ids=torch.tensor([0, 0]),
                           entropy=ENTROPY, progress=progress)  # fmt: skip
-    return apply_credit([("d3s_tokens", hp)], inputs.sample_advantages, inputs)
+    return apply_credit([("d3s_tokens", hp)], inputs["sample_advantages"], inputs)
 
 
 def test_annealed_fraction_schedule():
@@ -46,9 +46,9 @@ def test_d3s_tokens_needs_entropy_and_checks_its_schedule():
     assert CREDIT_RULES.meta("d3s_tokens")["needs"] == ("entropy",)
     with pytest.raises(ValueError, match=r"start_fraction = 1\.5"):
         d3s(0.0, start_fraction=1.5)
-    inputs = CreditInputs(sample_advantages=torch.ones(2), mask=MASK, group_ids=torch.tensor([0, 0]), progress=0.0)
-    with pytest.raises(ValueError, match=r"needs CreditInputs\.entropy"):
-        apply_credit([("d3s_tokens", {})], inputs.sample_advantages, inputs)
+    inputs = StepBatch(sample_advantages=torch.ones(2), mask=MASK, group_ids=torch.tensor([0, 0]), progress=0.0)
+    with pytest.raises(ValueError, match=r"needs the signal 'entropy'"):
+        apply_credit([("d3s_tokens", {})], inputs["sample_advantages"], inputs)
 
 
 def xrpo(**hp):
@@ -56,9 +56,9 @@ def xrpo(**hp):
     probabilities = torch.tensor([[0.8, 0.8], [0.4, 0.4], [0.6, 0.6], [0.5, 0.5], [0.5, 0.5]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
     logp = torch.where(mask > 0, probabilities.log(), -30.0)  # padding log-probs are ignored
-    inputs = CreditInputs(sample_advantages=torch.tensor([1.0, 0.5, -1.5, 0.7, -0.7]), mask=mask,
+    inputs = StepBatch(sample_advantages=torch.tensor([1.0, 0.5, -1.5, 0.7, -0.7]), mask=mask,
                           group_ids=torch.tensor([0, 0, 0, 1, 1]), behaviour_logp=logp)  # fmt: skip
-    return apply_credit([("xrpo_novelty", hp)], inputs.sample_advantages, inputs)
+    return apply_credit([("xrpo_novelty", hp)], inputs["sample_advantages"], inputs)
 
 
 def test_xrpo_novelty_amplifies_unlikely_correct_responses():

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit.segments import step_potentials
 from genalign.config import from_dict
 from genalign.config.core import ConfigError
@@ -22,19 +22,20 @@ MASK = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
 GROUPS = torch.tensor([0, 0])
 
 
-def credit(adv=(1.0, -1.0), **structure) -> CreditInputs:
+def credit(adv=(1.0, -1.0), **structure) -> StepBatch:
     logp = structure.pop("logp", None)
-    return CreditInputs(
-        torch.tensor(adv, dtype=F64),
-        MASK,
-        GROUPS,
+    return StepBatch(
+        sample_advantages=torch.tensor(adv, dtype=F64),
+        mask=MASK,
+        group_ids=GROUPS,
         behaviour_logp=logp,
-        structure=RolloutStructure(segment_ids=SEGMENTS, **structure),
+        segment_ids=SEGMENTS,
+        **structure,
     )
 
 
-def apply(name: str, inputs: CreditInputs, incoming=None, **hp) -> torch.Tensor:
-    incoming = inputs.sample_advantages[:, None].expand(MASK.shape).clone() if incoming is None else incoming
+def apply(name: str, inputs: StepBatch, incoming=None, **hp) -> torch.Tensor:
+    incoming = inputs["sample_advantages"][:, None].expand(MASK.shape).clone() if incoming is None else incoming
     return CREDIT_RULES.get(name)(incoming, inputs, **hp)
 
 
@@ -73,11 +74,12 @@ def test_step_potential_shapes_by_potential_gains_and_damps_after_saturation():
     probe = torch.zeros(2, 4, 3)
     probe[:, :, 1] = torch.tensor([0.0, 0.5, 1.0, 1.0])
     assert torch.allclose(step_potentials(probe)[0], torch.tensor([-1.0, 0.0, 1.0, 1.0]))
-    inputs = CreditInputs(
-        torch.tensor([2.0, -2.0], dtype=F64),
-        torch.ones(2, 5),
-        GROUPS,
-        structure=RolloutStructure(segment_ids=torch.tensor([[0, 0, 1, 1, 2]] * 2), answer_probe=probe),
+    inputs = StepBatch(
+        sample_advantages=torch.tensor([2.0, -2.0], dtype=F64),
+        mask=torch.ones(2, 5),
+        group_ids=GROUPS,
+        segment_ids=torch.tensor([[0, 0, 1, 1, 2]] * 2),
+        answer_probe=probe,
     )
     out = CREDIT_RULES.get("step_potential")(torch.tensor([[2.0] * 5, [-2.0] * 5], dtype=F64), inputs)
     # step potentials (Φ after each step) 0, 1, 1 -> ΔΦ = 0 (first step), 1, 0; step 2 comes after saturation

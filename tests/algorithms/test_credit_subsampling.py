@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit.subsampling import prefix_inclusion
 from tests.algorithms.arith_config import arith_lm_config
 
@@ -16,7 +16,7 @@ ADV = torch.tensor([[2.0, 2.0, 2.0, 2.0], [-1.0, -1.0, -1.0, -1.0]], dtype=F64)
 
 
 def subsample(**hp) -> torch.Tensor:
-    inputs = CreditInputs(ADV[:, 0], MASK, torch.zeros(2, dtype=torch.long))
+    inputs = StepBatch(sample_advantages=ADV[:, 0], mask=MASK, group_ids=torch.zeros(2, dtype=torch.long))
     return CREDIT_RULES.get("token_subsample")(ADV, inputs, **hp)
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit.token_statistics import fisher_exact_p, low_entropy_runs
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
@@ -20,12 +20,7 @@ def apply(name: str, adv, ids, mask=None, entropy=None, logp=None, **hp) -> torc
     adv = torch.tensor(adv, dtype=F64)
     ids = torch.tensor(ids)
     mask = torch.ones(ids.shape) if mask is None else torch.tensor(mask, dtype=torch.float32)
-    inputs = CreditInputs(
-        adv, mask, torch.zeros(len(adv), dtype=torch.long),
-        entropy=None if entropy is None else torch.tensor(entropy, dtype=F64),
-        behaviour_logp=None if logp is None else torch.tensor(logp, dtype=F64),
-        structure=RolloutStructure(action_ids=ids),
-    )  # fmt: skip
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=torch.zeros(len(adv), dtype=torch.long), entropy=None if entropy is None else torch.tensor(entropy, dtype=F64), behaviour_logp=None if logp is None else torch.tensor(logp, dtype=F64), action_ids=ids)  # fmt: skip
     return CREDIT_RULES.get(name)(adv[:, None].expand(ids.shape).clone(), inputs, **hp)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.structure import token_prefix_tree, tree_from_levels
 from genalign.policies.base import RolloutRequest
 from genalign.policies.lm.core import completion_structure
@@ -22,7 +22,7 @@ ADV = torch.tensor([1.0, 0.0, -1.0, 2.0])  # the root's value is their mean, 0.5
 
 def rule(name: str, tree=None, adv=ADV, mask=MASK, groups=GROUP, **hp) -> torch.Tensor:
     tree = token_prefix_tree(IDS, MASK, GROUP) if tree is None else tree
-    inputs = CreditInputs(adv, mask, groups, structure=RolloutStructure(prefix_tree=tree))
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=groups, prefix_tree=tree)
     return CREDIT_RULES.get(name)(adv[:, None].expand(mask.shape).clone(), inputs, **hp)
 
 
@@ -68,14 +68,14 @@ def test_process_set_balance_divides_by_the_number_of_samples_sharing_the_prefix
     torch.testing.assert_close(out, ADV[:, None] / sizes)
     # a shared opening (the root) counts the whole group
     tree = token_prefix_tree(torch.tensor([[1, 2], [1, 3]]), torch.ones(2, 2), torch.zeros(2, dtype=torch.long))
-    inputs = CreditInputs(
-        torch.ones(2), torch.ones(2, 2), torch.zeros(2).long(), structure=RolloutStructure(prefix_tree=tree)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(2), mask=torch.ones(2, 2), group_ids=torch.zeros(2).long(), prefix_tree=tree
     )
     assert CREDIT_RULES.get("process_set_balance")(torch.ones(2, 2), inputs).tolist() == [[0.5, 1.0], [0.5, 1.0]]
 
 
 def test_rules_name_the_missing_tree():
-    inputs = CreditInputs(ADV, MASK, GROUP)
+    inputs = StepBatch(sample_advantages=ADV, mask=MASK, group_ids=GROUP)
     with pytest.raises(ValueError, match="prefix_tree"):
         CREDIT_RULES.get("tree_td")(torch.ones(4, 3), inputs)
 
@@ -83,7 +83,10 @@ def test_rules_name_the_missing_tree():
 def test_autoregressive_families_declare_the_token_prefix_tree():
     structure = completion_structure(RolloutRequest(structure=frozenset({"prefix_tree"})), None, torch.zeros(4, dtype=torch.bool),
                                      IDS, MASK, group_ids=GROUP)  # fmt: skip
-    assert torch.equal(structure.prefix_tree.depth, token_prefix_tree(IDS, MASK, GROUP).depth)
-    assert completion_structure(RolloutRequest(), None, torch.zeros(4, dtype=torch.bool), IDS, MASK).prefix_tree is None
+    assert torch.equal(structure["prefix_tree"].depth, token_prefix_tree(IDS, MASK, GROUP).depth)
+    assert (
+        completion_structure(RolloutRequest(), None, torch.zeros(4, dtype=torch.bool), IDS, MASK).get("prefix_tree")
+        is None
+    )
     config = arith_lm_config(credit=["tree_td", "process_set_balance"], credit_args={"tree_td": {"td_coef": 0.5}})
     assert config.algorithm.needs()["prefix_tree"]

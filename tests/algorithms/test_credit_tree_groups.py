@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit import check_rule_order
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
 from tests.algorithms.arith_config import arith_lm_config
@@ -19,7 +19,7 @@ SQRT2 = math.sqrt(2.0)
 
 def rule(name: str, tree: PrefixTree, adv: torch.Tensor, groups: torch.Tensor, mask=None, **hp) -> torch.Tensor:
     mask = torch.ones(tree.node_of_action.shape) if mask is None else mask
-    inputs = CreditInputs(adv, mask, groups, structure=RolloutStructure(prefix_tree=tree))
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=groups, prefix_tree=tree)
     return CREDIT_RULES.get(name)(adv[:, None].expand(mask.shape).clone(), inputs, **hp)
 
 
@@ -110,7 +110,9 @@ def test_spo_tree_gives_every_token_of_a_segment_its_node_value_minus_its_parent
 
 
 def test_rules_check_inputs_and_order_and_the_loader_accepts_them():
-    inputs = CreditInputs(torch.zeros(2), torch.ones(2, 2), torch.zeros(2, dtype=torch.long))
+    inputs = StepBatch(
+        sample_advantages=torch.zeros(2), mask=torch.ones(2, 2), group_ids=torch.zeros(2, dtype=torch.long)
+    )
     for name in ("tree_grpo", "grpo_ma", "spo_tree"):
         with pytest.raises(ValueError, match="prefix_tree"):
             CREDIT_RULES.get(name)(torch.ones(2, 2), inputs)

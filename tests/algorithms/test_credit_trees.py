@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, PrefixTree, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, PrefixTree, StepBatch
 from genalign.algorithms.structure import tree_from_levels
 
 # One tree of 4 leaves over 3 steps: step 0 splits into {0, 1} | {2, 3}, step 1 is an ODE step, step 2 splits again.
@@ -18,8 +18,7 @@ TREE = tree_from_levels(NODES, DEPTHS, num_trees=1)
 def tree_credit(leaf_values, tree=TREE, groups=None, logp=None, **hp):
     n, steps = tree.node_of_action.shape
     groups = torch.zeros(n, dtype=torch.long) if groups is None else groups
-    inputs = CreditInputs(leaf_values, torch.ones(n, steps), groups, behaviour_logp=logp,
-                          structure=RolloutStructure(prefix_tree=tree))  # fmt: skip
+    inputs = StepBatch(sample_advantages=leaf_values, mask=torch.ones(n, steps), group_ids=groups, behaviour_logp=logp, prefix_tree=tree)  # fmt: skip
     return CREDIT_RULES.get("tree")(torch.zeros(n, steps), inputs, **hp)
 
 
@@ -70,7 +69,9 @@ def test_width_pruning_keeps_the_largest_absolute_advantages_and_leaf_mode():
 
 
 def test_needs_the_declared_tree():
-    inputs = CreditInputs(torch.ones(2), torch.ones(2, 3), torch.zeros(2, dtype=torch.long))
+    inputs = StepBatch(
+        sample_advantages=torch.ones(2), mask=torch.ones(2, 3), group_ids=torch.zeros(2, dtype=torch.long)
+    )
     with pytest.raises(ValueError, match="prefix_tree"):
         CREDIT_RULES.get("tree")(torch.zeros(2, 3), inputs)
     assert isinstance(TREE, PrefixTree)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 
@@ -19,7 +19,7 @@ def run(name: str, adv, shape, **fields) -> torch.Tensor:
     hp = fields.pop("hp", {})
     adv = torch.tensor(adv, dtype=F64)
     mask = fields.pop("mask", torch.ones(shape))
-    inputs = CreditInputs(adv, mask, torch.zeros(len(adv), dtype=torch.long), **fields)
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=torch.zeros(len(adv), dtype=torch.long), **fields)
     return CREDIT_RULES.get(name)(adv[:, None].expand(shape).clone(), inputs, **hp)
 
 
@@ -64,16 +64,16 @@ def test_self_distill_magnitude_takes_size_from_the_teacher_and_sign_from_the_re
     # δ = log π_teacher − log π = (ln 2, −ln 2, 0) in both samples
     student = torch.full((2, 3), -1.0, dtype=F64)
     teacher = student + torch.tensor([math.log(2), -math.log(2), 0.0], dtype=F64)
-    structure = RolloutStructure(teacher_logp=teacher)
-    raw = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, structure=structure,
+    structure = {"teacher_logp": teacher}
+    raw = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, **structure,
               hp={"normalize": False})  # fmt: skip
     # correct: e^{δ} = 2, 1/2, 1; wrong: e^{-δ} = 1/2, 2, 1 (the teacher's rejected token carries the blame)
     torch.testing.assert_close(raw, torch.tensor([[2.0, 0.5, 1.0], [-0.5, -2.0, -1.0]], dtype=F64))
-    normalised = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, structure=structure)
+    normalised = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, **structure)
     # mean weight 3.5 / 3 -> 12/7, 3/7, 6/7
     torch.testing.assert_close(normalised[0], torch.tensor([12 / 7, 3 / 7, 6 / 7], dtype=F64))
-    big = RolloutStructure(teacher_logp=student + math.log(10.0))
-    clamped = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, structure=big,
+    big = dict(teacher_logp=student + math.log(10.0))
+    clamped = run("self_distill_magnitude", [1.0, -1.0], (2, 3), behaviour_logp=student, **big,
                   hp={"normalize": False})  # fmt: skip
     torch.testing.assert_close(clamped, torch.tensor([[3.0] * 3, [-1 / 3] * 3], dtype=F64))
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.algorithms.credit.values import cumulative_step_values
 
 
@@ -22,8 +22,8 @@ def test_cumulative_step_values_discounted_mean_of_later_states():
 def _inputs(step_rewards, groups, mask=None, step_std=None):
     n, t = step_rewards.shape[0], step_rewards.shape[1] - 1
     mask = torch.ones(n, t) if mask is None else mask
-    return CreditInputs(sample_advantages=torch.zeros(n), mask=mask, group_ids=groups,
-                        structure=RolloutStructure(step_rewards=step_rewards, step_std=step_std))  # fmt: skip
+    return StepBatch(sample_advantages=torch.zeros(n), mask=mask, group_ids=groups,
+                        step_rewards=step_rewards, step_std=step_std)  # fmt: skip
 
 
 def test_vgpo_values_normalises_each_step_with_the_absolute_anchor():

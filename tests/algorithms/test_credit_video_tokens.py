@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms.credit import CREDIT_RULES, CreditInputs, apply_credit
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit import CREDIT_RULES, apply_credit
 
 
 def k3_inverse(d: float) -> float:
@@ -22,7 +23,7 @@ def k3_inverse(d: float) -> float:
 def make_inputs(visual, temporal, entropy, mask=None):
     logp = torch.zeros(1, 5)
     mask = torch.ones(1, 5) if mask is None else mask
-    return CreditInputs(
+    return StepBatch(
         sample_advantages=torch.tensor([2.0]),
         mask=mask,
         group_ids=torch.tensor([0]),
@@ -38,10 +39,10 @@ def test_key_tokens_union_of_each_signals_top_fraction():
         visual=[0.1, 3.0, 0.2, 0.0, 0.0], temporal=[0.0, 0.0, 0.0, 0.5, 0.1], entropy=[0.1, 0.2, 0.3, 0.05, 0.01]
     )
     # fraction 0.2 of 5 tokens = 1 token per signal: visual -> 1, temporal -> 3, entropy -> 2
-    out = apply_credit([("video_key_tokens", {})], inputs.sample_advantages, inputs)
+    out = apply_credit([("video_key_tokens", {})], inputs["sample_advantages"], inputs)
     assert out.tolist() == [[0.0, 2.0, 2.0, 2.0, 0.0]]
     only_temporal = {"visual_fraction": 0.0, "entropy_fraction": 0.0, "temporal_fraction": 0.4}
-    out = apply_credit([("video_key_tokens", only_temporal)], inputs.sample_advantages, inputs)
+    out = apply_credit([("video_key_tokens", only_temporal)], inputs["sample_advantages"], inputs)
     assert out.tolist() == [[0.0, 0.0, 0.0, 2.0, 2.0]]
 
 
@@ -49,7 +50,7 @@ def test_tokens_without_signal_and_padding_are_never_key():
     inputs = make_inputs(
         visual=[0.0] * 5, temporal=[0.0] * 5, entropy=[0.0, 0.0, 0.0, 0.0, 9.0], mask=torch.tensor([[1, 1, 1, 1, 0.0]])
     )  # single-frame sample without visual signal; the high-entropy token is padding
-    out = apply_credit([("video_key_tokens", {"entropy_fraction": 1.0})], inputs.sample_advantages, inputs)
+    out = apply_credit([("video_key_tokens", {"entropy_fraction": 1.0})], inputs["sample_advantages"], inputs)
     assert out.abs().sum() == 0
 
 
@@ -59,7 +60,7 @@ def test_key_tokens_declares_its_features_and_rejects_bad_fractions():
     }  # fmt: skip
     inputs = make_inputs([0.0] * 5, [0.0] * 5, [0.0] * 5)
     with pytest.raises(ValueError, match="temporal_fraction"):
-        apply_credit([("video_key_tokens", {"temporal_fraction": 1.5})], inputs.sample_advantages, inputs)
+        apply_credit([("video_key_tokens", {"temporal_fraction": 1.5})], inputs["sample_advantages"], inputs)
     with pytest.raises(ValueError, match="every fraction is 0"):
         zero = {"visual_fraction": 0.0, "temporal_fraction": 0.0, "entropy_fraction": 0.0}
-        apply_credit([("video_key_tokens", zero)], inputs.sample_advantages, inputs)
+        apply_credit([("video_key_tokens", zero)], inputs["sample_advantages"], inputs)

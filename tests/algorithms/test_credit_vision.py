@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, RolloutStructure, apply_credit
+from genalign.algorithms import CREDIT_RULES, StepBatch, apply_credit
 from genalign.algorithms.credit.vision import visual_dependency_scores
 
 LN2 = math.log(2.0)
@@ -22,12 +22,12 @@ def test_visual_dependency_is_the_k3_kl_of_dropping_the_image_at_the_sampled_tok
     assert visual_dependency_scores(logp, torch.full((1, 4), 30.0), torch.ones(1, 4)).max() == 10.0  # capped
 
 
-def _vppo_inputs(advantages: torch.Tensor) -> CreditInputs:
+def _vppo_inputs(advantages: torch.Tensor) -> StepBatch:
     # row 0: δ = [0, 1, −1, ln 2] -> d = [0, 0.718282, 0.367879, 0.306853], mean S_0 = 0.348254
     # row 1: δ = [ln 2, 0, 0, pad] -> d = [0.306853, 0, 0], mean S_1 = 0.102284
     without = torch.tensor([[0.0, 1.0, -1.0, LN2], [LN2, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, 0]])
-    return CreditInputs(
+    return StepBatch(
         sample_advantages=advantages,
         mask=mask,
         group_ids=torch.tensor([0, 0]),
@@ -53,13 +53,18 @@ def test_visual_dependency_trains_the_pivotal_tokens_and_reweights_trajectories(
 
 
 def test_visual_dependency_needs_the_image_free_log_probs():
-    inputs = CreditInputs(torch.ones(1), torch.ones(1, 2), torch.tensor([0]), behaviour_logp=torch.zeros(1, 2))
+    inputs = StepBatch(
+        sample_advantages=torch.ones(1),
+        mask=torch.ones(1, 2),
+        group_ids=torch.tensor([0]),
+        behaviour_logp=torch.zeros(1, 2),
+    )
     with pytest.raises(ValueError, match="logp_without_image"):
         apply_credit([("visual_dependency", {})], torch.ones(1), inputs)
 
 
-def _pepo_inputs(progress: float) -> CreditInputs:
-    return CreditInputs(
+def _pepo_inputs(progress: float) -> StepBatch:
+    return StepBatch(
         sample_advantages=torch.tensor([2.0]),
         mask=torch.tensor([[1.0, 1.0, 1.0, 0.0]]),
         group_ids=torch.tensor([0]),
@@ -88,7 +93,13 @@ def test_perception_prior_weights_follow_image_similarity_gated_by_entropy():
 
 
 def test_perception_prior_needs_the_visual_similarity():
-    inputs = CreditInputs(torch.ones(1), torch.ones(1, 2), torch.tensor([0]), entropy=torch.ones(1, 2), progress=0.5)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(1),
+        mask=torch.ones(1, 2),
+        group_ids=torch.tensor([0]),
+        entropy=torch.ones(1, 2),
+        progress=0.5,
+    )
     with pytest.raises(ValueError, match="visual_similarity"):
         apply_credit([("perception_prior", {})], torch.ones(1), inputs)
 
@@ -98,12 +109,12 @@ def test_role_segments_credit_each_block_with_its_own_reward():
     # GRPO per column: mean .5, unbiased std √(1/3) -> z = ±0.866025
     rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
     blocks = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [0, 0, 0, 0], [0, 0, 1, 2]])
-    inputs = CreditInputs(
+    inputs = StepBatch(
         sample_advantages=torch.zeros(4),
         mask=torch.ones(4, 4),
         group_ids=torch.zeros(4, dtype=torch.long),
         rewards=rewards,
-        structure=RolloutStructure(block_ids=blocks),
+        block_ids=blocks,
     )
     out = apply_credit([("role_segments", {"eps": 0.0})], torch.zeros(4), inputs)
     z = math.sqrt(3.0) / 2.0

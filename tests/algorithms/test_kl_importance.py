@@ -111,12 +111,13 @@ def test_the_installed_trl_still_writes_the_formula():
 
 def test_the_update_uses_the_configured_correction():
     from genalign.config.schema import AlgorithmConfig
-    from genalign.trainer.update import _kl_term
 
     logp, old, ref, mask = _inputs(5)
     kl = kl_k3(logp, ref)
-    assert _kl_term(kl, logp, old, mask, AlgorithmConfig(kl_coef=0.1)) is kl  # default: TRL with the correction off
-    corrected = _kl_term(kl, logp, old, mask, AlgorithmConfig(kl_coef=0.1, kl_importance_correction="sequence"))
+    plain = AlgorithmConfig(kl_coef=0.1).loss_plan()
+    assert plain._kl_term(kl, logp, old, mask) is kl  # default: TRL with the correction off
+    sequence = AlgorithmConfig(kl_coef=0.1, kl_importance_correction="sequence").loss_plan()
+    corrected = sequence._kl_term(kl, logp, old, mask)
     torch.testing.assert_close(
         corrected * mask, _trl_kl(logp, old, ref, mask, correction=True, level="sequence") * mask
     )

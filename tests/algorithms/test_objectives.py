@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import OBJECTIVES, ObjectiveContext, ScoreOutput, policy_loss
+from genalign.algorithms import OBJECTIVES, ScoreOutput, StepBatch, policy_loss
 from genalign.algorithms.objectives import group_softmax, spg_loss, wd1_loss
 
 
@@ -66,7 +66,7 @@ def test_registry_holds_every_objective_with_one_signature():
     logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.5]], requires_grad=True)
     old, mask, groups = logp.detach() - 0.1, torch.ones(2, 2), torch.tensor([0, 0])
     advantages = torch.tensor([2.0, -3.0])
-    context = ObjectiveContext(old_logp=old, mask=mask, group_ids=groups)
+    context = StepBatch(old_logp=old, mask=mask, group_ids=groups)
     loss, _ = OBJECTIVES.get("clipped_ratio")(ScoreOutput(logp=logp), advantages, context, eps_low=0.2, eps_high=0.2)
     expected, _ = policy_loss(logp, old, advantages, mask, eps_low=0.2, eps_high=0.2)
     assert torch.equal(loss, expected)
@@ -74,6 +74,6 @@ def test_registry_holds_every_objective_with_one_signature():
     assert torch.equal(loss, wd1_loss(logp, old, advantages, mask, group_ids=groups, temperature=2.0)[0])
     loss, _ = OBJECTIVES.get("spg")(ScoreOutput(logp=logp), advantages, context)
     assert torch.equal(loss, spg_loss(logp, old, advantages, mask, group_ids=groups)[0])
-    with pytest.raises(ValueError, match=r"needs context\.old_logp"):
-        OBJECTIVES.get("clipped_ratio")(ScoreOutput(logp=logp), advantages, ObjectiveContext(mask=mask))
+    with pytest.raises(ValueError, match=r"needs the signal 'old_logp'"):
+        OBJECTIVES.get("clipped_ratio")(ScoreOutput(logp=logp), advantages, StepBatch(mask=mask))
     assert OBJECTIVES.meta("nft")["needs"] == ("velocity",) and OBJECTIVES.meta("clipped_ratio")["ratio"]

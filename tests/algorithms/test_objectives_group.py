@@ -11,14 +11,14 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import OBJECTIVES, ObjectiveContext, ScoreOutput, aggregate, loss_normalizer
+from genalign.algorithms import OBJECTIVES, ScoreOutput, StepBatch, aggregate, loss_normalizer
 
 
 def _run(name, logp, advantages, group_ids, *, old=None, mask=None, progress=None, **hp):
     logp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
     mask = torch.ones_like(logp) if mask is None else torch.tensor(mask, dtype=torch.float64)
     old = logp.detach() if old is None else torch.tensor(old, dtype=torch.float64)
-    context = ObjectiveContext(old_logp=old, mask=mask, group_ids=torch.tensor(group_ids), progress=progress)
+    context = StepBatch(old_logp=old, mask=mask, group_ids=torch.tensor(group_ids), progress=progress)
     loss, metrics = OBJECTIVES.get(name)(ScoreOutput(logp=logp), torch.tensor(advantages), context, **hp)
     return logp, mask, loss, metrics
 
@@ -61,7 +61,7 @@ def test_conspo_margin_follows_training_progress():
     )
     _close(loss[0, 0], 3 * math.log(1 + 2 * math.exp(-0.5)))
     assert metrics["conspo/margin"].item() == pytest.approx(0.5)
-    with pytest.raises(ValueError, match=r"needs context\.progress"):
+    with pytest.raises(ValueError, match=r"needs the signal 'progress'"):
         _run("conspo", [[-1.0], [-2.0]], [1.0, -1.0], [0, 0], margin_end=1.0)
 
 

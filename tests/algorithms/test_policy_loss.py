@@ -16,7 +16,7 @@ from genalign.algorithms import (
     CLIP_FORMS,
     RATIO_LEVELS,
     HyperparameterError,
-    ObjectiveContext,
+    StepBatch,
     aggregate,
     check_objective_hyperparameters,
     loss_normalizer,
@@ -41,14 +41,14 @@ def token_case(ratios: list[float], advantages: list[float], **kwargs):
 PREFIX_LEVELS = ("cumulative", "min_prefix", "prefix_geometric")
 
 
-def full_context(old_logp: torch.Tensor) -> ObjectiveContext:
+def full_context(old_logp: torch.Tensor) -> StepBatch:
     """Every optional input, so that every option runs: entropy, rollout log-probs equal to ``old_logp`` (no
     engine mismatch), group reward std and training progress."""
     n, t = old_logp.shape
     entropy = torch.linspace(0.1, 2.0, n * t, dtype=old_logp.dtype).view(n, t)
-    return ObjectiveContext(
+    return StepBatch(
         entropy=entropy,
-        rollout_logp=old_logp.detach().clone(),
+        behaviour_logp=old_logp.detach().clone(),
         group_reward_std=torch.full((n,), 0.5, dtype=old_logp.dtype),
         progress=0.5,
     )
@@ -191,7 +191,7 @@ def test_exploding_ratios_and_minus_inf_padding_stay_finite():
             mask,
             ratio_level=level,
             clip=clip,
-            context=full_context(old),
+            batch=full_context(old),
         )
         (grad,) = torch.autograd.grad(loss.sum(), logp)
         assert torch.isfinite(loss).all() and torch.isfinite(grad).all(), (level, clip)
@@ -232,7 +232,7 @@ def test_on_policy_ratio_is_one_and_gradient_is_reinforce(level, clip, mode):
     old = logp.detach().clone()
     kwargs = {"advantages": advantages, "max_len": 5}
     normalizer = loss_normalizer(mask, mode, **kwargs)
-    loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip, context=full_context(old))
+    loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip, batch=full_context(old))
     assert metrics["ratio_min"].item() == 1.0 and metrics["ratio_max"].item() == 1.0
     assert metrics["clip_frac"].item() == 0.0 and metrics["approx_kl"].item() == 0.0
     (grad,) = torch.autograd.grad(aggregate(loss, mask, mode, normalizer, **kwargs), logp)
@@ -247,9 +247,7 @@ def test_on_policy_ratio_is_one_and_gradient_is_reinforce(level, clip, mode):
 def test_on_policy_per_action_advantages(level, clip):
     logp, mask, _ = _batch(1)
     advantages = torch.randn(mask.shape, dtype=F64)
-    loss, _ = policy_loss(
-        logp, logp.detach(), advantages, mask, ratio_level=level, clip=clip, context=full_context(logp)
-    )
+    loss, _ = policy_loss(logp, logp.detach(), advantages, mask, ratio_level=level, clip=clip, batch=full_context(logp))
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     torch.testing.assert_close(grad, -advantages * mask, rtol=1e-12, atol=1e-12)
 
@@ -272,9 +270,7 @@ def test_levels_agree_for_one_action_sequences(rows, clip):
         if level == "future_influence":  # FIPO's weight reads the action's own log-ratio: GRPO only at ratio 1
             continue
         logp = log_ratio.clone().requires_grad_(True)
-        loss, metrics = policy_loss(
-            logp, old, advantages, mask, ratio_level=level, clip=clip, context=full_context(old)
-        )
+        loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level, clip=clip, batch=full_context(old))
         (grad,) = torch.autograd.grad(loss.sum(), logp)
         results[level] = (loss.detach(), grad, metrics["ratio_mean"], metrics["clip_frac"])
     for level, (loss, grad, ratio, frac) in results.items():

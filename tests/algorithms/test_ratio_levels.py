@@ -7,18 +7,18 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import ObjectiveContext, policy_loss
+from genalign.algorithms import StepBatch, policy_loss
 
 F64 = torch.float64
 
 
-def run(log_ratios, advantages, *, mask=None, old=None, context=None, **kwargs):
+def run(log_ratios, advantages, *, mask=None, old=None, batch=None, **kwargs):
     """Rows of log-ratios ``[N, T]`` around ``old`` (default 0): returns (loss [N, T], d loss.sum() / d logp [N, T])."""
     log_ratio = torch.tensor(log_ratios, dtype=F64)
     old = torch.zeros_like(log_ratio) if old is None else torch.tensor(old, dtype=F64)
     logp = (old + log_ratio).requires_grad_(True)
     mask = torch.ones_like(log_ratio) if mask is None else torch.tensor(mask, dtype=F64)
-    loss, _ = policy_loss(logp, old, torch.tensor(advantages, dtype=F64), mask, context=context, **kwargs)
+    loss, _ = policy_loss(logp, old, torch.tensor(advantages, dtype=F64), mask, batch=batch, **kwargs)
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     return loss.detach(), grad
 
@@ -37,15 +37,13 @@ def test_sentence_ratio_with_fixed_windows():
 
 def test_sentence_ratio_with_given_segment_ids_and_sentence_entropy_for_the_clip():
     ids = torch.tensor([[0, 0, 0, 7]])
-    loss, _ = run(
-        [[0.1, 0.3, -0.2, 0.0]], [1.0], ratio_level="sentence", clip="none", context=ObjectiveContext(segment_ids=ids)
-    )
+    loss, _ = run([[0.1, 0.3, -0.2, 0.0]], [1.0], ratio_level="sentence", clip="none", batch=StepBatch(segment_ids=ids))
     m = (0.1 + 0.3 - 0.2) / 3
     close(loss, [[-math.exp(m)] * 3 + [-1.0]])
     # entropy_adaptive sees the sentence mean entropy: sentence 0 has H = 1 (row mean 1.25 -> scale 0.8, ε_high 0.16)
     entropy = torch.tensor([[0.5, 1.5, 1.0, 2.0]], dtype=F64)
-    context = ObjectiveContext(segment_ids=ids, entropy=entropy)
-    loss, _ = run([[0.2, 0.2, 0.2, 0.2]], [1.0], ratio_level="sentence", clip="entropy_adaptive", context=context)
+    context = StepBatch(segment_ids=ids, entropy=entropy)
+    loss, _ = run([[0.2, 0.2, 0.2, 0.2]], [1.0], ratio_level="sentence", clip="entropy_adaptive", batch=context)
     close(loss, [[-1.16, -1.16, -1.16, -math.exp(0.2)]])  # sentence 1: H = 2 -> scale 1.6, ε_high 0.32 (unclipped)
 
 
@@ -105,10 +103,10 @@ def test_holder_power_mean(p, expected):
 def test_holder_p_is_annealed_with_progress():
     loss, _ = run(
         [[0.0, math.log(2.0)]], [1.0], ratio_level="holder", clip="none", holder_p=1.0, holder_p_end=3.0,
-        context=ObjectiveContext(progress=0.5),
+        batch=StepBatch(progress=0.5),
     )  # fmt: skip
     close(loss, [[-math.sqrt(2.5)] * 2])  # p = 2
-    with pytest.raises(ValueError, match=r"needs context.progress"):
+    with pytest.raises(ValueError, match=r"needs the signal 'progress'"):
         run([[0.0, 0.1]], [1.0], ratio_level="holder", holder_p_end=3.0)
 
 
@@ -118,8 +116,8 @@ def test_hybrid_average_and_entropy_mixing():
     close(loss, [[-(0.5 * math.exp(0.2) + 0.5), -(0.5 * math.exp(-0.2) + 0.5)]])
     # d/dℓ0: 0.5·e^{0.2} (token) + 2 actions · 0.5 · (1/2)·s (sequence) = 0.5e^{0.2} + 0.5
     close(grad, [[-(0.5 * math.exp(0.2) + 0.5), -(0.5 * math.exp(-0.2) + 0.5)]])
-    context = ObjectiveContext(entropy=torch.tensor([[1.0, 3.0]], dtype=F64))
-    loss, _ = run([[0.2, -0.2]], [1.0], ratio_level="hybrid", clip="none", mixing="entropy", context=context)
+    context = StepBatch(entropy=torch.tensor([[1.0, 3.0]], dtype=F64))
+    loss, _ = run([[0.2, -0.2]], [1.0], ratio_level="hybrid", clip="none", mixing="entropy", batch=context)
     alpha = [1 / 3, 3 / 5]  # H / (H + mean H), mean H = 2
     close(loss, [[-(a * math.exp(r) + 1 - a) for a, r in zip(alpha, (0.2, -0.2))]])
 

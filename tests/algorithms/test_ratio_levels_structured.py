@@ -8,19 +8,19 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import RATIO_LEVELS, ObjectiveContext, policy_loss
+from genalign.algorithms import RATIO_LEVELS, StepBatch, policy_loss
 from genalign.config.schema import AlgorithmConfig
 from genalign.policies.lm.segments import SegmentBoundaries
 
 F64 = torch.float64
 
 
-def run(log_ratios, advantages, *, context=None, **kwargs):
+def run(log_ratios, advantages, *, batch=None, **kwargs):
     """Log-ratios ``[N, T]`` around ``old = 0``: returns (loss [N, T], d loss.sum() / d logp [N, T])."""
     log_ratio = torch.tensor(log_ratios, dtype=F64)
     logp = log_ratio.clone().requires_grad_(True)
     mask = torch.ones_like(log_ratio)
-    loss, _ = policy_loss(logp, torch.zeros_like(logp), torch.tensor(advantages, dtype=F64), mask, context=context,
+    loss, _ = policy_loss(logp, torch.zeros_like(logp), torch.tensor(advantages, dtype=F64), mask, batch=batch,
                           **kwargs)  # fmt: skip
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     return loss.detach(), grad
@@ -52,9 +52,7 @@ def test_sspo_ratio_is_per_sentence_of_the_completion_text():
     segment_ids = SegmentBoundaries(tokenizer)(ids, mask)
     assert segment_ids.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 3]]
     log_ratio = [[0.1, 0.3, -0.2, 0.0, 0.3, 0.4, 0.0, 0.0, 0.0, -0.1, 0.0]]
-    loss, grad = run(
-        log_ratio, [1.0], ratio_level="sentence", clip="ppo", context=ObjectiveContext(segment_ids=segment_ids)
-    )
+    loss, grad = run(log_ratio, [1.0], ratio_level="sentence", clip="ppo", batch=StepBatch(segment_ids=segment_ids))
     # sentence means: 0.1 (5 tokens), 0.1 (4 tokens), −0.1 (1 token); ppo ε 0.2: e^{0.1} = 1.105 < 1.2, unclipped
     close(loss[0, :10], [-math.exp(0.1)] * 9 + [-math.exp(-0.1)])
     close(grad[0, :10], [-math.exp(0.1)] * 9 + [-math.exp(-0.1)])  # each sentence's gradient spread over its tokens
@@ -74,7 +72,7 @@ def test_entropy_groups_get_one_ratio_each():
     entropy = torch.tensor([[2.0, 0.5, 1.5, 0.1]], dtype=F64)
     loss, grad = run(
         [[0.1, 0.3, -0.2, 0.0]], [1.0], ratio_level="entropy_grouped", clip="none",
-        context=ObjectiveContext(entropy=entropy), num_groups=2,
+        batch=StepBatch(entropy=entropy), num_groups=2,
     )  # fmt: skip
     # low group mean ℓ = (0.3 + 0.0)/2 = 0.15, high group (0.1 − 0.2)/2 = −0.05
     close(loss, [[-math.exp(-0.05), -math.exp(0.15), -math.exp(-0.05), -math.exp(0.15)]])
@@ -87,13 +85,13 @@ def test_entropy_groups_get_trust_regions_sized_by_their_entropy():
     entropy = torch.tensor([[2.0, 0.5, 1.5, 0.1]], dtype=F64)
     loss, grad = run(
         [[0.25, 0.3, 0.05, 0.0]], [1.0], ratio_level="entropy_grouped", clip="entropy_adaptive",
-        context=ObjectiveContext(entropy=entropy), num_groups=2,
+        batch=StepBatch(entropy=entropy), num_groups=2,
     )  # fmt: skip
     close(loss, [[-math.exp(0.15), -1.1, -math.exp(0.15), -1.1]])
     close(grad, [[-math.exp(0.15), 0.0, -math.exp(0.15), 0.0]])
     plain, _ = run(
         [[0.25, 0.3, 0.05, 0.0]], [1.0], ratio_level="entropy_grouped", clip="ppo",
-        context=ObjectiveContext(entropy=entropy), num_groups=2,
+        batch=StepBatch(entropy=entropy), num_groups=2,
     )  # fmt: skip
     close(plain, [[-math.exp(0.15)] * 4])  # ε = 0.2 for both: nothing clipped
 
@@ -101,8 +99,8 @@ def test_entropy_groups_get_trust_regions_sized_by_their_entropy():
 def test_one_entropy_group_is_the_sequence_ratio():
     generator = torch.Generator().manual_seed(0)
     log_ratio = (0.1 * torch.randn(3, 5, generator=generator, dtype=F64)).tolist()
-    context = ObjectiveContext(entropy=torch.rand(3, 5, generator=generator, dtype=F64))
-    grouped = run(log_ratio, [1.0, -0.5, 2.0], ratio_level="entropy_grouped", context=context, num_groups=1)
+    context = StepBatch(entropy=torch.rand(3, 5, generator=generator, dtype=F64))
+    grouped = run(log_ratio, [1.0, -0.5, 2.0], ratio_level="entropy_grouped", batch=context, num_groups=1)
     sequence = run(log_ratio, [1.0, -0.5, 2.0], ratio_level="sequence")
     for a, b in zip(grouped, sequence, strict=True):
         torch.testing.assert_close(a, b)

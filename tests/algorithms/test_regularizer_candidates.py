@@ -9,9 +9,10 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import REGULARIZERS, RegularizerInputs, bind_vocab_term, policy_loss
+from genalign.algorithms import REGULARIZERS, bind_vocab_term, policy_loss
 from genalign.algorithms.regularizers.candidates import row_quantile, topk_candidates_term
 from tests.algorithms.arith_config import arith_lm_config
+from tests.algorithms.regularizer_inputs import regularizer_inputs
 
 
 def test_vocabulary_term_value_is_the_top1_log_prob_and_its_gradient_the_top_k_mean():
@@ -40,9 +41,9 @@ def simko(log_ratio: float = 0.0, top1_gap: float = 0.0, **hp):
     logp = (old + log_ratio).requires_grad_(True)
     vocab = (logp.detach() + top1_gap).requires_grad_(True)  # the value: the top-1 log-prob
     advantages = torch.tensor([1.0, -1.0])
-    inputs = RegularizerInputs(logp=logp, mask=torch.ones(2, 2), old_logp=old, advantages=advantages,
+    inputs = regularizer_inputs(logp=logp, mask=torch.ones(2, 2), old_logp=old, advantages=advantages,
                                entropy=torch.tensor([[1.0, 2.0], [3.0, 0.5]]), vocab=vocab)  # fmt: skip
-    correction = REGULARIZERS.get("topk_candidates")(inputs, **hp)
+    correction = REGULARIZERS.get("topk_candidates")(*inputs, **hp)
     ppo, _ = policy_loss(logp, old, advantages, torch.ones(2, 2), eps_low=0.2, eps_high=0.2)
     (ppo + correction).sum().backward()
     return correction.detach(), logp.grad, vocab.grad

@@ -10,10 +10,10 @@ import torch
 from genalign.algorithms import (
     ADVANTAGE_ESTIMATORS,
     REGULARIZERS,
-    RegularizerInputs,
     bind_vocab_term,
 )
 from genalign.algorithms.regularizers.vocabulary import distribution_entropy_term, low_probability_term
+from tests.algorithms.regularizer_inputs import regularizer_inputs
 
 F64 = torch.float64
 
@@ -25,26 +25,28 @@ def t(values) -> torch.Tensor:
 def test_likelihood_preserving_only_where_the_trajectory_fell():
     old = t([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
     logp = (old + t([[-0.2, 0.1], [-0.1, 0.3], [-0.2, 0.1]])).requires_grad_(True)
-    inputs = RegularizerInputs(logp=logp, mask=torch.ones(3, 2), old_logp=old, advantages=t([1.0, 1.0, -1.0]))
-    penalty = REGULARIZERS.get("likelihood_preserving")(inputs)
+    inputs = regularizer_inputs(logp=logp, mask=torch.ones(3, 2), old_logp=old, advantages=t([1.0, 1.0, -1.0]))
+    penalty = REGULARIZERS.get("likelihood_preserving")(*inputs)
     torch.testing.assert_close(penalty.detach(), t([[0.2, 0.0], [0.0, 0.0], [0.0, 0.0]]))
     (grad,) = torch.autograd.grad(penalty.sum(), logp)
     torch.testing.assert_close(grad, t([[-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
-    everywhere = REGULARIZERS.get("likelihood_preserving")(inputs, only_positive=False)
+    everywhere = REGULARIZERS.get("likelihood_preserving")(*inputs, only_positive=False)
     torch.testing.assert_close(everywhere.detach(), t([[0.2, 0.0], [0.0, 0.0], [0.2, 0.0]]))
 
 
 def test_entropy_split_kl_scales():
-    inputs = RegularizerInputs(logp=t([[0.0, 0.0]]), mask=torch.ones(1, 2), kl=t([[1.0, 2.0]]), entropy=t([[0.2, 1.0]]))
-    torch.testing.assert_close(REGULARIZERS.get("entropy_split_kl")(inputs), t([[1.5, 1.0]]))
+    inputs = regularizer_inputs(
+        logp=t([[0.0, 0.0]]), mask=torch.ones(1, 2), kl=t([[1.0, 2.0]]), entropy=t([[0.2, 1.0]])
+    )
+    torch.testing.assert_close(REGULARIZERS.get("entropy_split_kl")(*inputs), t([[1.5, 1.0]]))
 
 
 def test_mastery_hinge_kl_only_on_mastered_groups():
     old = t([[0.0], [0.0]]) - 1.0
     logp = old + 0.5
-    inputs = RegularizerInputs(logp=logp, mask=torch.ones(2, 1), old_logp=old, group_success=t([1.0, 0.5]))
+    inputs = regularizer_inputs(logp=logp, mask=torch.ones(2, 1), old_logp=old, group_mean_reward=t([1.0, 0.5]))
     k3 = math.exp(-0.5) + 0.5 - 1.0
-    torch.testing.assert_close(REGULARIZERS.get("mastery_hinge_kl")(inputs, margin=0.01), t([[k3 - 0.01], [0.0]]))
+    torch.testing.assert_close(REGULARIZERS.get("mastery_hinge_kl")(*inputs, margin=0.01), t([[k3 - 0.01], [0.0]]))
 
 
 def test_low_probability_kl_to_the_filtered_proxy():
@@ -74,15 +76,15 @@ def test_distribution_entropy_kl_to_the_tempered_policy():
 def test_vocabulary_options_read_the_policy_value_and_zero_padding(name):
     assert REGULARIZERS.meta(name)["needs"] == ("vocab_term",)
     vocab = t([[0.3, 0.5], [0.2, 7.0]]).requires_grad_(True)
-    inputs = RegularizerInputs(logp=t([[0.0, 0.0], [0.0, 0.0]]), mask=torch.tensor([[1, 1], [1, 0]]), vocab=vocab)
-    loss = REGULARIZERS.get(name)(inputs)
+    inputs = regularizer_inputs(logp=t([[0.0, 0.0], [0.0, 0.0]]), mask=torch.tensor([[1, 1], [1, 0]]), vocab=vocab)
+    loss = REGULARIZERS.get(name)(*inputs)
     torch.testing.assert_close(loss.detach(), t([[0.3, 0.5], [0.2, 0.0]]))
     (grad,) = torch.autograd.grad(loss.sum(), vocab)
     torch.testing.assert_close(grad, t([[1.0, 1.0], [1.0, 0.0]]))
-    with pytest.raises(ValueError, match=r"needs RegularizerInputs\.vocab"):
-        REGULARIZERS.get(name)(RegularizerInputs(logp=t([[0.0]]), mask=torch.ones(1, 1)))
-    with pytest.raises(ValueError, match=r"inputs\.vocab must have shape \[N, T\] = \[1, 1\]"):
-        REGULARIZERS.get(name)(RegularizerInputs(logp=t([[0.0]]), mask=torch.ones(1, 1), vocab=t([[0.0, 1.0]])))
+    with pytest.raises(ValueError, match=r"needs the score feature 'vocab_term'"):
+        REGULARIZERS.get(name)(*regularizer_inputs(logp=t([[0.0]]), mask=torch.ones(1, 1)))
+    with pytest.raises(ValueError, match=r"vocab_term must have shape \[N, T\]=\[1, 1\]"):
+        REGULARIZERS.get(name)(*regularizer_inputs(logp=t([[0.0]]), mask=torch.ones(1, 1), vocab=t([[0.0, 1.0]])))
 
 
 def test_bind_vocab_term_binds_and_validates_hyperparameters():
@@ -100,15 +102,15 @@ def test_bind_vocab_term_binds_and_validates_hyperparameters():
 def test_hazard_penalty_weibull_hazards_on_each_side():
     old = t([[-1.0, -1.0, -1.0]])
     logp = (old + t([[0.1, -0.3, 0.5]])).requires_grad_(True)
-    inputs = RegularizerInputs(logp=logp, mask=torch.tensor([[1, 1, 0]]), old_logp=old)
-    penalty = REGULARIZERS.get("hazard_penalty")(inputs, scale_pos=0.2, shape_pos=2.0, scale_neg=0.3, shape_neg=1.0)
+    inputs = regularizer_inputs(logp=logp, mask=torch.tensor([[1, 1, 0]]), old_logp=old)
+    penalty = REGULARIZERS.get("hazard_penalty")(*inputs, scale_pos=0.2, shape_pos=2.0, scale_neg=0.3, shape_neg=1.0)
     torch.testing.assert_close(penalty.detach(), t([[0.25, 1.0, 0.0]]))  # (0.1/0.2)², (0.3/0.3)¹, padding
     (grad,) = torch.autograd.grad(penalty.sum(), logp)
     torch.testing.assert_close(grad, t([[2 * 0.1 / 0.04, -1 / 0.3, 0.0]]))  # k·ℓ^{k−1}/λ^k, −1/λ₋
-    default = REGULARIZERS.get("hazard_penalty")(inputs)  # λ = 0.2, k = 2 on both sides
+    default = REGULARIZERS.get("hazard_penalty")(*inputs)  # λ = 0.2, k = 2 on both sides
     torch.testing.assert_close(default.detach(), t([[0.25, 2.25, 0.0]]))
-    unchanged = RegularizerInputs(logp=old, mask=torch.ones(1, 3), old_logp=old)
-    torch.testing.assert_close(REGULARIZERS.get("hazard_penalty")(unchanged), t([[0.0, 0.0, 0.0]]))
+    unchanged = regularizer_inputs(logp=old, mask=torch.ones(1, 3), old_logp=old)
+    torch.testing.assert_close(REGULARIZERS.get("hazard_penalty")(*unchanged), t([[0.0, 0.0, 0.0]]))
 
 
 @pytest.mark.parametrize(
@@ -121,11 +123,11 @@ def test_hazard_penalty_weibull_hazards_on_each_side():
     ],
 )
 def test_hazard_penalty_rejects_bad_hyperparameters(hp, message):
-    inputs = RegularizerInputs(logp=t([[0.0]]), mask=torch.ones(1, 1), old_logp=t([[0.0]]))
+    inputs = regularizer_inputs(logp=t([[0.0]]), mask=torch.ones(1, 1), old_logp=t([[0.0]]))
     with pytest.raises(ValueError, match=message):
-        REGULARIZERS.get("hazard_penalty")(inputs, **hp)
-    with pytest.raises(ValueError, match=r"needs RegularizerInputs\.old_logp"):
-        REGULARIZERS.get("hazard_penalty")(RegularizerInputs(logp=t([[0.0]]), mask=torch.ones(1, 1)))
+        REGULARIZERS.get("hazard_penalty")(*inputs, **hp)
+    with pytest.raises(ValueError, match=r"needs the signal 'old_logp'"):
+        REGULARIZERS.get("hazard_penalty")(*regularizer_inputs(logp=t([[0.0]]), mask=torch.ones(1, 1)))
 
 
 def test_majority_boosted_weights_majority_correct_groups():

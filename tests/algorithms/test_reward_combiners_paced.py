@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from genalign.algorithms import REWARD_COMBINERS
-from genalign.algorithms.reward_combiners_paced import CompetenceState, make_combiner_state, stage_emphasis
+from genalign.algorithms import REWARD_COMBINERS, Stateful, bind_option
+from genalign.algorithms.reward_combiners_paced import SelfPaced, stage_emphasis
 
 NAN = float("nan")
 
@@ -39,20 +39,21 @@ def test_self_paced_rejects_bad_thresholds():
 
 
 def test_competence_state_is_an_ema_and_round_trips_through_json():
-    state = CompetenceState(competence_reward=1, momentum=0.5)
-    assert state.hyperparameters() == {}
+    state = SelfPaced(competence_reward=1, competence_momentum=0.5)
+    assert state.competence is None
     state.update(torch.tensor([[0.0, 0.2], [0.0, NAN]]))
     state.update(torch.tensor([[0.0, 0.6], [0.0, 1.0]]))
-    assert state.hyperparameters() == {"competence": pytest.approx(0.5 * 0.2 + 0.5 * 0.8)}
-    restored = CompetenceState()
+    assert state.competence == pytest.approx(0.5 * 0.2 + 0.5 * 0.8)
+    restored = SelfPaced()
     restored.load_state_dict(json.loads(json.dumps(state.state_dict())))
-    assert restored.hyperparameters() == state.hyperparameters() and restored.competence_reward == 1
+    assert restored.competence == state.competence and restored.competence_reward == 1
 
 
 def test_the_trainer_carries_a_state_only_for_self_paced():
-    state = make_combiner_state("self_paced", {"competence_reward": 1, "competence_momentum": 0.3})
+    state = bind_option(REWARD_COMBINERS, "self_paced", {"competence_reward": 1, "competence_momentum": 0.3})
     assert (state.competence_reward, state.momentum) == (1, 0.3)
-    assert make_combiner_state("weighted_sum", {}) is None
+    assert isinstance(state, Stateful)
+    assert not isinstance(bind_option(REWARD_COMBINERS, "weighted_sum", {}), Stateful)
     with pytest.raises(ValueError, match="competence_momentum"):
         REWARD_COMBINERS.get("self_paced")(torch.zeros(2, 2), torch.tensor([0, 0]), [1.0, 1.0], competence_momentum=1.0)
 

@@ -10,8 +10,7 @@ import torch
 from genalign.algorithms import (
     REWARD_COMBINERS,
     REWARD_SHAPERS,
-    CreditInputs,
-    ShapingInputs,
+    StepBatch,
     aggregate,
     apply_credit,
     apply_reward_shaping,
@@ -60,7 +59,9 @@ def test_submodular_diversity_down_weights_redundant_completions_of_a_group():
     groups = torch.tensor([0, 0, 0, 1, 1, 2, 2])
     rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, -1.0, 1.0, 0.0])
     shaped, stats = apply_reward_shaping(
-        [("submodular_diversity", {"eps": 0.0})], rewards, ShapingInputs(groups, embeddings)
+        [("submodular_diversity", {"eps": 0.0})],
+        rewards,
+        StepBatch(group_ids=groups, hidden=embeddings[:, None], mask=torch.ones(7, 1)),  # one action: its own mean
     )
     expected = torch.tensor([0.5, 0.5, 1.0, 1 / 1.6, -1 / 1.6, 1.0, 0.0])
     torch.testing.assert_close(shaped, expected)
@@ -74,18 +75,18 @@ def test_submodular_diversity_down_weights_redundant_completions_of_a_group():
 
 
 def test_submodular_diversity_needs_embeddings():
-    with pytest.raises(ValueError, match="embeddings"):
-        apply_reward_shaping([("submodular_diversity", {})], torch.ones(2), ShapingInputs(torch.tensor([0, 0])))
+    with pytest.raises(ValueError, match="hidden"):
+        apply_reward_shaping([("submodular_diversity", {})], torch.ones(2), StepBatch(group_ids=torch.tensor([0, 0])))
 
 
 # ------------------------------------------------------------------------------------------------ Miner [28]
 
 
-def _miner_inputs() -> CreditInputs:
+def _miner_inputs() -> StepBatch:
     # group 0 (samples 0, 1): all correct; group 1 (2, 3): mixed; group 2 (4, 5): all wrong
     # sample 0 token log-probs [−2, 0] (ℓ = −1), sample 1 [−0.2, −0.2] (ℓ = −0.2): group mean −0.6
     logp = torch.tensor([[-2.0, 0.0], [-0.2, -0.2], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
-    return CreditInputs(
+    return StepBatch(
         sample_advantages=torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0]),
         mask=torch.ones(6, 2),
         group_ids=torch.tensor([0, 0, 1, 1, 2, 2]),
@@ -96,7 +97,7 @@ def _miner_inputs() -> CreditInputs:
 
 def test_intrinsic_mastery_rewards_uncertain_correct_answers_with_focal_token_credit():
     inputs = _miner_inputs()
-    out = apply_credit([("intrinsic_mastery", {"calibration": 0.0})], inputs.sample_advantages, inputs)
+    out = apply_credit([("intrinsic_mastery", {"calibration": 0.0})], inputs["sample_advantages"], inputs)
     # a_0 = max(0, −0.6 − (−1)) = 0.4, a_1 = max(0, −0.6 + 0.2) = 0 (a confident correct answer is not penalised);
     # focal credit a·(1 − p)^2: token p = e^−2 -> 0.4·(1 − e^−2)^2 = 0.299058, token p = 1 -> 0
     torch.testing.assert_close(out[0], torch.tensor([0.4 * (1 - math.exp(-2.0)) ** 2, 0.0]))
@@ -107,18 +108,18 @@ def test_intrinsic_mastery_rewards_uncertain_correct_answers_with_focal_token_cr
 
 def test_intrinsic_mastery_calibrates_to_a_fraction_of_the_verifiable_signal():
     inputs = _miner_inputs()
-    out = apply_credit([("intrinsic_mastery", {})], inputs.sample_advantages, inputs)
+    out = apply_credit([("intrinsic_mastery", {})], inputs["sample_advantages"], inputs)
     # verifiable mass Σ|A| = 4 actions × 0.5 = 2; intrinsic mass 0.299058 -> scale = 0.0015·2 / 0.299058, so the
     # intrinsic credit totals exactly 0.003
     torch.testing.assert_close(out[0], torch.tensor([0.003, 0.0]))
     torch.testing.assert_close(out[2:4], torch.tensor([[0.5, 0.5], [-0.5, -0.5]]))
     # without any verifiable signal the intrinsic one is switched off (the recipe's scale 0)
-    alone = CreditInputs(
+    alone = StepBatch(
         sample_advantages=torch.zeros(2),
         mask=torch.ones(2, 2),
         group_ids=torch.tensor([0, 0]),
-        behaviour_logp=inputs.behaviour_logp[:2],
-        rewards=inputs.rewards[:2],
+        behaviour_logp=inputs["behaviour_logp"][:2],
+        rewards=inputs["rewards"][:2],
     )
     torch.testing.assert_close(apply_credit([("intrinsic_mastery", {})], torch.zeros(2), alone), torch.zeros(2, 2))
 
@@ -131,7 +132,7 @@ def test_outcome_reshaped_normalises_correct_and_incorrect_tokens_separately():
     # weights: correct 1·8/3, incorrect 0.5·8/5 = 0.8
     mask = torch.tensor([[1.0, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
     advantages = torch.tensor([1.0, -1.0, 2.0, -0.5])
-    inputs = CreditInputs(
+    inputs = StepBatch(
         sample_advantages=advantages,
         mask=mask,
         group_ids=torch.tensor([0, 0, 1, 1]),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genalign.algorithms import compute_advantages, make_advantage_state
+from genalign.algorithms import ADVANTAGE_ESTIMATORS, Stateful, bind_option, compute_advantages
 from genalign.algorithms.advantages.state import EmpiricalBayesPrior, RewardHistory, RunningMoments
 
 
@@ -44,13 +44,30 @@ def test_reward_history_ema_and_cumulative_std():
         RewardHistory(momentum=1.0)
 
 
+def bound(name: str):
+    return bind_option(ADVANTAGE_ESTIMATORS, name, {})
+
+
 def test_advantage_state_round_trip_and_mismatch():
-    assert make_advantage_state("grpo") is None
-    state = make_advantage_state("empirical_bayes")
+    assert not isinstance(bound("grpo"), Stateful)
+    state = bound("empirical_bayes")
     state.update(torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1, 2, 2]))
-    restored = make_advantage_state("empirical_bayes")
+    restored = bound("empirical_bayes")
     restored.load_state_dict(state.state_dict())
-    assert restored.hyperparameters() == state.hyperparameters()
-    assert math.isfinite(restored.hyperparameters()["prior_var"])
+    assert restored.learned() == state.learned()
+    assert math.isfinite(restored.learned()["prior_var"])
     with pytest.raises(ValueError, match=r"same algorithm\.advantage"):
-        make_advantage_state("smooth_standardized").load_state_dict(state.state_dict())
+        bound("smooth_standardized").load_state_dict(state.state_dict())
+
+
+def test_the_bound_estimator_uses_what_it_learned_and_config_values_win():
+    rewards, groups = torch.tensor([0.0, 0, 0, 0, 1, 0, 1, 0]), torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    estimator = bound("empirical_bayes")
+    torch.testing.assert_close(estimator(rewards, groups), compute_advantages("empirical_bayes", rewards, groups))
+    estimator.update(rewards, groups)  # prior_mean 0.25, prior_var 0.0625, noise_var 0.125
+    expected = compute_advantages("empirical_bayes", rewards, groups, **estimator.learned())
+    torch.testing.assert_close(estimator(rewards, groups), expected)
+    fixed = bind_option(ADVANTAGE_ESTIMATORS, "empirical_bayes", {"prior_mean": 0.9})
+    fixed.update(rewards, groups)
+    hp = fixed.learned() | {"prior_mean": 0.9}
+    torch.testing.assert_close(fixed(rewards, groups), compute_advantages("empirical_bayes", rewards, groups, **hp))

@@ -230,7 +230,7 @@ def test_policy_tree_rollout_declares_the_sampling_tree_and_scores_exactly(tmp_p
     policy = tree_policy(tmp_path, trees_per_prompt=2)
     rows = [{"prompt": "1 + 2 ="}, {"prompt": "a b"}]
     rollout = policy.rollout(rows, 8, request=RolloutRequest(structure=frozenset({"prefix_tree"})))
-    tree = rollout.structure.prefix_tree
+    tree = rollout.structure.get("prefix_tree")
     assert tree is not None and rollout.group_ids.tolist() == [0] * 8 + [1] * 8
     # 2 prompts x 2 trees: 4 distinct roots, shared by the 4 leaves of each tree.
     assert tree.node_of_action[:, 0].view(4, 4).unique(dim=1).shape == (4, 1)
@@ -257,7 +257,7 @@ def test_policy_tree_at_segment_boundaries_splits_after_the_tokenizers_boundary_
     request = RolloutRequest(structure=frozenset({"prefix_tree"}))
     rollout = policy.rollout([{"prompt": "1 + 2 ="}, {"prompt": "a b"}], 4, request=request)
     ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
-    depth = rollout.structure.prefix_tree.depth  # [N, T]
+    depth = rollout.structure.get("prefix_tree").depth  # [N, T]
     split = (depth >= 1).any(dim=1)  # [N] leaves whose path split (a leaf that ended first never does)
     first = (depth >= 1).long().argmax(dim=1)  # [N] first action after the first split
     assert bool(split.any()) and torch.all((first[split] >= 2) & (first[split] <= 2 + 3))  # split position .. forced

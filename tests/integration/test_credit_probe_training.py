@@ -1,6 +1,6 @@
 """The credit rules that read rollout-time probes, raw-logit statistics or the raw reward table train the LM demo:
 the trainer requests the structure (with the reward probe for Monte-Carlo values), the scoring pass before the update
-returns ``logit_stats``, and ``CreditInputs`` carries the rewards."""
+returns ``logit_stats``, and ``StepBatch`` carries the rewards."""
 
 from __future__ import annotations
 

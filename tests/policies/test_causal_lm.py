@@ -72,9 +72,9 @@ def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
         ids = data["completion_ids"][row]
         ended = ids[n - 1].item() == eos
         assert eos not in ids[: n - 1].tolist()
-        assert bool(rollout.structure.truncated[row]) == (not ended)
+        assert bool(rollout.structure.get("truncated")[row]) == (not ended)
         assert not ended or data["completion_ids"][row, n:].eq(policy.pad_token_id).all()
-        if rollout.structure.truncated[row]:
+        if rollout.structure.get("truncated")[row]:
             assert n == 6
     assert data["prompt_mask"][:, 0].sum() < len(rollout), "prompts are left-padded"
     assert data["prompt_mask"][:, -1].all()
@@ -99,7 +99,7 @@ def test_stop_strings_end_the_completion_and_are_cut_from_text(model_dirs):
     head = policy.hf_model.get_output_embeddings()
     head.bias = torch.nn.Parameter(torch.zeros(head.out_features).index_fill(0, torch.tensor([stop_id]), 4.0))
     rollout = policy.rollout(PROMPTS[:1], group_size=8)
-    stopped = ~rollout.structure.truncated
+    stopped = ~rollout.structure.get("truncated")
     assert stopped.sum() >= 4
     for row in torch.nonzero(stopped).flatten().tolist():
         n = int(rollout.action_mask[row].sum())
@@ -112,7 +112,7 @@ def test_chunked_logprobs_and_entropy_equal_the_naive_full_logits(model_dirs, ch
     policy = make_policy(model_dirs, logprob_chunk_size=chunk_size, temperature=0.7)
     rollout = policy.rollout(PROMPTS, group_size=2)
     data = rollout.per_sample
-    score = policy.score(rollout, ScoreRequest(entropy=True))
+    score = policy.score(rollout, ScoreRequest.of("entropy"))
     naive = naive_completion_logprobs(
         policy.hf_model,
         data["prompt_ids"],
@@ -199,8 +199,8 @@ def test_reference_with_adapters_disabled_equals_the_base_model(model_dirs):
     rollout = policy.rollout(PROMPTS, group_size=2)
     with torch.no_grad():
         torch.testing.assert_close(policy.reference_logprobs(rollout), base.score(rollout).logp, atol=1e-6, rtol=0)
-    score = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
-    assert score.kl.shape == rollout.action_mask.shape and (score.kl >= 0).all() and score.kl.sum() > 0
+    score = policy.score(rollout, ScoreRequest.of(kl="k3"))
+    assert score["kl"].shape == rollout.action_mask.shape and (score["kl"] >= 0).all() and score["kl"].sum() > 0
 
 
 def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs):
@@ -208,16 +208,16 @@ def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs)
     assert policy.reference.mode == "frozen_copy" and not policy.reference.loaded
     rollout = policy.rollout(PROMPTS, group_size=2)
     assert not policy.reference.loaded
-    score = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
+    score = policy.score(rollout, ScoreRequest.of(kl="k3"))
     assert policy.reference.loaded
-    assert score.kl.abs().max().item() < 1e-6
+    assert score["kl"].abs().max().item() < 1e-6
     with torch.no_grad():
         for param in policy.trainable_parameters():
             param.add_(0.05 * torch.randn_like(param))
-    assert policy.score(rollout, ScoreRequest(kl_estimator="k3")).kl.sum() > 0
+    assert policy.score(rollout, ScoreRequest.of(kl="k3"))["kl"].sum() > 0
     none_policy = make_policy(model_dirs, reference="none")
     with pytest.raises(ValueError, match="reference='none'"):
-        none_policy.score(rollout, ScoreRequest(kl_estimator="k1"))
+        none_policy.score(rollout, ScoreRequest.of(kl="k1"))
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
@@ -388,10 +388,10 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
     term = bind_vocab_term(name, **hp)
     with torch.no_grad():
         plain = policy.score(rollout)
-    assert plain.vocab_term is None
-    score = policy.score(rollout, ScoreRequest(vocab_term=term))
+    assert plain.get("vocab_term") is None
+    score = policy.score(rollout, ScoreRequest.of(vocab_term=term))
     assert torch.equal(score.logp.detach(), plain.logp)  # the term does not change the log-probs
-    score.vocab_term.sum().backward()
+    score["vocab_term"].sum().backward()
     chunked = [p.grad.clone() for p in policy.trainable_parameters()]
     policy.model.zero_grad()
     ids = torch.cat([data["prompt_ids"], data["completion_ids"]], dim=1)
@@ -402,7 +402,7 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
     width = data["prompt_ids"].shape[1]
     scaled = logits[:, width - 1 : -1].float() / 0.8  # [n, T, V]
     naive = term(scaled.reshape(-1, scaled.shape[-1])).view(scaled.shape[:2]) * rollout.action_mask  # [n, T]
-    torch.testing.assert_close(score.vocab_term, naive, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(score["vocab_term"], naive, atol=1e-5, rtol=1e-5)
     naive.sum().backward()
     for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
@@ -410,18 +410,18 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 
 # ---- capabilities, token features, rollout structure -------------------------------------------------------------
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
-    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden", "logit_stats"})
+    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logit_stats"})
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
-        False, features, structure, forced_completions=True, guidance=guidance
+        False, features | structure, forced_completions=True, guidance=guidance
     )
-    assert CausalLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
-    assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().score_features == (
-        features
+    assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
+        features | structure
     )
-    assert make_policy(model_dirs, reference="none").capabilities.missing(["kl", "topk", "block_ids"]) == [
+    assert make_policy(model_dirs, reference="none").capabilities.missing(["kl", "topk_logp", "block_ids"]) == [
         "block_ids",  # only with policy.probes.block_markers
         "kl",
     ]
@@ -457,29 +457,29 @@ def test_topk_and_hidden_features_equal_the_naive_pass_for_every_chunk_size(mode
     for chunk_size in (1, 3, int(rollout.action_mask.sum())):
         policy.config.logprob_chunk_size = chunk_size
         plain = policy.score(rollout).logp.detach()
-        out = policy.score(rollout, ScoreRequest(topk=5, hidden=True))  # with grad: the features stay detached
+        out = policy.score(rollout, ScoreRequest.of("hidden", topk_logp=5))  # with grad: the features stay detached
         assert torch.equal(out.logp.detach(), plain)  # extra features leave the log-prob path untouched
-        assert out.topk_logp.shape == (*rollout.action_mask.shape, 5) and not out.topk_logp.requires_grad
-        assert out.hidden.shape == (*rollout.action_mask.shape, policy.hf_model.config.hidden_size)
-        assert not out.hidden.requires_grad and out.entropy is None and out.kl is None
-        torch.testing.assert_close(out.topk_logp, naive_topk, atol=1e-5, rtol=0)
-        torch.testing.assert_close(out.hidden, naive_hidden, atol=1e-5, rtol=0)
-        assert torch.all(out.topk_logp[rollout.action_mask == 0] == 0) and torch.all(
-            out.hidden[rollout.action_mask == 0] == 0
+        assert out["topk_logp"].shape == (*rollout.action_mask.shape, 5) and not out["topk_logp"].requires_grad
+        assert out["hidden"].shape == (*rollout.action_mask.shape, policy.hf_model.config.hidden_size)
+        assert not out["hidden"].requires_grad and out.get("entropy") is None and out.get("kl") is None
+        torch.testing.assert_close(out["topk_logp"], naive_topk, atol=1e-5, rtol=0)
+        torch.testing.assert_close(out["hidden"], naive_hidden, atol=1e-5, rtol=0)
+        assert torch.all(out["topk_logp"][rollout.action_mask == 0] == 0) and torch.all(
+            out["hidden"][rollout.action_mask == 0] == 0
         )
-        assert torch.all(out.topk_logp[..., :-1] >= out.topk_logp[..., 1:])  # descending
+        assert torch.all(out["topk_logp"][..., :-1] >= out["topk_logp"][..., 1:])  # descending
         outputs.append(out)
     for other in outputs[1:]:
-        assert torch.equal(other.hidden, outputs[0].hidden)  # the head pass does not touch the hidden states
+        assert torch.equal(other["hidden"], outputs[0]["hidden"])  # the head pass does not touch the hidden states
         # BLAS picks another kernel for 1 or 3 rows than for many, so chunked logits agree to float rounding (as logp)
-        torch.testing.assert_close(other.topk_logp, outputs[0].topk_logp, atol=1e-6, rtol=0)
+        torch.testing.assert_close(other["topk_logp"], outputs[0]["topk_logp"], atol=1e-6, rtol=0)
 
 
 def test_topk_larger_than_the_vocabulary_is_rejected(model_dirs):
     policy = make_policy(model_dirs)
     rollout = policy.rollout(PROMPTS[:1], group_size=1)
     with pytest.raises(ValueError, match=r"topk=97 must be in \[0, 96\]"):
-        policy.score(rollout, ScoreRequest(topk=97))
+        policy.score(rollout, ScoreRequest.of(topk_logp=97))
 
 
 def _segment_tokenizer():
@@ -522,9 +522,9 @@ def test_rollout_structure_holds_truncation_always_and_segment_ids_on_request(mo
     head.bias = torch.nn.Parameter(bias)
     plain = policy.rollout(PROMPTS, group_size=2)
     # truncation flags and action ids always (forced_completions: every training sample can be stored)
-    assert plain.structure.present() == {"truncated", "action_ids"} and plain.structure.truncated.dtype == torch.bool
+    assert set(plain.structure) == {"truncated", "action_ids"} and plain.structure.get("truncated").dtype == torch.bool
     rollout = policy.rollout(PROMPTS, group_size=2, request=RolloutRequest(structure=frozenset({"segment_ids"})))
-    segment_ids = rollout.structure.segment_ids
+    segment_ids = rollout.structure.get("segment_ids")
     assert segment_ids.shape == rollout.action_mask.shape and segment_ids.dtype == torch.long
     assert torch.all(segment_ids[:, 1:] >= segment_ids[:, :-1])
     for row, (ids, mask) in enumerate(zip(rollout.per_sample["completion_ids"], rollout.action_mask, strict=True)):
@@ -532,7 +532,7 @@ def test_rollout_structure_holds_truncation_always_and_segment_ids_on_request(mo
         ends = [bool(m) and (t in {".", "?", "!"} or "\n" in t) for t, m in zip(texts, mask.tolist(), strict=True)]
         assert segment_ids[row].tolist() == [sum(ends[:t]) for t in range(len(ends))]  # loop vs vectorised
     assert segment_ids.max() > 0
-    assert rollout.select([3, 0]).structure.segment_ids.tolist() == segment_ids[[3, 0]].tolist()
+    assert rollout.select([3, 0]).structure.get("segment_ids").tolist() == segment_ids[[3, 0]].tolist()
 
 
 # ---- LoRA options (peft's LoraConfig) and the attention kernel -------------------------------------------------------
@@ -599,7 +599,7 @@ def test_base_rewriting_options_use_a_frozen_copy_reference_and_roundtrip(model_
     assert make_policy(model_dirs, "llama", lora=LoRAConfig(rank=4)).reference.mode == "lora_disabled"
     rollout = policy.rollout(PROMPTS, group_size=1)
     with torch.no_grad():
-        kl = policy.score(rollout, ScoreRequest(kl_estimator="k3")).kl
+        kl = policy.score(rollout, ScoreRequest.of(kl="k3"))["kl"]
         assert kl.abs().max() < 1e-5  # PiSSA starts at the original model: residual + principal part
         for name, param in policy.model.named_parameters():
             if "lora_" in name:

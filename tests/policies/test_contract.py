@@ -24,7 +24,7 @@ import yaml
 from safetensors.torch import load_file
 
 import tests.policies.contract_reward  # noqa: F401  (registers the reward)
-from genalign.algorithms import STRUCTURE_FIELDS
+from genalign.algorithms import names_by
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.data import load_rows
@@ -48,7 +48,7 @@ def build(case: str, tmp_path: Path) -> tuple[Policy, TrainConfig]:
 def sample(policy: Policy, config: TrainConfig) -> Rollout:
     """A training rollout with the structure the case's algorithm reads (as the trainer requests it)."""
     rows = load_rows(config.data.train)[: config.algorithm.prompts_per_step]
-    structure = frozenset(config.algorithm.needs()) & frozenset(STRUCTURE_FIELDS)
+    structure = names_by("rollout", config.algorithm.needs())
     return policy.rollout(rows, config.algorithm.group_size, request=RolloutRequest(structure=structure))
 
 
@@ -58,12 +58,10 @@ def same_outputs(a: list, b: list) -> bool:
 
 def request_of(policy: Policy, config: TrainConfig) -> ScoreRequest:
     """Every feature the family supplies that the case's algorithm can ask for."""
-    features = policy.capabilities.score_features
-    return ScoreRequest(
-        entropy="entropy" in features,
-        kl_estimator="k3" if "kl" in features and config.algorithm.kl_coef > 0 else None,
-        velocity="velocity" in features,
-    )
+    features = policy.capabilities.signals
+    names = {"entropy", "velocity"} & features
+    kl = {"kl": "k3"} if "kl" in features and config.algorithm.kl_coef > 0 else {}
+    return ScoreRequest.of(*names, **kl)
 
 
 def scores(policy: Policy, rollout: Rollout, request: ScoreRequest, parts: int = 1) -> torch.Tensor:

@@ -135,13 +135,13 @@ def test_one_training_step_moves_the_likelihood_of_rewarded_samples(tiny_bert):
 def test_kl_to_the_frozen_reference_is_zero_before_training(tiny_bert):
     policy = make_policy(tiny_bert, likelihood_proxy="coupled")
     rollout = policy.rollout(ROWS, group_size=2)
-    scored = policy.score(rollout, ScoreRequest(kl_estimator="k2"))
-    assert scored.kl is not None and scored.kl.shape == rollout.action_mask.shape
-    assert torch.allclose(scored.kl, torch.zeros_like(scored.kl), atol=1e-10)
+    scored = policy.score(rollout, ScoreRequest.of(kl="k2"))
+    assert scored.get("kl") is not None and scored["kl"].shape == rollout.action_mask.shape
+    assert torch.allclose(scored["kl"], torch.zeros_like(scored["kl"]), atol=1e-10)
     with pytest.raises(ValueError, match="no per-action entropy"):
-        policy.score(rollout, ScoreRequest(entropy=True))
+        policy.score(rollout, ScoreRequest.of("entropy"))
     with pytest.raises(ValueError, match="reference='none'"):
-        make_policy(tiny_bert, reference="none").score(rollout, ScoreRequest(kl_estimator="k1"))
+        make_policy(tiny_bert, reference="none").score(rollout, ScoreRequest.of(kl="k1"))
 
 
 def test_save_and_load_round_trip(tiny_bert, tmp_path):
@@ -218,8 +218,8 @@ def test_causal_decoder_body_becomes_bidirectional(tmp_path):
 
 
 def test_capabilities_are_declared_by_the_config():
-    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl"}), frozenset())
-    assert DiffusionLMPolicyConfig(reference="none").capabilities().score_features == frozenset()
+    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl"}))
+    assert DiffusionLMPolicyConfig(reference="none").capabilities().signals == frozenset()
 
 
 def test_state_dict_roundtrip_restores_sampler_mask_seeds_and_epoch(tiny_bert):

@@ -65,11 +65,11 @@ def test_co_grpo_trains_model_and_schedule_with_one_loss(co_grpo):
 
 def test_co_grpo_kl_of_the_schedule_is_to_its_initial_table(co_grpo):
     policy, rollout = co_grpo
-    request = ScoreRequest(kl_estimator="k1")
+    request = ScoreRequest.of(kl="k1")
     with torch.no_grad():
-        assert torch.all(policy.score(rollout, request).kl[:, 1:] == 0)  # untrained: equal to the initial table
+        assert torch.all(policy.score(rollout, request)["kl"][:, 1:] == 0)  # untrained: equal to the initial table
         policy.decoding.module.count_logits.add_(0.5 * torch.arange(4.0))
-        kl = policy.score(rollout, request).kl
+        kl = policy.score(rollout, request)["kl"]
         policy.decoding.module.count_logits.sub_(0.5 * torch.arange(4.0))
     assert kl[:, 1].abs().sum() > 0 and torch.all(kl[:, 2] == 0)
 
@@ -110,9 +110,9 @@ def test_sas_path_logp_is_the_frozen_denoisers_pathwise_likelihood(sas):
         mask_id=policy.mask_id, seeds=data["mask_seed"], prompt_attention_mask=data["prompt_mask"],
         decode_step=data["decode_step"],
     )  # fmt: skip
-    path_logp = rollout.structure.path_logp  # [6, 2]
+    path_logp = rollout.structure.get("path_logp")  # [6, 2]
     torch.testing.assert_close(path_logp.sum(1), trace.logp.detach().sum(1), atol=1e-4, rtol=0)
-    assert "path_logp" in policy.capabilities.structure
+    assert "path_logp" in policy.capabilities.signals
 
 
 def test_sas_checkpoint_holds_the_order_head_not_the_frozen_weights(sas, tmp_path):

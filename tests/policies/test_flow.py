@@ -8,7 +8,7 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs, aggregate, compute_advantages, loss_normalizer, policy_loss
+from genalign.algorithms import CREDIT_RULES, StepBatch, aggregate, compute_advantages, loss_normalizer, policy_loss
 from genalign.pipelines import FlowLogProbPipeline
 from genalign.policies import load_family
 from genalign.policies.base import Policy, RolloutRequest, ScoreRequest
@@ -76,13 +76,13 @@ def test_one_full_training_step(model_dirs, architecture):
     advantages = compute_advantages("grpo", rewards, rollout.group_ids)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
 
-    scored = policy.score(rollout, ScoreRequest(kl_estimator="k3"))
+    scored = policy.score(rollout, ScoreRequest.of(kl="k3"))
     assert torch.equal(scored.logp.detach(), rollout.old_logp), "ratio must be exactly 1 before the update"
-    assert torch.equal(scored.kl, torch.zeros_like(scored.kl)), "LoRA starts at zero: policy == reference"
+    assert torch.equal(scored["kl"], torch.zeros_like(scored["kl"])), "LoRA starts at zero: policy == reference"
     loss, metrics = policy_loss(
         scored.logp, rollout.old_logp, advantages, rollout.action_mask, clip="ppo", eps_low=1e-4, eps_high=1e-4
     )
-    loss = loss + 0.04 * scored.kl
+    loss = loss + 0.04 * scored["kl"]
     mask = rollout.action_mask
     aggregate(loss, mask, "token_mean", loss_normalizer(mask, "token_mean")).backward()
     assert metrics["ratio_mean"].item() == 1.0
@@ -97,9 +97,9 @@ def test_one_full_training_step(model_dirs, architecture):
     assert changed, "LoRA weights must move"
     assert all(torch.equal(p, frozen[n]) for n, p in policy.model.transformer.named_parameters() if not p.requires_grad)
     assert torch.equal(next(policy.model.sampler.pipe.text_encoder.parameters()), text_encoder)
-    after = policy.score(rollout, ScoreRequest(kl_estimator="mean_space"))
+    after = policy.score(rollout, ScoreRequest.of(kl="mean_space"))
     assert not torch.equal(after.logp.detach(), rollout.old_logp)
-    assert after.kl.max() > 0 and torch.all(after.kl[rollout.action_mask == 0] == 0)
+    assert after["kl"].max() > 0 and torch.all(after["kl"][rollout.action_mask == 0] == 0)
 
 
 @pytest.mark.parametrize(("dynamics", "noise_level"), [("flow_sde", 0.7), ("dance_sde", 0.3), ("cps", 0.5)])
@@ -225,7 +225,7 @@ def test_bfloat16_weights_keep_float32_log_probs_and_exact_ratio(model_dirs):
 def test_entropy_is_the_constant_gaussian_entropy_of_trained_steps(model_dirs):
     policy = build_policy(_config(model_dirs, train_steps=TrainStepsConfig(strategy="first_k", k=2)))
     rollout = policy.rollout(ROWS, group_size=1)
-    entropy = policy.score(rollout, ScoreRequest(entropy=True)).entropy
+    entropy = policy.score(rollout, ScoreRequest.of("entropy"))["entropy"]
     assert entropy.shape == (2, 4) and not entropy.requires_grad
     assert torch.all(entropy[:, 2:] == 0) and torch.all(entropy[:, :2] != 0)
     # entropy of N(mean, std^2) per element: log std + log(2 pi e) / 2, with std from the scheduler
@@ -233,7 +233,7 @@ def test_entropy_is_the_constant_gaussian_entropy_of_trained_steps(model_dirs):
     step = scheduler.step(torch.zeros(1, 1), None, torch.zeros(1, 1), step_index=1, noise_level=0.7)
     expected = math.log(step.std.item()) + 0.5 * math.log(2 * math.pi * math.e)
     torch.testing.assert_close(entropy[:, 1], torch.full((2,), expected))
-    assert policy.score(rollout).entropy is None
+    assert policy.score(rollout).get("entropy") is None
 
 
 def test_cfg_free_training_makes_one_pass_per_step(model_dirs):
@@ -249,14 +249,14 @@ def test_bad_inputs_are_named(model_dirs):
         policy.rollout([{"prompt": "a"}, {"caption": "b"}], group_size=1)
     rollout = policy.rollout(ROWS, group_size=1)
     with pytest.raises(ValueError, match="kl_estimator='k4'"):
-        policy.score(rollout, ScoreRequest(kl_estimator="k4"))
+        policy.score(rollout, ScoreRequest.of(kl="k4"))
     with pytest.raises(ValueError, match=r"policy\.model is empty"):
         FlowPolicyConfig().validate()
     with pytest.raises(ValueError, match=r"noise_level=-0\.1"):
         _config(model_dirs, noise_level=-0.1).validate()
     full = build_policy(_config(model_dirs, lora_rank=0))
     with pytest.raises(ValueError, match="lora_rank=0"):
-        full.score(full.rollout(ROWS[:1], group_size=1), ScoreRequest(kl_estimator="k3"))
+        full.score(full.rollout(ROWS[:1], group_size=1), ScoreRequest.of(kl="k3"))
 
 
 def test_dense_step_rewards_are_measured_on_request_and_give_per_step_advantages(model_dirs):
@@ -268,12 +268,14 @@ def test_dense_step_rewards_are_measured_on_request_and_give_per_step_advantages
         return torch.arange(1, len(outputs) + 1, dtype=torch.float32) * (len(calls) - 1)
 
     plain = policy.rollout(ROWS, group_size=2)
-    assert plain.structure.step_rewards is None and not calls  # measured only when asked
+    assert plain.structure.get("step_rewards") is None and not calls  # measured only when asked
     request = RolloutRequest(structure=frozenset({"step_rewards"}), reward_probe=reward_probe)
     rollout = policy.rollout(ROWS, group_size=2, request=request)
     assert calls == [4] * 5  # states x_0 .. x_4 are completed and scored
-    assert rollout.structure.step_rewards[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
-    inputs = CreditInputs(torch.zeros(4), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    assert rollout.structure.get("step_rewards")[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    inputs = StepBatch(
+        sample_advantages=torch.zeros(4), mask=rollout.action_mask, group_ids=rollout.group_ids, **rollout.structure
+    )
     advantages = CREDIT_RULES.get("dense_step_gains")(torch.zeros(4, 4), inputs)
     # gain of every step = i + 1: groups {1, 2} and {3, 4} -> -1, +1 after normalisation
     expected = torch.tensor([-1.0, 1.0, -1.0, 1.0])[:, None].expand(4, 4) / (1 + 2e-4)
@@ -311,10 +313,12 @@ def test_step_noise_is_declared_for_every_trained_step(model_dirs):
     steps = TrainStepsConfig(strategy="first_k", k=2, stochastic="trained")
     policy = build_policy(_config(model_dirs, train_steps=steps))
     rollout = policy.rollout(ROWS, group_size=1)
-    std = rollout.structure.step_std  # [2, 4]
+    std = rollout.structure.get("step_std")  # [2, 4]
     assert std.shape == (2, 4) and torch.all(std[:, :2] > 0) and torch.all(std[:, 2:] == 0)
     assert torch.equal(std[0], std[1])  # the same schedule and noise level for every sample
-    inputs = CreditInputs(torch.ones(2), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(2), mask=rollout.action_mask, group_ids=rollout.group_ids, **rollout.structure
+    )
     weights = CREDIT_RULES.get("noise_aware_steps")(torch.ones(2, 4), inputs)
     torch.testing.assert_close(weights[:, :2].mean(1), torch.ones(2))  # mean 1 over the trained steps
     assert torch.all(weights[:, 2:] == 0)

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from genalign.algorithms import OBJECTIVES, ObjectiveContext, policy_loss
+from genalign.algorithms import OBJECTIVES, StepBatch, policy_loss
 from genalign.algorithms.objectives import nft_loss, optimality_probability
 from genalign.policies.base import ScoreRequest
 from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, TreeRolloutConfig, build_policy
@@ -14,7 +14,7 @@ from genalign.policies.flow.scoring import FlowMatchingScorer, noised
 from genalign.policies.flow.stored import CLEAN
 
 NFT = OBJECTIVES.get("nft")
-VELOCITY = ScoreRequest(velocity=True)
+VELOCITY = ScoreRequest.of("velocity")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
@@ -59,7 +59,7 @@ def test_nft_pieces_match_hand_values():
 def test_vgrpo_proxy_old_logp_is_exact_and_a_positive_advantage_raises_it(sd3_dir):
     policy = _policy(sd3_dir, "elbo")
     assert isinstance(policy.scorer, FlowMatchingScorer) and policy.old is None  # the shared ratio objective
-    assert policy.capabilities.score_features == {"kl"}
+    assert policy.capabilities.signals == {"kl"}
     rollout = policy.rollout(ROWS, group_size=2)
     assert rollout.old_logp.shape == rollout.action_mask.shape == (4, 2)
     assert rollout.per_sample[CLEAN].shape[0] == 4 and "latents" not in rollout.per_sample
@@ -79,23 +79,23 @@ def test_vgrpo_proxy_old_logp_is_exact_and_a_positive_advantage_raises_it(sd3_di
 
 def test_nft_objective_zero_advantage_gives_no_gradient_and_old_model_decays(sd3_dir):
     policy = _policy(sd3_dir, "nft", old_decay=0.5)
-    assert "velocity" in policy.capabilities.score_features
+    assert "velocity" in policy.capabilities.signals
     rollout = policy.rollout(ROWS, group_size=2)
     assert torch.equal(rollout.old_logp, torch.zeros(4, 2))
     policy.model.transformer.train()
     params = policy.trainable_parameters()
     out = policy.score(rollout, VELOCITY)
-    loss, metrics = NFT(out, torch.zeros(4), ObjectiveContext())
+    loss, metrics = NFT(out, torch.zeros(4), StepBatch())
     assert loss.shape == (4, 2) and metrics["nft/optimality_mean"] == pytest.approx(0.5)
     # old == theta and r = 1/2: the positive and negative terms cancel exactly in the gradient
     grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
     assert max(float(g.abs().max()) for g in grads if g is not None) < 1e-6
     out = policy.score(rollout, VELOCITY)
-    loss, _ = NFT(out, torch.ones(4), ObjectiveContext())
+    loss, _ = NFT(out, torch.ones(4), StepBatch())
     grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
     assert max(float(g.abs().max()) for g in grads if g is not None) > 0
     with pytest.raises(ValueError, match="velocity"):
-        NFT(policy.score(rollout), torch.ones(4), ObjectiveContext())  # not requested: no predictions
+        NFT(policy.score(rollout), torch.ones(4), StepBatch())  # not requested: no predictions
     before = [p.detach().clone() for p in params]
     _perturb(policy)
     policy.after_optimizer_step()
@@ -111,7 +111,7 @@ def test_nft_training_step_lowers_the_error_of_rewarded_samples(sd3_dir):
     with torch.no_grad():
         before = -policy.score(rollout).logp  # errors [4, 2]
     out = policy.score(rollout, VELOCITY)
-    loss, _ = NFT(out, torch.tensor([1.0, 1.0, 1.0, 1.0]), ObjectiveContext())
+    loss, _ = NFT(out, torch.tensor([1.0, 1.0, 1.0, 1.0]), StepBatch())
     loss.sum().backward()
     optimizer.step()
     with torch.no_grad():

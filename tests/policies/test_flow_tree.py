@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from genalign.algorithms import CREDIT_RULES, CreditInputs
+from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.pipelines.flow import denoise
 from genalign.pipelines.flow_tree import denoise_tree
 from genalign.policies.flow import FlowPolicyConfig, TreeRolloutConfig, build_policy
@@ -96,14 +96,16 @@ def test_tree_rollout_reports_nfe_scores_exactly_and_ode_edges_get_no_gradient(s
 def test_the_declared_prefix_tree_gives_per_depth_credit(sd3_dir):
     policy = build_policy(_config(sd3_dir))
     rollout = policy.rollout(ROWS, group_size=4)
-    tree = rollout.structure.prefix_tree
+    tree = rollout.structure.get("prefix_tree")
     # leaves 0-3 of tree 0: step 0 splits into {0, 1} | {2, 3}; step 1 is ODE (same nodes); step 2 splits again
     assert tree.depth[0].tolist() == [1, 1, 2, 2]
     assert tree.node_of_action[0, 0] == tree.node_of_action[1, 0] != tree.node_of_action[2, 0]
     assert tree.node_of_action[0, 2] != tree.node_of_action[1, 2]
     assert len(set(tree.node_of_action[:4].flatten().tolist()) & set(tree.node_of_action[4:].flatten().tolist())) == 0
     leaf_values = torch.tensor([1.0, 3.0, 2.0, 6.0, 0.0, 0.0, 1.0, 1.0])
-    inputs = CreditInputs(leaf_values, rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    inputs = StepBatch(
+        sample_advantages=leaf_values, mask=rollout.action_mask, group_ids=rollout.group_ids, **rollout.structure
+    )
     steps = CREDIT_RULES.get("tree")(torch.zeros(8, 4), inputs)
     # tree 0, depth 1: nodes {1, 3} -> 2, {2, 6} -> 4: -1, +1 (population std 1); depth 2: pairs (1, 3) and (2, 6)
     # are normalised together over the 4 leaves: mean 3, std sqrt(3.5)
@@ -121,7 +123,9 @@ def test_depth_pruning_sliding_splits_and_group_size_check(sd3_dir):
     policy.on_step(2)  # splits moved two steps later: (2, 3)
     rollout = policy.rollout(ROWS[:1], group_size=4)
     assert rollout.action_mask[0].tolist() == [0.0, 0.0, 0.0, 1.0]  # only depth 2 (the split at step 3) trained
-    inputs = CreditInputs(torch.ones(4), rollout.action_mask, rollout.group_ids, structure=rollout.structure)
+    inputs = StepBatch(
+        sample_advantages=torch.ones(4), mask=rollout.action_mask, group_ids=rollout.group_ids, **rollout.structure
+    )
     weights = CREDIT_RULES.get("noise_aware_steps")(torch.ones(4, 4), inputs)
     assert torch.allclose(weights, rollout.action_mask)  # one trained step: weight 1
     with pytest.raises(ValueError, match="group_size"):

@@ -147,12 +147,12 @@ def test_a_rollout_fills_the_requested_probe_fields(policy):
     request = RolloutRequest(structure=fields, reward_probe=lambda rows, outputs: torch.zeros(len(outputs)))
     rollout = policy.rollout(rows, group_size=2, request=request)
     structure = rollout.structure
-    assert fields <= structure.present()
-    assert structure.teacher_logp.shape == rollout.action_mask.shape
-    assert structure.answer_probe.shape[0] == 4 and structure.answer_probe.shape[2] == 3
-    assert torch.equal(structure.action_ids, rollout.per_sample["completion_ids"] * (rollout.action_mask > 0))
-    assert torch.equal(structure.segment_values.nan_to_num(0.0), torch.zeros_like(structure.segment_values))
-    assert rollout.select([1]).structure.answer_probe.shape[0] == 1
+    assert fields <= set(structure)
+    assert structure["teacher_logp"].shape == rollout.action_mask.shape
+    assert structure["answer_probe"].shape[0] == 4 and structure["answer_probe"].shape[2] == 3
+    assert torch.equal(structure["action_ids"], rollout.per_sample["completion_ids"] * (rollout.action_mask > 0))
+    assert torch.equal(structure["segment_values"].nan_to_num(0.0), torch.zeros_like(structure["segment_values"]))
+    assert rollout.select([1]).structure.get("answer_probe").shape[0] == 1
     with pytest.raises(ValueError, match="answer_column"):
         policy.rollout(
             [{"prompt": "1 + 2 ="}], group_size=2, request=RolloutRequest(structure=frozenset({"teacher_logp"}))
@@ -160,10 +160,10 @@ def test_a_rollout_fills_the_requested_probe_fields(policy):
 
 
 def test_logit_stats_feature_equals_the_full_logits(policy):
-    """``ScoreRequest(logit_stats=True)`` (UCAS [210]): self-certainty at the sampling temperature and the raw logit."""
+    """``ScoreRequest.of("logit_stats")`` (UCAS [210]): self-certainty at the sampling temperature and the raw logit."""
     rollout = hand_rollout(policy, ["1 + 2 =", "3 + 4 ="], ["3 .", "7 . 7"], ["3", "7"])
-    out = policy.score(rollout, ScoreRequest(logit_stats=True))
-    assert out.logit_stats.shape == (*rollout.action_mask.shape, 2) and not out.logit_stats.requires_grad
+    out = policy.score(rollout, ScoreRequest.of("logit_stats"))
+    assert out["logit_stats"].shape == (*rollout.action_mask.shape, 2) and not out["logit_stats"].requires_grad
     data = rollout.per_sample
     for i in range(2):
         context = data["prompt_ids"][i][data["prompt_mask"][i] > 0].tolist()
@@ -175,6 +175,6 @@ def test_logit_stats_feature_equals_the_full_logits(policy):
         certainty = torch.logsumexp(scaled, -1) - scaled.mean(-1)
         raw = logits.gather(1, torch.tensor(target)[:, None]).squeeze(1)
         torch.testing.assert_close(
-            out.logit_stats[i, : len(target)], torch.stack([certainty, raw], 1), atol=1e-4, rtol=1e-5
+            out["logit_stats"][i, : len(target)], torch.stack([certainty, raw], 1), atol=1e-4, rtol=1e-5
         )
-        assert torch.all(out.logit_stats[i, len(target) :] == 0)
+        assert torch.all(out["logit_stats"][i, len(target) :] == 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genalign.algorithms.structure import PrefixTree, RolloutStructure, pad_cat
+from genalign.algorithms.structure import PrefixTree, cat_structures, pad_cat
 from genalign.policies.base import Rollout
 
 
@@ -23,7 +23,7 @@ def lm_like(prompt_lengths: list[int], completion_lengths: list[int], group: int
         group_ids=torch.full((n,), group),
         old_logp=-completion_mask,
         action_mask=completion_mask,
-        structure=RolloutStructure(truncated=torch.zeros(n, dtype=torch.bool), action_ids=completion_mask.long() * 7),
+        structure=dict(truncated=torch.zeros(n, dtype=torch.bool), action_ids=completion_mask.long() * 7),
         per_sample={"prompt_mask": prompt_mask, "completion_mask": completion_mask, "note": ["x"] * n},
         info={"completion_tokens": int(completion_mask.sum()), "engine": "static"},
         left_padded=frozenset({"prompt_mask"}),
@@ -44,7 +44,9 @@ def test_cat_keeps_left_padded_prompts_aligned_and_right_pads_actions():
     assert joined.per_sample["prompt_mask"].tolist() == [[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]  # left
     assert joined.action_mask.tolist() == [[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]]  # right
     assert joined.old_logp.tolist() == (-joined.action_mask).tolist()
-    assert joined.structure.action_ids.shape == (3, 4) and joined.structure.truncated.tolist() == [False] * 3
+    assert (
+        joined.structure.get("action_ids").shape == (3, 4) and joined.structure.get("truncated").tolist() == [False] * 3
+    )
     assert joined.per_sample["note"] == ["x"] * 3 and joined.outputs == ["o00", "o01", "o50"]
     assert joined.info == {"completion_tokens": 7, "engine": "static"}  # counters summed, labels kept
     assert joined.left_padded == frozenset({"prompt_mask"})
@@ -62,9 +64,9 @@ def test_empty_parts_are_skipped_and_a_single_part_is_returned_as_it_is():
 def test_structure_that_cannot_join_is_an_error_naming_the_field():
     part = lm_like([2], [3], group=1)
     bare = lm_like([2], [3], group=2)
-    bare.structure = RolloutStructure(truncated=torch.zeros(1, dtype=torch.bool))
+    bare.structure = dict(truncated=torch.zeros(1, dtype=torch.bool))
     with pytest.raises(ValueError, match="action_ids"):
         Rollout.cat([part, bare])
     tree = PrefixTree(node_of_action=torch.zeros(1, 3, dtype=torch.long), depth=torch.zeros(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="prefix tree"):
-        RolloutStructure.cat([RolloutStructure(prefix_tree=tree)] * 2, [1, 1])
+        cat_structures([{"prefix_tree": tree}] * 2, [1, 1])

@@ -291,8 +291,8 @@ def test_lora_scope_and_reference_with_adapters_disabled(model_dirs, rows, scope
     assert bool(in_tower) == (scope == "language_model_and_vision_tower")
     rollout = policy.rollout(rows[:1], group_size=2)
     with torch.no_grad():
-        out = policy.score(rollout, ScoreRequest(kl_estimator="k3"))  # fresh LoRA (B = 0): policy == reference
-    assert torch.allclose(out.kl, torch.zeros_like(out.kl), atol=1e-6)
+        out = policy.score(rollout, ScoreRequest.of(kl="k3"))  # fresh LoRA (B = 0): policy == reference
+    assert torch.allclose(out["kl"], torch.zeros_like(out["kl"]), atol=1e-6)
     with torch.no_grad():
         for p in policy.trainable_parameters():
             p.add_(0.05)
@@ -308,9 +308,9 @@ def test_frozen_copy_reference_kl_is_zero_before_training(model_dirs, rows):
     policy = make_policy(model_dirs, reference="auto")
     rollout = policy.rollout(rows[:1], group_size=2)
     with torch.no_grad():
-        out = policy.score(rollout, ScoreRequest(entropy=True, kl_estimator="k2"))
-    assert torch.equal(out.kl, torch.zeros_like(out.kl))
-    assert out.entropy is not None and torch.all(out.entropy[rollout.action_mask > 0] > 0)
+        out = policy.score(rollout, ScoreRequest.of("entropy", kl="k2"))
+    assert torch.equal(out["kl"], torch.zeros_like(out["kl"]))
+    assert out.get("entropy") is not None and torch.all(out["entropy"][rollout.action_mask > 0] > 0)
 
 
 def test_config_validation_names_the_field():
@@ -328,8 +328,8 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
     term = bind_vocab_term("distribution_entropy", temperature=1.5)
     with torch.no_grad():
         plain = policy.score(rollout)
-    score = policy.score(rollout, ScoreRequest(vocab_term=term))
-    assert plain.vocab_term is None and torch.equal(score.logp.detach(), plain.logp)
+    score = policy.score(rollout, ScoreRequest.of(vocab_term=term))
+    assert plain.get("vocab_term") is None and torch.equal(score.logp.detach(), plain.logp)
     hf_model = policy.hf_model
     inputs = policy.model_inputs(rollout)
     width = rollout.per_sample["prompt_ids"].shape[1]
@@ -338,21 +338,22 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
         head = suppressed_head(hf_model.get_output_embeddings(), policy.suppressed_token_ids)
         scaled = head(hidden).float() / 0.9  # [n, T, V] the law generation samples from
         naive = term(scaled.reshape(-1, scaled.shape[-1])).view(scaled.shape[:2]) * rollout.action_mask
-    torch.testing.assert_close(score.vocab_term.detach(), naive, atol=1e-5, rtol=1e-5)
-    assert torch.all(score.vocab_term[rollout.action_mask == 0] == 0)
-    score.vocab_term.sum().backward()
+    torch.testing.assert_close(score["vocab_term"].detach(), naive, atol=1e-5, rtol=1e-5)
+    assert torch.all(score["vocab_term"][rollout.action_mask == 0] == 0)
+    score["vocab_term"].sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.trainable_parameters())
 
 
 def test_capabilities_are_declared_by_the_config():
     from genalign.policies.lm.core import AUTOREGRESSIVE_STRUCTURE
 
-    features = frozenset({"entropy", "kl", "vocab_term", "topk", "hidden", "logp_without_image", "visual_similarity",
+    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
                           "logp_frames_shuffled"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
-    assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features, structure)
-    assert VLMPolicyConfig(reference="none").capabilities().score_features == features - {"kl"}
-    assert VLMPolicyConfig(block_markers=["<answer>"]).capabilities().structure == structure | {"block_ids"}
+    assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features | structure)
+    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    blocks = VLMPolicyConfig(block_markers=["<answer>"]).capabilities().signals
+    assert blocks == features | structure | {"block_ids"}
 
 
 def test_topk_and_hidden_features_equal_the_naive_suppressed_logits(model_dirs, rows):
@@ -360,7 +361,7 @@ def test_topk_and_hidden_features_equal_the_naive_suppressed_logits(model_dirs, 
     rollout = policy.rollout(rows[:2], group_size=2)
     with torch.no_grad():
         plain = policy.score(rollout).logp
-        out = policy.score(rollout, ScoreRequest(topk=4, hidden=True))
+        out = policy.score(rollout, ScoreRequest.of("hidden", topk_logp=4))
         width = rollout.per_sample["prompt_ids"].shape[1]
         hidden = policy.hf_model.model(**policy.model_inputs(rollout), use_cache=False).last_hidden_state
         hidden = hidden[:, width - 1 : -1]  # [n, T, H] the backbone states predicting the actions
@@ -369,25 +370,25 @@ def test_topk_and_hidden_features_equal_the_naive_suppressed_logits(model_dirs, 
     mask = rollout.action_mask[..., None]  # [n, T, 1]
     assert torch.equal(out.logp, plain)
     naive_topk = torch.topk((full_logits / 0.8).log_softmax(-1), 4).values * mask
-    torch.testing.assert_close(out.topk_logp, naive_topk, atol=1e-5, rtol=0)
-    torch.testing.assert_close(out.hidden, hidden * mask, atol=1e-5, rtol=0)
-    assert torch.all(out.hidden[rollout.action_mask == 0] == 0)
+    torch.testing.assert_close(out["topk_logp"], naive_topk, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["hidden"], hidden * mask, atol=1e-5, rtol=0)
+    assert torch.all(out["hidden"][rollout.action_mask == 0] == 0)
 
 
 def test_rollout_structure_holds_truncation_and_segment_ids_on_request(model_dirs, rows):
     policy = make_policy(model_dirs, max_new_tokens=3)
     plain = policy.rollout(rows[:2], group_size=2)
-    assert plain.structure.present() == {"truncated"}
+    assert set(plain.structure) == {"truncated"}
     lengths = plain.action_mask.sum(1)
     ended = torch.tensor(
         [ids[int(n) - 1].item() in policy.eos_token_ids for ids, n in zip(plain.per_sample["completion_ids"], lengths)]
     )
-    assert torch.equal(plain.structure.truncated, ~ended)
+    assert torch.equal(plain.structure.get("truncated"), ~ended)
     assert plain.info["frac_truncated"] == pytest.approx(float((~ended).float().mean()))
     rollout = policy.rollout(rows[:2], group_size=2, request=RolloutRequest(structure=frozenset({"segment_ids"})))
     expected = policy.segments(rollout.per_sample["completion_ids"], rollout.action_mask)
-    assert torch.equal(rollout.structure.segment_ids, expected)
-    assert rollout.structure.segment_ids.shape == rollout.action_mask.shape
+    assert torch.equal(rollout.structure.get("segment_ids"), expected)
+    assert rollout.structure.get("segment_ids").shape == rollout.action_mask.shape
 
 
 def test_state_dict_roundtrip_restores_the_sampler(model_dirs, rows):

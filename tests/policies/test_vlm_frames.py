@@ -39,15 +39,15 @@ def video_policy_and_rollout():
 def test_frames_shuffled_changes_only_samples_with_two_frames(video_policy_and_rollout):
     policy, rollout = video_policy_and_rollout
     assert [int(g.shape[0]) for g in rollout.per_sample["image_grid_thw"]] == [2, 2, 1, 1]
-    assert "logp_frames_shuffled" in policy.capabilities.score_features
+    assert "logp_frames_shuffled" in policy.capabilities.signals
     with torch.no_grad():
-        out = policy.score(rollout, ScoreRequest(logp_frames_shuffled=True, logp_without_image=True))
-    shuffled, mask = out.logp_frames_shuffled, rollout.action_mask
+        out = policy.score(rollout, ScoreRequest.of("logp_frames_shuffled", "logp_without_image"))
+    shuffled, mask = out["logp_frames_shuffled"], rollout.action_mask
     assert shuffled.shape == out.logp.shape and not shuffled.requires_grad
     assert ((shuffled[:2] - out.logp[:2]).abs() * mask[:2]).sum() > 1e-4  # reversed frames change the log-probs
     torch.testing.assert_close(shuffled[2:], out.logp[2:], atol=1e-5, rtol=0)  # one frame: nothing to shuffle
     with torch.no_grad():
-        parts = [policy.score(rollout.select(i), ScoreRequest(logp_frames_shuffled=True)) for i in ([0, 2], [1, 3])]
+        parts = [policy.score(rollout.select(i), ScoreRequest.of("logp_frames_shuffled")) for i in ([0, 2], [1, 3])]
     joined = torch.zeros_like(shuffled)
-    joined[[0, 2]], joined[[1, 3]] = parts[0].logp_frames_shuffled, parts[1].logp_frames_shuffled
+    joined[[0, 2]], joined[[1, 3]] = parts[0]["logp_frames_shuffled"], parts[1]["logp_frames_shuffled"]
     torch.testing.assert_close(joined * mask, shuffled * mask, atol=1e-5, rtol=0)

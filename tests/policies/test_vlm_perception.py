@@ -20,7 +20,7 @@ from genalign.policies.base import RolloutRequest, ScoreRequest
 from genalign.policies.lm.probes import block_ids
 from genalign.policies.vlm import VLMPolicyConfig, build_policy
 from genalign.trainer.rewards import RewardSet
-from genalign.trainer.step_advantages import prepass_request, update_inputs
+from tests.step_batches import step_batch
 
 torch.set_num_threads(1)
 SHAPES = {"kinds": ["count"], "colors": ["red", "green", "blue"], "shape_kinds": ["circle", "square"]}
@@ -41,13 +41,13 @@ def rollout(policy):
 def test_logp_without_image_differs_only_on_the_image_dependent_answer(policy, rollout):
     with torch.no_grad():
         plain = policy.score(rollout).logp
-        out = policy.score(rollout, ScoreRequest(logp_without_image=True, visual_similarity=True))
+        out = policy.score(rollout, ScoreRequest.of("logp_without_image", "visual_similarity"))
     mask = rollout.action_mask
     assert torch.equal(out.logp, plain)  # the features do not change the log-probs (same pass, same values)
-    for feature in (out.logp_without_image, out.visual_similarity):
+    for feature in (out["logp_without_image"], out["visual_similarity"]):
         assert feature.shape == mask.shape and feature.dtype == torch.float32
         assert torch.all(feature[mask == 0] == 0) and not feature.requires_grad
-    change = (out.logp_without_image - out.logp).abs()  # [n, T]
+    change = (out["logp_without_image"] - out.logp).abs()  # [n, T]
     answered = [i for i, text in enumerate(rollout.outputs) if ANSWERED.match(text)]
     assert len(answered) >= 4, rollout.outputs
     at_digit = []
@@ -62,17 +62,17 @@ def test_logp_without_image_differs_only_on_the_image_dependent_answer(policy, r
     # micro-batches give the same features (the trainer's scoring pass splits the batch)
     with torch.no_grad():
         parts = [
-            policy.score(rollout.select(idx), ScoreRequest(logp_without_image=True)) for idx in ([0, 1], [2, 3, 4, 5])
+            policy.score(rollout.select(idx), ScoreRequest.of("logp_without_image")) for idx in ([0, 1], [2, 3, 4, 5])
         ]
     torch.testing.assert_close(
-        torch.cat([p.logp_without_image for p in parts]), out.logp_without_image, atol=1e-6, rtol=0
+        torch.cat([p["logp_without_image"] for p in parts]), out["logp_without_image"], atol=1e-6, rtol=0
     )
 
 
 def test_visual_similarity_is_the_layer_mean_cosine_to_the_image_tokens(policy, rollout):
     sample = rollout.select([0])
     with torch.no_grad():
-        feature = policy.score(sample, ScoreRequest(visual_similarity=True)).visual_similarity[0]  # [T]
+        feature = policy.score(sample, ScoreRequest.of("visual_similarity"))["visual_similarity"][0]  # [T]
         inputs = policy.model_inputs(sample)
         layers = policy.hf_model(**inputs, output_hidden_states=True, use_cache=False).hidden_states
     width = sample.per_sample["prompt_ids"].shape[1]
@@ -89,9 +89,9 @@ def test_text_only_rows_have_no_visual_signal(policy):
     rows = [{"prompt": "How many red circles are there?", "image": None}, shapes_vqa_rows(1, seed=3, **SHAPES)[0]]
     rollout = policy.rollout(rows, group_size=2)
     with torch.no_grad():
-        out = policy.score(rollout, ScoreRequest(logp_without_image=True, visual_similarity=True))
-    assert torch.all(out.visual_similarity[:2] == 0)
-    torch.testing.assert_close(out.logp_without_image[:2], out.logp[:2], atol=1e-5, rtol=0)
+        out = policy.score(rollout, ScoreRequest.of("logp_without_image", "visual_similarity"))
+    assert torch.all(out["visual_similarity"][:2] == 0)
+    torch.testing.assert_close(out["logp_without_image"][:2], out.logp[:2], atol=1e-5, rtol=0)
 
 
 def test_rollout_fills_block_ids_from_the_markers():
@@ -99,9 +99,9 @@ def test_rollout_fills_block_ids_from_the_markers():
         VLMPolicyConfig(max_new_tokens=24, min_pixels=256, max_pixels=2304, block_markers=["<answer>"]), "cpu"
     )
     rows = shapes_vqa_rows(2, seed=0, **SHAPES)
-    assert "block_ids" not in policy.rollout(rows, group_size=2).structure.present()
+    assert "block_ids" not in policy.rollout(rows, group_size=2).structure
     rollout = policy.rollout(rows, group_size=2, request=RolloutRequest(structure=frozenset({"block_ids"})))
-    blocks = rollout.structure.block_ids
+    blocks = rollout.structure.get("block_ids")
     completions = rollout.per_sample["completion_ids"]
     assert torch.equal(blocks, block_ids(policy.tokenizer, completions, rollout.action_mask, ["<answer>"]))
     answered = [i for i, text in enumerate(rollout.outputs) if ANSWERED.match(text)]
@@ -126,14 +126,19 @@ def _config(credit: list[str], credit_args: dict) -> TrainConfig:
 
 def test_the_scoring_pass_before_the_update_feeds_the_vlm_credit_rules(policy, rollout):
     config = _config(["visual_dependency", "perception_prior"], {"visual_dependency": {"top_fraction": 0.2}})
-    request = prepass_request(config.algorithm, policy)
-    assert request.logp_without_image and request.visual_similarity and request.entropy and not request.hidden
+    request = config.algorithm.advantage_stage().prepass()
+    assert (
+        "logp_without_image" in request
+        and "visual_similarity" in request
+        and "entropy" in request
+        and "hidden" not in request
+    )
     rewards = RewardSet(config.rewards)
     table, _ = rewards(rollout.rows, rollout.outputs)
-    inputs = update_inputs(policy, rollout, table, rewards.weights, config.algorithm, None, progress=0.5)
-    advantages, mask = inputs.advantages, rollout.action_mask
+    batch, _ = step_batch(policy, rollout, table, rewards.weights, config.algorithm, progress=0.5)
+    advantages, mask = batch["advantages"], rollout.action_mask
     assert advantages.shape == mask.shape
     for i in range(len(rollout)):
-        if inputs.step.advantages[i] != 0:  # token filtering: at most ⌈0.2·|o_i|⌉ actions keep a gradient
+        if batch["sample_advantages"][i] != 0:  # token filtering: at most ⌈0.2·|o_i|⌉ actions keep a gradient
             trained = int((advantages[i] != 0).sum())
             assert 1 <= trained <= math.ceil(0.2 * int(mask[i].sum()))

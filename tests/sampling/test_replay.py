@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.clip_forms.masking import off_policy_clip
-from genalign.algorithms.context import ObjectiveContext
 from genalign.config.schema import AlgorithmConfig
 from genalign.sampling import SAMPLE_SOURCES, Outcome
 from genalign.sampling.replay import AR3PO, EFRame, RePO, check_replay_clip
@@ -252,7 +252,7 @@ def test_off_policy_clip_weights_a_replayed_sample_by_its_stored_behaviour_logp(
     iterate = torch.tensor([[-1.1, -1.9, -0.8]])  # log π_k (old_logp, re-scored before the update)
     behaviour = torch.tensor([[-1.5, -1.2, -0.9]])  # log π_β, stored with the replayed completion
     advantages = torch.tensor([[1.0, -1.0, 1.0]])
-    context = ObjectiveContext(old_logp=iterate, rollout_logp=behaviour, mask=torch.ones(1, 3))
+    context = StepBatch(old_logp=iterate, behaviour_logp=behaviour, mask=torch.ones(1, 3))
     logp = logp.requires_grad_()
     out = off_policy_clip(logp - iterate, advantages, context, eps_low=0.2, eps_high=0.2)
     # actions 0, 1: |log πθ − log π_k| = 0.1 inside [log 0.8, log 1.2]: the weight is exp(log πθ − log π_β)

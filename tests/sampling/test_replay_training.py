@@ -98,7 +98,7 @@ def test_repo_replays_into_training_and_resumes_exactly(tmp_path, monkeypatch):
     for i, item in enumerate(replays):
         length = item.tokens.shape[0]
         assert int(tail.action_mask[i].sum()) == length and int(tail.group_ids[i]) == item.position
-        assert torch.equal(tail.structure.action_ids[i, :length], item.tokens)
+        assert torch.equal(tail.structure.get("action_ids")[i, :length], item.tokens)
         assert torch.equal(tail.old_logp[i, :length], item.behaviour_logp)
 
     crashed = tmp_path / "crashed"
@@ -108,7 +108,7 @@ def test_repo_replays_into_training_and_resumes_exactly(tmp_path, monkeypatch):
     recipe.train(dataclasses.replace(resumed, run=dataclasses.replace(resumed.run, resume="latest")))
     assert records(crashed) == expected
     state = json.loads((crashed / "checkpoints" / "step-6" / "trainer_state.json").read_text())
-    assert set(state["extra"]["sample_sources"]["repo"]["buffer"]) >= {"tokens", "behaviour_logp", "step"}
+    assert set(state["extra"]["components"]["sample_sources"]["repo"]["buffer"]) >= {"tokens", "behaviour_logp", "step"}
 
 
 @pytest.mark.parametrize(

@@ -45,4 +45,4 @@ def test_a_killed_run_resumes_the_rules_exactly(case, tmp_path, monkeypatch):
     recipe.train(rule_config(crashed, rules, resume="latest"))
     assert records(crashed) == expected
     state = json.loads((crashed / "checkpoints" / "step-6" / "trainer_state.json").read_text())
-    assert set(state["extra"]["sample_sources"]) == set(rules)
+    assert set(state["extra"]["components"]["sample_sources"]) == set(rules)

@@ -77,5 +77,5 @@ def test_a_killed_run_with_extra_rounds_resumes_exactly(tmp_path):
     run_cli("train", str(crashing), "run.resume=latest")
     assert without_times(metrics(crashed_dir)) == expected
     state = json.loads((crashed_dir / "checkpoints" / "step-6" / "trainer_state.json").read_text())
-    assert set(state["extra"]["sample_sources"]) == {"dars", "aero"}
-    assert state["extra"]["sample_sources"]["aero"]["alpha"], "the AERO posterior was not checkpointed"
+    assert set(state["extra"]["components"]["sample_sources"]) == {"dars", "aero"}
+    assert state["extra"]["components"]["sample_sources"]["aero"]["alpha"], "the AERO posterior was not checkpointed"

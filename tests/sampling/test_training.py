@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tests.sampling.truncating_toy  # noqa: F401  (registers the toy_truncating family)
+from genalign.algorithms import StepBatch
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.trainer import recipe
@@ -37,7 +38,7 @@ def test_a_killed_run_resumes_the_sample_sources_exactly(tmp_path):
     assert sum(record["sampling/depo/skipped"] for record in expected) > 0, "the curriculum never acted"
     assert all(record["num_samples"] == 4 * 4 for record in expected)  # GFPO kept group_size = 4 of 6 per prompt
     state = json.loads((crashed_dir / "checkpoints" / "step-6" / "trainer_state.json").read_text())
-    assert set(state["extra"]["sample_sources"]) == {"depo", "spo", "gfpo"}
+    assert set(state["extra"]["components"]["sample_sources"]) == {"depo", "spo", "gfpo"}
 
 
 def toy_config(tmp_path, **algorithm) -> TrainConfig:
@@ -66,7 +67,7 @@ def one_step_update(tmp_path, monkeypatch, **algorithm):
     real = REAL_UPDATE
 
     def spy(policy, rollout, batch, *args, **kwargs):
-        seen.update(rollout=rollout, advantages=batch.advantages.clone())
+        seen.update(rollout=rollout, advantages=batch["advantages"].clone())
         return real(policy, rollout, batch, *args, **kwargs)
 
     monkeypatch.setattr(recipe, "run_update", spy)
@@ -78,9 +79,9 @@ def one_step_update(tmp_path, monkeypatch, **algorithm):
 def test_overlong_filter_gives_truncated_samples_no_loss_weight(tmp_path, monkeypatch):
     base, full, _, _ = one_step_update(tmp_path / "base", monkeypatch)
     seen, _, record, _ = one_step_update(tmp_path / "filtered", monkeypatch, sample_sources=["overlong_filter"])
-    truncated = full.structure.truncated
+    truncated = full.structure.get("truncated")
     assert 0 < int(truncated.sum()) < len(full), "the toy rollout should hold truncated and complete samples"
-    assert not bool(seen["rollout"].structure.truncated.any())  # no truncated sample reaches the loss
+    assert not bool(seen["rollout"].structure.get("truncated").any())  # no truncated sample reaches the loss
     assert record["num_trained_samples"] == int((~truncated).sum())
     assert record["sampling/overlong_filter/frac_truncated"] == pytest.approx(float(truncated.float().mean()))
     # the remaining samples keep the advantages of their whole group (truncated samples included in the statistics)
@@ -93,13 +94,14 @@ def test_overlong_filter_update_equals_the_update_without_the_truncated_samples(
     seen, full, _, filtered_params = one_step_update(
         tmp_path / "filtered", monkeypatch, sample_sources=["overlong_filter"]
     )
-    keep = (~full.structure.truncated).nonzero().flatten()
+    keep = (~full.structure.get("truncated")).nonzero().flatten()
     run, _ = recipe.start_run(toy_config(tmp_path / "manual"))
     rollout = copy.deepcopy(full.select(keep))
-    batch = recipe.UpdateBatch(
-        advantages=seen["advantages"], old_logp=rollout.old_logp, group_reward_std=torch.ones(len(keep)),
-        group_mean=torch.zeros(len(keep)), progress=1.0,
+    batch = StepBatch(
+        mask=rollout.action_mask, group_ids=rollout.group_ids, advantages=seen["advantages"],
+        old_logp=rollout.old_logp, group_reward_std=torch.ones(len(keep)), group_mean_reward=torch.zeros(len(keep)),
+        progress=1.0,
     )  # fmt: skip
-    recipe.run_update(run.policy, rollout, batch, run.config.algorithm, run.optimizer, run.scheduler, run.parameters,
-                      None, run.accelerator.autocast)  # fmt: skip
+    recipe.run_update(run.policy, rollout, batch, run.loss, run.config.algorithm, run.optimizer, run.scheduler,
+                      run.parameters, None, run.accelerator.autocast)  # fmt: skip
     torch.testing.assert_close(run.policy.logits.detach(), filtered_params, rtol=0, atol=1e-7)

@@ -50,4 +50,4 @@ def test_rounds_replay_and_references_in_two_processes(tmp_path):
             "sampling/forced_reference", 0.0
         )  # this process's share of the step's samples
     state = json.loads((tmp_path / "run" / "checkpoints" / "step-4" / "trainer_state.json").read_text())
-    assert set(state["extra"]["sample_sources"]) == {"dars", "gcpo", "repo"}
+    assert set(state["extra"]["components"]["sample_sources"]) == {"dars", "gcpo", "repo"}

@@ -8,7 +8,6 @@ from typing import Literal
 
 import torch
 
-from genalign.algorithms.structure import RolloutStructure
 from genalign.policies import family_names, register_family
 from genalign.policies.base import PolicyCapabilities, RolloutRequest
 from tests.trainer import toy_policy
@@ -23,9 +22,7 @@ class TruncatingToyConfig(ToyPolicyConfig):
     family: Literal["toy_truncating"] = "toy_truncating"
 
     def capabilities(self) -> PolicyCapabilities:
-        return PolicyCapabilities(
-            rollout_logp_is_exact=True, score_features=frozenset({"entropy", "kl"}), structure=frozenset({"truncated"})
-        )
+        return PolicyCapabilities(rollout_logp_is_exact=True, signals=frozenset({"entropy", "kl", "truncated"}))
 
 
 class TruncatingToyPolicy(ToyPolicy):
@@ -33,7 +30,7 @@ class TruncatingToyPolicy(ToyPolicy):
 
     def rollout(self, rows, group_size, *, mode="train", request=RolloutRequest()):
         rollout = super().rollout(rows, group_size, mode=mode, request=request)
-        rollout.structure = RolloutStructure(truncated=torch.tensor([o.endswith("d") for o in rollout.outputs]))
+        rollout.structure = dict(truncated=torch.tensor([o.endswith("d") for o in rollout.outputs]))
         return rollout
 
 

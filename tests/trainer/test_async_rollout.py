@@ -45,7 +45,7 @@ def test_async_config_errors():
 def test_async_multi_step_update_centres_on_the_current_weights_not_the_stale_sampler():
     """Exact sampler log-probs are the behaviour policy's; asynchronously they are stale, so a multi-step update
     rescores the old log-probs with the current weights (the off-policy clip's π_k) and keeps the sampler's as π_β."""
-    from genalign.trainer.step_advantages import needs_rescored_old_logp, update_inputs
+    from tests.step_batches import rescores_old_logp, step_batch
     from tests.trainer.toy_policy import ToyPolicy, ToyPolicyConfig
 
     torch.manual_seed(0)
@@ -57,11 +57,11 @@ def test_async_multi_step_update_centres_on_the_current_weights_not_the_stale_sa
     table, weights = torch.rand(8, 1), torch.ones(1)
     stale = AlgorithmConfig(**ASYNC | {"async_rollout": AsyncRolloutConfig(enabled=True)}, inner_epochs=2)
     synchronous = AlgorithmConfig(clip="off_policy", inner_epochs=2)
-    assert needs_rescored_old_logp(stale, policy) and not needs_rescored_old_logp(synchronous, policy)
-    old = update_inputs(policy, rollout, table, weights, stale, None, progress=0.0).old_logp
+    assert rescores_old_logp(stale, policy) and not rescores_old_logp(synchronous, policy)
+    old = step_batch(policy, rollout, table, weights, stale)[0]["old_logp"]
     torch.testing.assert_close(old * rollout.action_mask, current)
     assert not torch.allclose(old * rollout.action_mask, rollout.old_logp * rollout.action_mask)
-    old = update_inputs(policy, rollout, table, weights, synchronous, None, progress=0.0).old_logp
+    old = step_batch(policy, rollout, table, weights, synchronous)[0]["old_logp"]
     torch.testing.assert_close(old, rollout.old_logp)  # synchronous: the sampler's weights are the current ones
 
 

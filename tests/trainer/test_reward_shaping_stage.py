@@ -17,7 +17,7 @@ from genalign.config.schema import TrainConfig
 from genalign.data import load_rows
 from genalign.trainer.recipe import build_policy
 from genalign.trainer.rewards import RewardSet
-from genalign.trainer.step_advantages import prepass_request, step_advantages, update_inputs
+from tests.step_batches import step_batch
 
 torch.set_num_threads(1)
 
@@ -42,36 +42,37 @@ def _setup(**algorithm):
 
 def test_diversity_shaping_reads_embeddings_from_the_scoring_pass_before_the_update():
     config, policy, rollout, table, weights = _setup(reward_shaping=["submodular_diversity"])
-    request = prepass_request(config.algorithm, policy)
-    assert request is not None and request.hidden and not request.entropy
-    inputs = update_inputs(policy, rollout, table, weights, config.algorithm, None, progress=0.0)
-    weight_mean = inputs.step.stats["reward_shaping/diversity_weight_mean"]
+    request = config.algorithm.advantage_stage().prepass()
+    assert request is not None and "hidden" in request and "entropy" not in request
+    batch, stats = step_batch(policy, rollout, table, weights, config.algorithm)
+    weight_mean = stats["reward_shaping/diversity_weight_mean"]
     assert 1 / config.algorithm.group_size <= weight_mean <= 1.0  # 1 / (1 + SMI) with SMI in [0, G − 1]
     # the same embeddings by hand: mean hidden state over each completion, then the graph-cut SMI of its group
     with torch.no_grad():
-        hidden = policy.score(rollout, alg.ScoreRequest(hidden=True)).hidden
+        hidden = policy.score(rollout, alg.ScoreRequest.of("hidden"))["hidden"]
     mask = rollout.action_mask[..., None]
     embeddings = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
     smi = graph_cut_smi(embeddings, rollout.group_ids)
     shaped = table[:, 0] / (1 + smi + 1e-6)
     expected = alg.compute_advantages("grpo", shaped, rollout.group_ids)
-    torch.testing.assert_close(inputs.step.advantages, expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(inputs.step.combined_reward, shaped, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(batch["sample_advantages"], expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(batch["combined_reward"], shaped, atol=1e-6, rtol=1e-6)
 
 
 def test_without_shapers_the_stage_changes_nothing():
     config, policy, rollout, table, weights = _setup()
-    assert prepass_request(config.algorithm, policy) is None
-    plain = step_advantages(table, rollout.group_ids, weights, config.algorithm)
-    torch.testing.assert_close(plain.advantages, alg.compute_advantages("grpo", table[:, 0], rollout.group_ids))
+    assert config.algorithm.advantage_stage().prepass() is None
+    plain, _ = step_batch(policy, rollout, table, weights, config.algorithm)
+    expected = alg.compute_advantages("grpo", table[:, 0], rollout.group_ids)
+    torch.testing.assert_close(plain["sample_advantages"], expected)
 
 
 def test_intrinsic_mastery_gives_all_correct_groups_a_signal():
     config, policy, rollout, table, weights = _setup(credit=["intrinsic_mastery"], credit_args={"intrinsic_mastery": {"calibration": 0.0}})  # fmt: skip
     table = torch.tensor([[1.0]] * 4 + [[1.0], [0.0], [1.0], [0.0]] + [[0.0]] * 4)  # all correct, mixed, all wrong
-    inputs = update_inputs(policy, rollout, table, weights, config.algorithm, None, progress=0.0)
+    batch, _ = step_batch(policy, rollout, table, weights, config.algorithm)
     mask = rollout.action_mask
-    assert torch.all(inputs.step.advantages[:4] == 0)  # GRPO has nothing to say about the mastered prompt ...
-    assert (inputs.advantages[:4] * mask[:4]).abs().sum() > 0  # ... Miner does
-    assert torch.all(inputs.advantages[:4] >= 0)  # reinforce less confident correct answers, never penalise
-    assert torch.all(inputs.advantages[8:] == 0)
+    assert torch.all(batch["sample_advantages"][:4] == 0)  # GRPO has nothing to say about the mastered prompt ...
+    assert (batch["advantages"][:4] * mask[:4]).abs().sum() > 0  # ... Miner does
+    assert torch.all(batch["advantages"][:4] >= 0)  # reinforce less confident correct answers, never penalise
+    assert torch.all(batch["advantages"][8:] == 0)

@@ -9,11 +9,12 @@ import pytest
 import torch
 from torch import nn
 
+from genalign.algorithms import StepBatch
 from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, PolicyCapabilities, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.slow_fast import UPDATE_SCHEDULES, SlowFastSchedule
-from genalign.trainer.update import UpdateBatch, run_update
+from genalign.trainer.update import run_update
 
 X = [1.0, 2.0]  # one action per sample: logπ_w(a_n) = w·x_n (a linear "policy", enough to test the schedule)
 ADV = [1.0, -1.0]
@@ -48,14 +49,15 @@ class LinearPolicy(Policy):
         raise NotImplementedError
 
 
-def batch(w0: float) -> tuple[Rollout, UpdateBatch]:
+def batch(w0: float) -> tuple[Rollout, StepBatch]:
     x = torch.tensor(X)
     old = (x * w0)[:, None]  # [2, 1] log-probs of the weights that start the update
     rollout = Rollout(
         rows=[{}, {}], outputs=["", ""], group_ids=torch.tensor([0, 0]), old_logp=old,
         action_mask=torch.ones(2, 1), per_sample={"x": x},
     )  # fmt: skip
-    return rollout, UpdateBatch(advantages=torch.tensor(ADV), old_logp=old)
+    return rollout, StepBatch(mask=rollout.action_mask, group_ids=rollout.group_ids, advantages=torch.tensor(ADV),
+                              old_logp=old)  # fmt: skip
 
 
 def update(w0: float, *, optimizer: str = "sgd", **algorithm) -> tuple[float, dict]:
@@ -66,7 +68,7 @@ def update(w0: float, *, optimizer: str = "sgd", **algorithm) -> tuple[float, di
     opt = torch.optim.SGD(params, lr=LR) if optimizer == "sgd" else torch.optim.Adam(params, lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     rollout, inputs = batch(w0)
-    metrics = run_update(policy, rollout, inputs, cfg, opt, sched, params, None)
+    metrics = run_update(policy, rollout, inputs, cfg.loss_plan(), cfg, opt, sched, params, None)
     return float(policy.w.detach()), metrics
 
 

@@ -40,7 +40,7 @@ class ToyPolicyConfig:
     )
 
     def capabilities(self) -> PolicyCapabilities:
-        return PolicyCapabilities(rollout_logp_is_exact=True, score_features=frozenset({"entropy", "kl"}))
+        return PolicyCapabilities(rollout_logp_is_exact=True, signals=frozenset({"entropy", "kl"}))
 
 
 class ToyTable(nn.Module):
@@ -109,12 +109,12 @@ class ToyPolicy(Policy):
         logp = table.gather(-1, tokens[..., None])[..., 0]  # [n, T]
         if self.cfg.nan_scores_from_step and self.step >= self.cfg.nan_scores_from_step:
             logp = logp * float("nan")  # a broken forward pass: NaN loss and gradients
-        ent = -(table.exp() * table).sum(-1) if request.entropy else None
+        ent = -(table.exp() * table).sum(-1) if "entropy" in request else None
         kl = None
-        if request.kl_estimator is not None:
+        if "kl" in request:
             ref = self._logp_table(pids, reference=True).gather(-1, tokens[..., None])[..., 0]
-            kl = alg.kl_penalty(logp, ref, request.kl_estimator)
-        return ScoreOutput(logp=logp, entropy=ent, kl=kl)
+            kl = alg.kl_penalty(logp, ref, request.param("kl", "k3"))
+        return ScoreOutput(logp, {"entropy": ent, "kl": kl})
 
     def trainable_parameters(self):
         return [self.logits]

@@ -27,7 +27,8 @@ from genalign.algorithms._groups import (
     like_input,
     make_groups,
 )
-from genalign.algorithms._validation import check_hyperparameters, check_rewards
+from genalign.algorithms._validation import check_rewards
+from genalign.algorithms.options import bind_option
 from genalign.registry import Registry
 
 AdvantageEstimator = Callable[..., Tensor]
@@ -63,10 +64,9 @@ def compute_advantages(
     Returns:
         advantages, same shape as ``rewards``.
     """
-    check_hyperparameters(ADVANTAGE_ESTIMATORS, name, hp)
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be a positive number or None, got {clip!r}")
-    advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids, **hp)
+    advantages = bind_option(ADVANTAGE_ESTIMATORS, name, hp)(rewards, group_ids)
     return advantages if clip is None else advantages.clamp(-clip, clip)
 
 

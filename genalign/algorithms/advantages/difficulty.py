@@ -6,6 +6,8 @@ Signature and shared rules: :mod:`genalign.algorithms.advantages.base`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -15,6 +17,7 @@ from genalign.algorithms._groups import (
     group_sum,
 )
 from genalign.algorithms.advantages.base import ADVANTAGE_ESTIMATORS, check_eps, finish, prepare, valid_mask
+from genalign.algorithms.advantages.state import EmpiricalBayesPrior, RewardHistory
 
 
 @ADVANTAGE_ESTIMATORS.register(
@@ -140,9 +143,118 @@ def zero_variance_direct(
     return finish(advantages, columns, groups, stats, rewards)
 
 
+# ------------------------------------------------------------------- statistics of earlier steps: the bound forms
+class _WithHistory:
+    """An estimator that reads statistics of earlier steps: the pure function with the statistics learned so far as
+    its hyper-parameters (values fixed in the config win), updated with each step's combined rewards after its
+    advantages are computed. Stateful (``state_dict`` / ``load_state_dict``): the trainer checkpoints it."""
+
+    estimator: str
+
+    def __init__(self, store: EmpiricalBayesPrior | RewardHistory, fixed: dict[str, Any]) -> None:
+        self.store = store
+        self.fixed = {key: value for key, value in fixed.items() if value is not None}
+
+    def learned(self) -> dict[str, float]:
+        return self.store.hyperparameters()
+
+    def compute(self, rewards: Tensor, group_ids: Tensor, **hp: Any) -> Tensor:
+        raise NotImplementedError
+
+    def __call__(self, rewards: Tensor, group_ids: Tensor) -> Tensor:
+        return self.compute(rewards, group_ids, **(self.learned() | self.fixed))
+
+    def update(self, rewards: Tensor, group_ids: Tensor) -> None:
+        """Add one step's global combined rewards ``[N]`` (after this step's advantages)."""
+        self.store.update(rewards, group_ids)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"estimator": self.estimator, "store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["estimator"] != self.estimator:
+            raise ValueError(
+                f"advantage state was saved for estimator {state['estimator']!r} but the config uses "
+                f"{self.estimator!r}; resume with the same algorithm.advantage"
+            )
+        self.store.load_state_dict(state["store"])
+
+
+class EmpiricalBayes(_WithHistory):
+    """:func:`empirical_bayes` with its prior (``prior_mean``, ``prior_var``, ``noise_var``) learned online from the
+    groups of earlier steps (:class:`~genalign.algorithms.advantages.state.EmpiricalBayesPrior`)."""
+
+    estimator = "empirical_bayes"
+
+    def compute(self, rewards: Tensor, group_ids: Tensor, **hp: Any) -> Tensor:
+        return empirical_bayes(rewards, group_ids, **hp)
+
+    def __init__(
+        self,
+        *,
+        prior_mean: float | None = None,
+        prior_var: float | None = None,
+        noise_var: float | None = None,
+        normalize: bool = True,
+        eps: float = 1e-6,
+    ) -> None:
+        fixed = {"prior_mean": prior_mean, "prior_var": prior_var, "noise_var": noise_var}
+        super().__init__(EmpiricalBayesPrior(), fixed | {"normalize": normalize, "eps": eps})
+
+
+class SmoothStandardized(_WithHistory):
+    """:func:`smooth_standardized` with ``history_mean`` / ``history_std`` the cumulative statistics of every earlier
+    reward (:class:`~genalign.algorithms.advantages.state.RewardHistory`)."""
+
+    estimator = "smooth_standardized"
+
+    def compute(self, rewards: Tensor, group_ids: Tensor, **hp: Any) -> Tensor:
+        return smooth_standardized(rewards, group_ids, **hp)
+
+    def __init__(
+        self,
+        *,
+        history_mean: float | None = None,
+        history_std: float | None = None,
+        smoothing: float = 0.5,
+        eps: float = 1e-6,
+        unbiased_std: bool = True,
+    ) -> None:
+        fixed = {"history_mean": history_mean, "history_std": history_std, "smoothing": smoothing, "eps": eps}
+        super().__init__(RewardHistory(), fixed | {"unbiased_std": unbiased_std})
+
+    def learned(self) -> dict[str, float]:
+        return self.store.hyperparameters("smooth_standardized")
+
+
+class MomentumAugmented(_WithHistory):
+    """:func:`momentum_augmented` with ``momentum_mean`` an exponential moving average of earlier batch mean rewards
+    (:class:`~genalign.algorithms.advantages.state.RewardHistory`, momentum 0.9)."""
+
+    estimator = "momentum_augmented"
+
+    def compute(self, rewards: Tensor, group_ids: Tensor, **hp: Any) -> Tensor:
+        return momentum_augmented(rewards, group_ids, **hp)
+
+    def __init__(
+        self,
+        *,
+        momentum_mean: float | None = None,
+        momentum_gain: float = 0.5,
+        eps: float = 1e-6,
+        unbiased_std: bool = True,
+    ) -> None:
+        fixed = {"momentum_mean": momentum_mean, "momentum_gain": momentum_gain, "eps": eps}
+        super().__init__(RewardHistory(), fixed | {"unbiased_std": unbiased_std})
+
+    def learned(self) -> dict[str, float]:
+        return self.store.hyperparameters("momentum_augmented")
+
+
 # ------------------------------------------------------------------------------------- statistics of earlier steps
 @ADVANTAGE_ESTIMATORS.register(
     "empirical_bayes",
+    bind=EmpiricalBayes,
     experimental=True,
     formula="b_G = (1−λ_G)·mean_G + λ_G·μ₀, λ_G = (σ²/n_G)/(σ²/n_G + τ²); A_i = (r_i − b_G)/(σ + eps)",
     source="[207] EBPO",
@@ -201,6 +313,7 @@ def empirical_bayes(
 
 @ADVANTAGE_ESTIMATORS.register(
     "smooth_standardized",
+    bind=SmoothStandardized,
     experimental=True,
     formula="μ̃ = (1−w)·mean_G + w·μ_hist, σ̃ = (1−w)·std_G + w·σ_hist; A_i = (r_i − μ̃)/(σ̃ + eps)",
     source="[189] DCPO (smooth advantage standardisation)",
@@ -251,6 +364,7 @@ def smooth_standardized(
 
 @ADVANTAGE_ESTIMATORS.register(
     "momentum_augmented",
+    bind=MomentumAugmented,
     experimental=True,
     formula="A_i = (r_i − mean_G)/(std_G + eps) + β·(r_i − m), m = EMA of earlier batch mean rewards",
     source="[228] AAPO",

@@ -1,16 +1,15 @@
-"""Small state objects for the methods that use statistics of earlier steps (the registries stay pure functions).
+"""The statistics that the estimators reading earlier steps keep (the registries stay pure functions).
 
-Each state object turns what it has seen into the float hyper-parameters of one estimator and is updated with the
-rewards of each step. The trainer carries it like this (genalign/trainer/step_advantages.py, recipe.py)::
+Each store turns what it has seen into the float hyper-parameters of one estimator and is updated with the combined
+rewards of each step; the registered estimators ``empirical_bayes``, ``smooth_standardized`` and
+``momentum_augmented`` (:mod:`genalign.algorithms.advantages.difficulty`) hold one, and offer the state protocol
+(``state_dict`` / ``load_state_dict``), so the trainer checkpoints them like every stateful option::
 
-    state = make_advantage_state(cfg.advantage)                      # None for stateless estimators
-    hp = (state.hyperparameters() if state else {}) | cfg.advantage_args   # values fixed in the config win
-    advantages = compute_advantages(cfg.advantage, combined, group_ids, clip=cfg.advantage_clip, **hp)
-    if state:
-        state.update(combined, group_ids)                            # AFTER the advantages of this step
-    checkpoint["advantage_state"] = state.state_dict()                # and load_state_dict() on resume
+    estimator = bind_option(ADVANTAGE_ESTIMATORS, "empirical_bayes", {})   # values fixed in the config win
+    advantages = estimator(combined, group_ids)                           # [N], with the prior learned so far
+    estimator.update(combined, group_ids)                                  # AFTER the advantages of this step
 
-``combined`` are the global (all-process) rewards ``[N]``, so every process holds the same state. Every object
+``combined`` are the global (all-process) rewards ``[N]``, so every process holds the same state. Every store
 ignores NaN (missing) rewards. State dicts hold plain floats and ints.
 """
 
@@ -147,42 +146,3 @@ class RewardHistory:
     def load_state_dict(self, state: dict) -> None:
         self.momentum, self.ema = float(state["momentum"]), state["ema"]
         self.moments.load_state_dict(state["moments"])
-
-
-class AdvantageState:
-    """Uniform wrapper the trainer keeps for a stateful estimator: ``hyperparameters()``, ``update()``,
-    ``state_dict()``, ``load_state_dict()``."""
-
-    def __init__(self, estimator: str, *, momentum: float = 0.9) -> None:
-        self.estimator = estimator
-        self.store: EmpiricalBayesPrior | RewardHistory = (
-            EmpiricalBayesPrior() if estimator == "empirical_bayes" else RewardHistory(momentum=momentum)
-        )
-
-    def hyperparameters(self) -> dict[str, float]:
-        if isinstance(self.store, EmpiricalBayesPrior):
-            return self.store.hyperparameters()
-        return self.store.hyperparameters(self.estimator)
-
-    def update(self, rewards: Tensor, group_ids: Tensor) -> None:
-        self.store.update(rewards, group_ids)
-
-    def state_dict(self) -> dict:
-        return {"estimator": self.estimator, "store": self.store.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["estimator"] != self.estimator:
-            raise ValueError(
-                f"advantage state was saved for estimator {state['estimator']!r} but the config uses "
-                f"{self.estimator!r}; resume with the same algorithm.advantage"
-            )
-        self.store.load_state_dict(state["store"])
-
-
-#: estimators that read statistics of earlier steps
-STATEFUL_ESTIMATORS = ("empirical_bayes", "smooth_standardized", "momentum_augmented")
-
-
-def make_advantage_state(estimator: str, *, momentum: float = 0.9) -> AdvantageState | None:
-    """The state the trainer must carry for ``estimator``, or None when it is stateless."""
-    return AdvantageState(estimator, momentum=momentum) if estimator in STATEFUL_ESTIMATORS else None

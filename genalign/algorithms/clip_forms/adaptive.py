@@ -8,6 +8,7 @@ import math
 import torch
 from torch import Tensor
 
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.clip_forms.base import (
     CLIP_FORMS,
     ClippedLogRatio,
@@ -18,7 +19,6 @@ from genalign.algorithms.clip_forms.base import (
     ppo_with_bounds,
     row_mean,
 )
-from genalign.algorithms.context import ObjectiveContext, require
 
 
 # ------------------------------------------------------------------------------------------------- adaptive bounds
@@ -33,7 +33,7 @@ from genalign.algorithms.context import ObjectiveContext, require
 def entropy_adaptive_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -51,7 +51,7 @@ def entropy_adaptive_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``entropy`` ``[N, T]`` is required.
+        batch: ``entropy`` ``[N, T]`` is required.
         eps_low, eps_high: base clip ranges.
         entropy_power: exponent ``γ >= 0`` (0 gives plain PPO).
         scale_min, scale_max: bounds on the scale ``s_t``, ``0 < s_min <= 1 <= s_max``.
@@ -61,8 +61,8 @@ def entropy_adaptive_clip(
         raise ValueError(f"need 0 < scale_min <= 1 <= scale_max, got scale_min={scale_min!r}, scale_max={scale_max!r}")
     if not entropy_power >= 0:
         raise ValueError(f"entropy_power must be >= 0, got {entropy_power!r}")
-    entropy = require(context, "entropy", "clip form 'entropy_adaptive'")
-    mask = mask_of(context, log_ratio)
+    entropy = require(batch, "entropy", "clip form 'entropy_adaptive'")
+    mask = mask_of(batch, log_ratio)
     relative = entropy.clamp_min(1e-8) / row_mean(entropy, mask).clamp_min(1e-8)  # [N, T]
     scale = relative.pow(entropy_power).clamp(scale_min, scale_max)  # [N, T]
     low, high = log_bounds_tensor((eps_low * scale).clamp(max=0.99), eps_high * scale)
@@ -79,7 +79,7 @@ def entropy_adaptive_clip(
 def prob_adaptive_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.16,
     eps_high: float = 0.2,
@@ -95,7 +95,7 @@ def prob_adaptive_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``old_logp`` (filled by ``policy_loss``).
+        batch: ``old_logp`` (filled by ``policy_loss``).
         eps_low, eps_high: clip ranges of an action with ``q = 1``.
         prob_power: exponent ``κ >= 0``.
         eps_low_max: cap on the lower range, in ``[eps_low, 1)``.
@@ -107,7 +107,7 @@ def prob_adaptive_clip(
             "need eps_low <= eps_low_max < 1, eps_high_max >= eps_high and prob_power >= 0, got "
             f"eps_low_max={eps_low_max!r}, eps_high_max={eps_high_max!r}, prob_power={prob_power!r}"
         )
-    old_logp = require(context, "old_logp", "clip form 'prob_adaptive'")
+    old_logp = require(batch, "old_logp", "clip form 'prob_adaptive'")
     widen = (-prob_power * old_logp).exp()  # [N, T] = q^{-κ}
     low, high = log_bounds_tensor((eps_low * widen).clamp(max=eps_low_max), (eps_high * widen).clamp(max=eps_high_max))
     return ppo_with_bounds(log_ratio, advantages, low, high)
@@ -123,7 +123,7 @@ def prob_adaptive_clip(
 def elastic_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -136,11 +136,11 @@ def elastic_clip(
 
     Reading chosen: linear elasticity ``ε_t = ε (1 + a|A_t|)(1 + v · 4σ_g²)``; for 0/1 rewards ``4σ² = 4p(1−p)``
     peaks at 1 for ``p = 1/2`` and vanishes for solved/unsolvable prompts. ``variance_gain`` defaults to 0 because
-    the macro level needs ``context.group_reward_std``, which the trainer does not pass yet.
+    the macro level needs the batch's ``group_reward_std``, which the trainer does not pass yet.
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``group_reward_std`` ``[N]`` is required when ``variance_gain > 0``.
+        batch: ``group_reward_std`` ``[N]`` is required when ``variance_gain > 0``.
         eps_low, eps_high: base clip ranges.
         advantage_gain: ``a >= 0``.
         variance_gain: ``v >= 0``.
@@ -154,7 +154,7 @@ def elastic_clip(
         )
     scale = 1.0 + advantage_gain * advantages.abs()  # [N, T]
     if variance_gain > 0:
-        std = require(context, "group_reward_std", "clip form 'elastic' with variance_gain > 0")
+        std = require(batch, "group_reward_std", "clip form 'elastic' with variance_gain > 0")
         scale = scale * (1.0 + variance_gain * 4.0 * std.square())[:, None]  # [N, T]
     low, high = log_bounds_tensor((eps_low * scale).clamp(max=eps_low_max), eps_high * scale)
     return ppo_with_bounds(log_ratio, advantages, low, high)
@@ -172,7 +172,7 @@ def elastic_clip(
 def asymmetric_is_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.28,
@@ -188,7 +188,7 @@ def asymmetric_is_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: unused.
+        batch: unused.
         eps_low, eps_high: PPO clip ranges.
         dual_clip_c: soft cap ``c > 1`` on every weight.
     """
@@ -217,7 +217,7 @@ def asymmetric_is_clip(
 def unbounded_positive_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
 ) -> ClippedLogRatio:
@@ -227,7 +227,7 @@ def unbounded_positive_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: unused.
+        batch: unused.
         eps_low: PPO lower clip range for ``A < 0``.
     """
     low, _ = log_bounds(eps_low, None)
@@ -247,7 +247,7 @@ def unbounded_positive_clip(
 def log_fidelity_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     scale_pos: float = 0.25,
     scale_neg: float = 0.25,
@@ -263,7 +263,7 @@ def log_fidelity_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: unused.
+        batch: unused.
         scale_pos: ``c₊ > 0`` (0.25 ≈ log 1.28, DAPO's upper bound).
         scale_neg: ``c₋ > 0``.
     """
@@ -285,7 +285,7 @@ def log_fidelity_clip(
 def unconditional_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -301,7 +301,7 @@ def unconditional_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``mask`` (filled by ``policy_loss``).
+        batch: ``mask`` (filled by ``policy_loss``).
         eps_low, eps_high: clip ranges.
         self_normalize: divide by ``sg(mean exp(ℓ̃))``.
     """
@@ -309,7 +309,7 @@ def unconditional_clip(
     clipped_low, clipped_high = log_ratio < low, log_ratio > high  # [N, T]
     log_weight = torch.where(clipped_high, high, torch.where(clipped_low, low, log_ratio))  # [N, T]
     if self_normalize:
-        mask = mask_of(context, log_ratio)
+        mask = mask_of(batch, log_ratio)
         mean_weight = (log_weight.detach().exp() * mask).sum() / mask.sum().clamp_min(1.0)
         log_weight = log_weight - mean_weight.clamp_min(1e-12).log()
     return ClippedLogRatio(log_weight, clipped_low, clipped_high)

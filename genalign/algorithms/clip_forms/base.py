@@ -3,7 +3,7 @@
 A clip form maps a log-ratio ``ℓ`` ``[N, T]`` and the advantages to an *effective* log-weight ``ℓ̃`` such that the
 surrogate to maximise is ``A · exp(ℓ̃)`` per action, with one signature::
 
-    fn(log_ratio [N, T], advantages [N, T], context: ObjectiveContext | None = None, **hp) -> ClippedLogRatio
+    fn(log_ratio [N, T], advantages [N, T], batch: StepBatch | None = None, **hp) -> ClippedLogRatio
 
 Clipping a log-ratio is clipping the ratio (``exp`` is monotone), but a clipped position never evaluates ``exp`` of a
 huge number, so an exploding ratio cannot turn a zero gradient into ``inf · 0 = NaN``. A position whose ``ℓ̃`` is a
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.registry import Registry
 
 
@@ -38,7 +38,7 @@ class ClippedLogRatio:
     clipped_high: Tensor
 
 
-#: ``fn(log_ratio [N, T], advantages [N, T], context: ObjectiveContext | None = None, **hp) -> ClippedLogRatio``
+#: ``fn(log_ratio [N, T], advantages [N, T], batch: StepBatch | None = None, **hp) -> ClippedLogRatio``
 ClipForm = Callable[..., ClippedLogRatio]
 
 
@@ -80,5 +80,5 @@ def row_mean(values: Tensor, mask: Tensor) -> Tensor:
     return ((values * mask).sum(1) / mask.sum(1).clamp_min(1.0))[:, None]  # [N, 1]
 
 
-def mask_of(context: ObjectiveContext | None, like: Tensor) -> Tensor:
-    return torch.ones_like(like) if context is None or context.mask is None else context.mask
+def mask_of(batch: StepBatch | None, like: Tensor) -> Tensor:
+    return torch.ones_like(like) if batch is None or batch.get("mask") is None else batch["mask"]

@@ -10,6 +10,7 @@ import math
 import torch
 from torch import Tensor
 
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.clip_forms.base import (
     CLIP_FORMS,
     ClippedLogRatio,
@@ -19,7 +20,6 @@ from genalign.algorithms.clip_forms.base import (
     mask_of,
     ppo_with_bounds,
 )
-from genalign.algorithms.context import ObjectiveContext, require
 from genalign.algorithms.kl import kl_k3
 
 
@@ -41,7 +41,7 @@ def _prefix_before(flags: Tensor) -> Tensor:
 def prefix_divergence_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_early: float = 0.1,
     eps_late: float = 0.3,
@@ -59,7 +59,7 @@ def prefix_divergence_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``mask`` (filled by ``policy_loss``).
+        batch: ``mask`` (filled by ``policy_loss``).
         eps_early, eps_late: ratio thresholds at the first and last action, ``>= 0``.
         position_power: ``κ > 0`` (1 = linear).
         budget: prefix divergence budget, ``>= 0`` (``inf`` disables the budget).
@@ -69,7 +69,7 @@ def prefix_divergence_clip(
             "need eps_early >= 0, eps_late >= 0, position_power > 0 and budget >= 0, got "
             f"eps_early={eps_early!r}, eps_late={eps_late!r}, position_power={position_power!r}, budget={budget!r}"
         )
-    mask = mask_of(context, log_ratio)
+    mask = mask_of(batch, log_ratio)
     positions = torch.cumsum(mask, 1)  # [N, T] 1-based among valid actions
     lengths = mask.sum(1, keepdim=True)  # [N, 1]
     relative = ((positions - 1.0) / (lengths - 1.0).clamp_min(1.0)).clamp(0.0, 1.0)  # [N, T]
@@ -94,7 +94,7 @@ def prefix_divergence_clip(
 def stale_veto_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.4,
     eps_high: float = 0.4,
@@ -109,14 +109,14 @@ def stale_veto_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``mask`` (filled by ``policy_loss``).
+        batch: ``mask`` (filled by ``policy_loss``).
         eps_low, eps_high: relaxed PPO clip ranges.
         veto_threshold: ``v`` in ``(0, 1)``.
     """
     low, high = log_bounds(eps_low, eps_high)
     if not 0 < veto_threshold < 1:
         raise ValueError(f"veto_threshold must be in (0, 1), got {veto_threshold!r}")
-    mask = mask_of(context, log_ratio)
+    mask = mask_of(batch, log_ratio)
     ppo = ppo_with_bounds(log_ratio, advantages, torch.full_like(log_ratio, low), torch.full_like(log_ratio, high))
     trigger = (mask > 0) & ((log_ratio > math.log1p(veto_threshold)) | (log_ratio < math.log1p(-veto_threshold)))
     vetoed = _prefix_before(trigger) & (advantages < 0) & (mask > 0)  # [N, T]
@@ -125,11 +125,11 @@ def stale_veto_clip(
 
 
 # ------------------------------------------------------------------------------- behaviour (rollout engine) mismatch
-def _mismatch(context: ObjectiveContext | None, option: str) -> Tensor:
+def _mismatch(batch: StepBatch | None, option: str) -> Tensor:
     """``log k = logπold(train) − logπ(rollout engine)`` ``[N, T]``."""
-    rollout_logp = require(context, "rollout_logp", option)
-    old_logp = require(context, "old_logp", option)
-    return old_logp - rollout_logp
+    behaviour_logp = require(batch, "behaviour_logp", option)
+    old_logp = require(batch, "old_logp", option)
+    return old_logp - behaviour_logp
 
 
 @CLIP_FORMS.register(
@@ -142,7 +142,7 @@ def _mismatch(context: ObjectiveContext | None, option: str) -> Tensor:
 def icepop_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -150,7 +150,7 @@ def icepop_clip(
     mismatch_high: float = 2.0,
 ) -> ClippedLogRatio:
     """IcePop [318]: token-level masking and clipping on the discrepancy ``k = π_train(a)/π_infer(a)`` between the
-    trainer's recomputed probability (``old_logp``) and the rollout engine's (``context.rollout_logp``). Actions with
+    trainer's recomputed probability (``old_logp``) and the rollout engine's (the batch's ``behaviour_logp``). Actions with
     ``k ∉ [α, β]`` are dropped (surrogate and gradient 0, ``ℓ̃ = −inf``); the others get the PPO surrogate times the
     constant ``k`` (importance correction for the engine).
 
@@ -159,7 +159,7 @@ def icepop_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``rollout_logp`` ``[N, T]`` is required.
+        batch: ``behaviour_logp`` ``[N, T]`` is required.
         eps_low, eps_high: PPO clip ranges.
         mismatch_low, mismatch_high: ``0 < α <= 1 <= β``.
     """
@@ -169,7 +169,7 @@ def icepop_clip(
             f"need 0 < mismatch_low <= 1 <= mismatch_high, got mismatch_low={mismatch_low!r}, "
             f"mismatch_high={mismatch_high!r}"
         )
-    log_k = _mismatch(context, "clip form 'icepop'")  # [N, T]
+    log_k = _mismatch(batch, "clip form 'icepop'")  # [N, T]
     low, high = log_bounds(eps_low, eps_high)
     ppo = ppo_with_bounds(log_ratio, advantages, torch.full_like(log_ratio, low), torch.full_like(log_ratio, high))
     too_low, too_high = log_k < math.log(mismatch_low), log_k > math.log(mismatch_high)  # [N, T]
@@ -186,7 +186,7 @@ def icepop_clip(
 def truncated_is_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -194,18 +194,18 @@ def truncated_is_clip(
 ) -> ClippedLogRatio:
     """Truncated importance sampling for rollouts produced by a different engine (the mismatch studied by [318]):
     the PPO surrogate of each action is multiplied by the constant ``min(k, C)``,
-    ``k = π_train(a)/π_infer(a) = exp(old_logp − rollout_logp)``.
+    ``k = π_train(a)/π_infer(a) = exp(old_logp − behaviour_logp)``.
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``rollout_logp`` ``[N, T]`` is required.
+        batch: ``behaviour_logp`` ``[N, T]`` is required.
         eps_low, eps_high: PPO clip ranges.
         truncation: ``C >= 1``.
     """
     check_eps(eps_low, eps_high)
     if not truncation >= 1:
         raise ValueError(f"truncation must be >= 1, got {truncation!r}")
-    log_k = _mismatch(context, "clip form 'truncated_is'").clamp(max=math.log(truncation))  # [N, T]
+    log_k = _mismatch(batch, "clip form 'truncated_is'").clamp(max=math.log(truncation))  # [N, T]
     low, high = log_bounds(eps_low, eps_high)
     ppo = ppo_with_bounds(log_ratio, advantages, torch.full_like(log_ratio, low), torch.full_like(log_ratio, high))
     return ClippedLogRatio(ppo.log_weight + log_k, ppo.clipped_low, ppo.clipped_high)
@@ -222,7 +222,7 @@ def truncated_is_clip(
 def off_policy_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -231,18 +231,18 @@ def off_policy_clip(
     the surrogate uses ``r = πθ/π_β`` and the trust region is centred on ``π_k``: ``r`` is clipped to
     ``[(1−ε_low)·π_k/π_β, (1+ε_high)·π_k/π_β]``, i.e. ``πθ/π_k`` stays within PPO's bounds.
 
-    Reading chosen: the off-policy PPO surrogate the abstract builds on; ``π_β`` is ``context.rollout_logp`` when
+    Reading chosen: the off-policy PPO surrogate the abstract builds on; ``π_β`` is the batch's ``behaviour_logp`` when
     given, else ``π_k`` itself, which makes this exactly ``ppo``.
 
     Args:
         log_ratio, advantages: ``[N, T]`` with ``ℓ = logπθ − logπ_k``.
-        context: optional ``rollout_logp`` (the behaviour policy).
+        batch: optional ``behaviour_logp`` (the behaviour policy).
         eps_low, eps_high: PPO clip ranges.
     """
     low, high = log_bounds(eps_low, eps_high)
     shift = torch.zeros_like(log_ratio)  # [N, T] log π_k/π_β
-    if context is not None and context.rollout_logp is not None and context.old_logp is not None:
-        shift = context.old_logp - context.rollout_logp
+    if batch is not None and batch.get("behaviour_logp") is not None and batch.get("old_logp") is not None:
+        shift = batch["old_logp"] - batch["behaviour_logp"]
     ppo = ppo_with_bounds(log_ratio + shift, advantages, low + shift, high + shift)
     return ClippedLogRatio(ppo.log_weight, ppo.clipped_low, ppo.clipped_high)
 
@@ -257,7 +257,7 @@ def off_policy_clip(
 def entropy_split_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -273,7 +273,7 @@ def entropy_split_clip(
 
     Args:
         log_ratio, advantages: ``[N, T]``.
-        context: ``entropy`` ``[N, T]`` is required.
+        batch: ``entropy`` ``[N, T]`` is required.
         eps_low, eps_high: ranges of low-entropy actions.
         entropy_threshold: ``τ >= 0``.
         widen: factor ``>= 1`` for high-entropy actions (``ε_low·widen`` capped at 0.99).
@@ -281,7 +281,7 @@ def entropy_split_clip(
     check_eps(eps_low, eps_high)
     if not (entropy_threshold >= 0 and widen >= 1):
         raise ValueError(f"need entropy_threshold >= 0 and widen >= 1, got {entropy_threshold!r}, {widen!r}")
-    entropy = require(context, "entropy", "clip form 'entropy_split'")
+    entropy = require(batch, "entropy", "clip form 'entropy_split'")
     scale = torch.where(entropy >= entropy_threshold, widen, 1.0).to(log_ratio.dtype)  # [N, T]
     low, high = log_bounds_tensor((eps_low * scale).clamp(max=0.99), eps_high * scale)
     return ppo_with_bounds(log_ratio, advantages, low, high)

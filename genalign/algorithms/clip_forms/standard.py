@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.clip_forms.base import (
     CLIP_FORMS,
     ClippedLogRatio,
     log_bounds,
 )
-from genalign.algorithms.context import ObjectiveContext
 
 
 @CLIP_FORMS.register(
@@ -26,7 +26,7 @@ from genalign.algorithms.context import ObjectiveContext
 def ppo_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -56,7 +56,7 @@ def ppo_clip(
 def dual_clip(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
@@ -89,7 +89,7 @@ def dual_clip(
 def cispo(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     eps_low: float | None = None,
     eps_high: float = 0.28,
@@ -121,7 +121,7 @@ def cispo(
 def sapo(
     log_ratio: Tensor,
     advantages: Tensor,
-    context: ObjectiveContext | None = None,
+    batch: StepBatch | None = None,
     *,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
@@ -153,7 +153,7 @@ def sapo(
     source="formulas.md §2; [3]",
     summary="Unclipped importance-weighted policy gradient (REINFORCE when on-policy).",
 )
-def no_clip(log_ratio: Tensor, advantages: Tensor, context: ObjectiveContext | None = None) -> ClippedLogRatio:
+def no_clip(log_ratio: Tensor, advantages: Tensor, batch: StepBatch | None = None) -> ClippedLogRatio:
     """No clipping: ``ℓ̃ = ℓ``; on-policy this is plain REINFORCE ``−A·∇logπθ`` ([3], formulas.md §2)."""
     never = torch.zeros_like(log_ratio, dtype=torch.bool)
     return ClippedLogRatio(log_ratio, never, never)

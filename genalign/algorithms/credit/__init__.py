@@ -30,12 +30,11 @@ from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
     video_tokens,
     vision,
 )
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs, apply_credit, check_rule_order, rule_needs
+from genalign.algorithms.credit.base import CREDIT_RULES, apply_credit, check_rule_order, rule_needs
 from genalign.algorithms.credit.steps import dense_step_advantages, noise_aware_step_weights
 
 __all__ = [
     "CREDIT_RULES",
-    "CreditInputs",
     "apply_credit",
     "check_rule_order",
     "dense_step_advantages",

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("block_ids", ("N", "T"), "rollout",
+               "The text block of each action: the number of configured block markers that start at or before the "
+               "action; non-decreasing along T.", source="[56] blockwise advantages, [175] SD-GRPO", dtype="integer")  # fmt: skip
 
 
 def _stratified_mean(values: Tensor, valid: Tensor, keys: Tensor) -> Tensor:
@@ -71,7 +77,7 @@ def block_advantages(
 )
 def blockwise(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     reward_blocks: Sequence[int] | None = None,
     outcome_reward: int = 0,
@@ -81,7 +87,7 @@ def blockwise(
 ) -> Tensor:
     """Blockwise Advantage Estimation [56] with the Outcome-Conditioned Baseline.
 
-    A structured completion has text blocks (``structure.block_ids``: the family splits it at the configured
+    A structured completion has text blocks (``block_ids``: the family splits it at the configured
     ``policy.probes.block_markers``, e.g. a solution block and a confidence block). Each reward function is assigned
     to one block (``reward_blocks[k]``, default: reward ``k`` to block ``k``); a block's reward is the sum of its
     rewards, and its advantage is applied to the block's actions only, so an objective never credits another block's
@@ -96,7 +102,7 @@ def blockwise(
 
     Args:
         advantages: ``[N, T]`` incoming advantages (replaced).
-        inputs: reads ``rewards`` ``[N, K]`` (raw, per reward function), ``structure.block_ids``, ``group_ids`` and
+        batch: reads ``rewards`` ``[N, K]`` (raw, per reward function), ``block_ids``, ``group_ids`` and
             ``mask``.
         reward_blocks: block index of each reward column (``K`` entries).
         outcome_reward: the reward column whose value defines the intermediate outcome.
@@ -106,7 +112,7 @@ def blockwise(
     Returns:
         ``[N, T]`` per-action advantages (0 on padding).
     """
-    rewards = inputs.require("rewards", "blockwise").float()  # [N, K]
+    rewards = batch.require("rewards", "blockwise").float()  # [N, K]
     num_rewards = rewards.shape[1]
     blocks_of = list(range(num_rewards)) if reward_blocks is None else [int(b) for b in reward_blocks]
     if len(blocks_of) != num_rewards or min(blocks_of) < 0:
@@ -123,7 +129,7 @@ def blockwise(
             summed = columns.nan_to_num(0.0).sum(1)
             block_rewards[:, block] = torch.where(columns.isnan().all(1), float("nan"), summed)
     outcome = (rewards[:, outcome_reward].nan_to_num(float("-inf")) > outcome_threshold).long()  # [N]
-    per_block = block_advantages(block_rewards, inputs.group_ids, outcome, normalize=normalize, eps=eps)  # [N, B]
-    block_ids = inputs.structure.require("block_ids", "credit rule 'blockwise'").long().cpu().clamp(0, num_blocks - 1)
+    per_block = block_advantages(block_rewards, batch.group_ids, outcome, normalize=normalize, eps=eps)  # [N, B]
+    block_ids = batch.require("block_ids", "credit rule 'blockwise'").long().cpu().clamp(0, num_blocks - 1)
     result = per_block.gather(1, block_ids).to(advantages.device)  # [N, T]
-    return torch.where(inputs.mask.to(advantages.device) > 0, result, 0.0).to(advantages.dtype)
+    return torch.where(batch.mask.to(advantages.device) > 0, result, 0.0).to(advantages.dtype)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def side_centroid(directions: Tensor, weights: Tensor) -> Tensor:
@@ -52,7 +53,7 @@ def discriminative_scores(hidden: Tensor, advantages: Tensor, valid: Tensor) -> 
 )
 def discriminative_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     alpha: float = 1.0,
     temperature: float = 0.5,
@@ -69,7 +70,7 @@ def discriminative_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages`` (side and centroid weights), ``mask`` and ``hidden`` ``[N, T, H]`` (the
+        batch: reads ``sample_advantages`` (side and centroid weights), ``mask`` and ``hidden`` ``[N, T, H]`` (the
             scoring pass before the update).
         alpha: mixing weight in ``[0, 1]``; 0 gives GRPO.
         temperature: ``τ > 0``; smaller is sharper.
@@ -78,9 +79,9 @@ def discriminative_tokens(
     """
     if not 0 <= alpha <= 1 or not temperature > 0:
         raise ValueError(f"need alpha in [0, 1] and temperature > 0, got {alpha!r}, {temperature!r}")
-    hidden = inputs.require("hidden", "discriminative_tokens").detach()
-    sample = inputs.sample_advantages.detach().to(hidden.device)
-    valid = (inputs.mask > 0).to(hidden.device)  # [N, T]
+    hidden = batch.require("hidden", "discriminative_tokens").detach()
+    sample = batch["sample_advantages"].detach().to(hidden.device)
+    valid = (batch.mask > 0).to(hidden.device)  # [N, T]
     scores = discriminative_scores(hidden, sample, valid)  # [N, T]
     coefficient = torch.ones_like(scores)
     for side in (valid & (sample > 0)[:, None], valid & (sample < 0)[:, None]):

@@ -9,7 +9,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def entropy_change_magnitude(advantages: Tensor, logp: Tensor, entropy: Tensor) -> Tensor:
@@ -39,7 +40,7 @@ def entropy_change_magnitude(advantages: Tensor, logp: Tensor, entropy: Tensor) 
 )
 def entropy_change(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     mode: Literal["exponential", "linear"] = "exponential",
     min_weight: float = 0.8,
@@ -61,7 +62,7 @@ def entropy_change(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (the ``A`` of ``Ω``).
-        inputs: reads ``mask``, ``behaviour_logp`` and ``entropy``.
+        batch: reads ``mask``, ``behaviour_logp`` and ``entropy``.
         mode: ``exponential`` or ``linear``.
         min_weight: ``w_min`` in ``(0, 1]``.
         max_weight: ``w_max >= w_min`` (``linear`` only; ``exponential`` caps at 1).
@@ -72,9 +73,9 @@ def entropy_change(
         raise ValueError(f"mode must be 'exponential' or 'linear', got {mode!r}")
     if not 0 < min_weight <= 1 or not max_weight >= min_weight:
         raise ValueError(f"need 0 < min_weight <= 1 and max_weight >= min_weight, got {min_weight!r}, {max_weight!r}")
-    logp = inputs.require("behaviour_logp", "entropy_change").detach().float()
-    entropy = inputs.require("entropy", "entropy_change").detach().float()
-    valid = inputs.mask > 0  # [N, T]
+    logp = batch.require("behaviour_logp", "entropy_change").detach().float()
+    entropy = batch.require("entropy", "entropy_change").detach().float()
+    valid = batch.mask > 0  # [N, T]
     omega = torch.where(valid, entropy_change_magnitude(advantages.detach().float(), logp, entropy), 0.0)
     if not valid.any():
         return advantages

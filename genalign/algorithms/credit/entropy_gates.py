@@ -14,7 +14,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def top_by_score(scores: Tensor, subset: Tensor, fraction: float) -> Tensor:
@@ -42,7 +43,7 @@ def top_by_score(scores: Tensor, subset: Tensor, fraction: float) -> Tensor:
 )
 def entropy_critical_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     top_fraction: float = 0.1,
     positive_weight: float = 1.1,
@@ -67,7 +68,7 @@ def entropy_critical_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages`` (sign), ``mask``, ``behaviour_logp`` and ``entropy``.
+        batch: reads ``sample_advantages`` (sign), ``mask``, ``behaviour_logp`` and ``entropy``.
         top_fraction: ``P`` in ``[0, 1]``.
         positive_weight: ``W >= 1`` on ``L+``.
         negative_weight: ``M`` in ``[0, 1]`` on ``L−`` (variant ``C2`` only).
@@ -83,9 +84,9 @@ def entropy_critical_tokens(
                          f"{negative_weight!r}")  # fmt: skip
     if variant not in ("O1", "C2"):
         raise ValueError(f"variant must be 'O1' or 'C2', got {variant!r}")
-    entropy = inputs.require("entropy", "entropy_critical_tokens").detach()
-    surprisal = -inputs.require("behaviour_logp", "entropy_critical_tokens").detach()  # [N, T]
-    valid, sample = inputs.mask > 0, inputs.sample_advantages.detach()
+    entropy = batch.require("entropy", "entropy_critical_tokens").detach()
+    surprisal = -batch.require("behaviour_logp", "entropy_critical_tokens").detach()  # [N, T]
+    valid, sample = batch.mask > 0, batch["sample_advantages"].detach()
     batch_entropy = entropy[valid].float().mean() if valid.any() else entropy.new_zeros(())
     weights = torch.ones_like(advantages)  # [N, T]
     if not bool(batch_entropy < target_entropy):
@@ -132,7 +133,7 @@ def standardised_within(values: Tensor, valid: Tensor, key: Tensor, *, eps: floa
 )
 def entropy_pivots(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     gain: float = 1.0,
     z_threshold: float = 1.0,
@@ -154,7 +155,7 @@ def entropy_pivots(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``, ``group_ids`` and ``entropy``.
+        batch: reads ``mask``, ``group_ids`` and ``entropy``.
         gain: ``γ >= 0``, the extra weight of a pivot.
         z_threshold: ``z₀``, pivots have a standardised entropy above it.
         buckets: ``B >= 1`` progress windows per response.
@@ -165,9 +166,9 @@ def entropy_pivots(
     """
     if not gain >= 0 or buckets < 1:
         raise ValueError(f"need gain >= 0 and buckets >= 1, got {gain!r}, {buckets!r}")
-    entropy = inputs.require("entropy", "entropy_pivots").detach()
-    valid = inputs.mask > 0  # [N, T]
-    key = inputs.group_ids.long()[:, None] * buckets + progress_buckets(inputs.mask, buckets)  # [N, T]
+    entropy = batch.require("entropy", "entropy_pivots").detach()
+    valid = batch.mask > 0  # [N, T]
+    key = batch.group_ids.long()[:, None] * buckets + progress_buckets(batch.mask, buckets)  # [N, T]
     z = standardised_within(entropy, valid, key, eps=eps)  # [N, T]
     weights = torch.where(valid & (z > z_threshold), 1.0 + gain, 1.0).to(advantages.dtype)  # [N, T]
     if anchored:

@@ -8,7 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def group_softmax_weights(scores: Tensor, valid: Tensor, group_ids: Tensor) -> Tensor:
@@ -42,7 +43,7 @@ def group_softmax_weights(scores: Tensor, valid: Tensor, group_ids: Tensor) -> T
 )
 def entropy_softmax_weights(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     alpha: float = 0.5,
     temperature: float = 1.0,
@@ -60,7 +61,7 @@ def entropy_softmax_weights(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages`` (``sequence``), ``mask``, ``group_ids`` and ``entropy``.
+        batch: reads ``sample_advantages`` (``sequence``), ``mask``, ``group_ids`` and ``entropy``.
         alpha: ``α >= 0``, the weight of entropy against advantage.
         temperature: ``P > 0``.
         level: ``token`` (step-wise) or ``sequence`` (trajectory-wise).
@@ -71,15 +72,15 @@ def entropy_softmax_weights(
         raise ValueError(f"need alpha >= 0 and temperature > 0, got {alpha!r}, {temperature!r}")
     if level not in ("token", "sequence"):
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
-    entropy = inputs.require("entropy", "entropy_softmax_weights").detach().float()
-    valid = inputs.mask > 0  # [N, T]
+    entropy = batch.require("entropy", "entropy_softmax_weights").detach().float()
+    valid = batch.mask > 0  # [N, T]
     if level == "token":
         scores = (advantages.detach().float() + alpha * entropy) / temperature  # [N, T]
-        weights = group_softmax_weights(scores, valid, inputs.group_ids)
+        weights = group_softmax_weights(scores, valid, batch.group_ids)
     else:
         present = valid.any(1)  # [N]
         mean_entropy = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
-        scores = (inputs.sample_advantages.detach().float() + alpha * mean_entropy) / temperature  # [N]
-        weights = group_softmax_weights(scores[:, None], present[:, None], inputs.group_ids)  # [N, 1]
+        scores = (batch["sample_advantages"].detach().float() + alpha * mean_entropy) / temperature  # [N]
+        weights = group_softmax_weights(scores[:, None], present[:, None], batch.group_ids)  # [N, 1]
         weights = torch.where(valid, weights, 1.0)  # [N, T]
     return advantages * weights.to(advantages.dtype)  # [N, T]

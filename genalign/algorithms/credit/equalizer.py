@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def equalizer_weights(advantages: Tensor, step_std: Tensor, trained: Tensor, *, max_weight: float) -> Tensor:
@@ -37,7 +38,7 @@ def equalizer_weights(advantages: Tensor, step_std: Tensor, trained: Tensor, *, 
     source="[76] SAGE-GRPO",
     summary="Per-timestep weights that equalise the predicted policy-gradient norm of every trained denoising step.",
 )
-def gradient_norm_equalizer(advantages: Tensor, inputs: CreditInputs, *, max_weight: float = 5.0) -> Tensor:
+def gradient_norm_equalizer(advantages: Tensor, batch: StepBatch, *, max_weight: float = 5.0) -> Tensor:
     """SAGE-GRPO [76] gradient-norm equaliser across timesteps.
 
     The gradient of a Gaussian step log-probability with respect to the transition mean is ``(x' − μ) / σ² = ε / σ``,
@@ -55,13 +56,13 @@ def gradient_norm_equalizer(advantages: Tensor, inputs: CreditInputs, *, max_wei
 
     Args:
         advantages: ``[N, T]`` incoming advantages.
-        inputs: reads ``structure.step_std`` ``[N, T]`` and ``mask``.
+        batch: reads ``step_std`` ``[N, T]`` and ``mask``.
         max_weight: bound on each weight and its inverse (``>= 1``).
     """
     if not max_weight >= 1:
         raise ValueError(f"gradient_norm_equalizer: max_weight={max_weight!r} must be >= 1 (5 by default).")
-    step_std = inputs.structure.require("step_std", "credit rule 'gradient_norm_equalizer'").float().cpu()
-    trained = inputs.mask.cpu() > 0  # [N, T]
+    step_std = batch.require("step_std", "credit rule 'gradient_norm_equalizer'").float().cpu()
+    trained = batch.mask.cpu() > 0  # [N, T]
     step_std = step_std.expand(trained.shape)
     weights = equalizer_weights(advantages.detach().float().cpu(), step_std, trained, max_weight=max_weight)  # [T]
     return advantages * weights.to(device=advantages.device, dtype=advantages.dtype)[None, :]

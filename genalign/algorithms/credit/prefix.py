@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def valid_positions(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -32,7 +33,7 @@ def retained_fraction(progress: float, start: float, end: float) -> float:
 )
 def progressive_prefix(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     start_fraction: float = 0.1,
     end_fraction: float = 0.5,
@@ -51,7 +52,7 @@ def progressive_prefix(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``progress``.
+        batch: reads ``mask`` and ``progress``.
         start_fraction: ``r₀`` in ``(0, 1]``, the fraction kept at the start of training.
         end_fraction: ``r₁`` in ``[r₀, 1]``, the fraction kept at the end.
         min_tokens: at least this many leading tokens are kept (``>= 1``).
@@ -62,11 +63,11 @@ def progressive_prefix(
         raise ValueError(f"need 0 < start_fraction <= end_fraction <= 1, got {start_fraction!r}, {end_fraction!r}")
     if min_tokens < 1:
         raise ValueError(f"min_tokens must be >= 1, got {min_tokens!r}")
-    progress = inputs.require("progress", "progressive_prefix")
+    progress = batch.require("progress", "progressive_prefix")
     if not 0 <= progress <= 1:
         raise ValueError(f"progressive_prefix needs progress in [0, 1], got {progress!r}")
-    position, length = valid_positions(inputs.mask)  # [N, T], [N, 1]
+    position, length = valid_positions(batch.mask)  # [N, T], [N, 1]
     fraction = retained_fraction(progress, start_fraction, end_fraction)
     keep_length = torch.ceil(fraction * length.double() - 1e-9).clamp_min(min_tokens)  # [N, 1]; 0.1·10 is 1, not 2
-    kept = (inputs.mask > 0) & (position <= keep_length)  # [N, T]
+    kept = (batch.mask > 0) & (position <= keep_length)  # [N, T]
     return advantages * kept.to(advantages.dtype)  # [N, T]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 @CREDIT_RULES.register(
@@ -22,7 +23,7 @@ from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
     summary="Scale each token's advantage by a linear function of its sampling probability: low-probability tokens, "
     "whose large gradients crowd out the others, are damped.",
 )
-def probability_damping(advantages: Tensor, inputs: CreditInputs, *, alpha: float = 0.3) -> Tensor:
+def probability_damping(advantages: Tensor, batch: StepBatch, *, alpha: float = 0.3) -> Tensor:
     """Advantage Reweighting of [219]: ``A_it ← (α·p_it + 1 − α)·A_it`` with ``p_it = exp(logπ_old(o_it))``.
 
     The gradient of ``log π(o_t)`` with respect to the logits has norm ``≈ 1 − p_t``, so low-probability tokens
@@ -33,7 +34,7 @@ def probability_damping(advantages: Tensor, inputs: CreditInputs, *, alpha: floa
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``behaviour_logp`` ``[N, T]`` (the sampler's log-probs of the sampled tokens;
+        batch: reads ``mask`` and ``behaviour_logp`` ``[N, T]`` (the sampler's log-probs of the sampled tokens;
             the code uses the old log-probs re-scored before the update, equal up to engine rounding).
         alpha: ``α`` in ``[0, 1]``.
     Returns:
@@ -41,7 +42,7 @@ def probability_damping(advantages: Tensor, inputs: CreditInputs, *, alpha: floa
     """
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1] (weights α·p + 1 − α stay in [1 − α, 1]), got {alpha!r}")
-    logp = inputs.require("behaviour_logp", "probability_damping").detach()
-    valid = inputs.mask > 0  # [N, T]
+    logp = batch.require("behaviour_logp", "probability_damping").detach()
+    valid = batch.mask > 0  # [N, T]
     probs = torch.where(valid, logp, 0.0).to(advantages.dtype).exp().clamp_max(1.0)  # [N, T]; 1 on padding
     return advantages * (alpha * probs + (1.0 - alpha))  # [N, T]

@@ -14,11 +14,12 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import group_stats, group_sum, make_groups
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
-def _valid(inputs: CreditInputs, like: Tensor) -> Tensor:
-    return inputs.mask.to(like.device) > 0  # [N, T]
+def _valid(batch: StepBatch, like: Tensor) -> Tensor:
+    return batch.mask.to(like.device) > 0  # [N, T]
 
 
 def _sequence_mean(values: Tensor, valid: Tensor) -> Tensor:
@@ -47,7 +48,7 @@ def _group_mean(values: Tensor, include: Tensor, group_ids: Tensor) -> Tensor:
 )
 def aem(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     power: float = 1.0,
     weight_min: float = 0.5,
@@ -68,7 +69,7 @@ def aem(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``behaviour_logp``, ``mask`` and ``group_ids``.
+        batch: reads ``behaviour_logp``, ``mask`` and ``group_ids``.
         power: ``γ >= 0`` (0 = no rescaling).
         weight_min, weight_max: clamp of the weights, ``0 <= w_min <= 1 <= w_max``.
         eps: floor of the surprisal before dividing.
@@ -80,11 +81,11 @@ def aem(
             f"need power >= 0, 0 <= weight_min <= 1 <= weight_max and eps > 0, got power={power!r}, "
             f"weight_min={weight_min!r}, weight_max={weight_max!r}, eps={eps!r}"
         )
-    logp = inputs.require("behaviour_logp", "aem").detach().to(advantages.device, advantages.dtype)  # [N, T]
-    valid = _valid(inputs, advantages)  # [N, T]
+    logp = batch.require("behaviour_logp", "aem").detach().to(advantages.device, advantages.dtype)  # [N, T]
+    valid = _valid(batch, advantages)  # [N, T]
     has_actions = valid.any(1)  # [N]
     surprisal = (-_sequence_mean(logp, valid)).clamp_min(eps)  # [N] u_i
-    mean_surprisal = _group_mean(surprisal, has_actions, inputs.group_ids)  # [N] ū
+    mean_surprisal = _group_mean(surprisal, has_actions, batch.group_ids)  # [N] ū
     weight = (mean_surprisal / surprisal).pow(power).clamp(weight_min, weight_max)  # [N]
     return advantages * torch.where(has_actions, weight, 1.0)[:, None]  # [N, T]
 
@@ -102,7 +103,7 @@ def aem(
 )
 def length_shaping(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     coef: float = 0.1,
     difficulty_threshold: float = 0.5,
@@ -123,7 +124,7 @@ def length_shaping(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``rewards`` ``[N, K]``, ``mask`` and ``group_ids``.
+        batch: reads ``rewards`` ``[N, K]``, ``mask`` and ``group_ids``.
         coef: ``λ >= 0``.
         difficulty_threshold: success rate below which a query counts as complex, in ``[0, 1]``.
         success_column: reward column that says whether a response is correct.
@@ -135,19 +136,19 @@ def length_shaping(
     if not (coef >= 0 and 0 <= difficulty_threshold <= 1 and eps > 0):
         raise ValueError(f"need coef >= 0, difficulty_threshold in [0, 1] and eps > 0, got {coef!r}, "
                          f"{difficulty_threshold!r}, {eps!r}")  # fmt: skip
-    rewards = inputs.require("rewards", "length_shaping")  # [N, K]
+    rewards = batch.require("rewards", "length_shaping")  # [N, K]
     if not -rewards.shape[1] <= success_column < rewards.shape[1]:
         raise ValueError(
             f"length_shaping: success_column={success_column} is not one of the {rewards.shape[1]} rewards"
         )
     column = rewards[:, success_column].to(advantages.device, advantages.dtype)  # [N]
     correct = ~torch.isnan(column) & (column > success_threshold)  # [N]
-    valid = _valid(inputs, advantages)  # [N, T]
+    valid = _valid(batch, advantages)  # [N, T]
     lengths = valid.sum(1).to(advantages.dtype)  # [N]
-    groups = make_groups(inputs.group_ids.to(advantages.device), lengths.shape[0], min_size=1)
+    groups = make_groups(batch.group_ids.to(advantages.device), lengths.shape[0], min_size=1)
     stats = group_stats(lengths[:, None], groups, unbiased=False)  # [G, 1]
     z = (lengths - stats.mean[groups.index, 0]) / (stats.std[groups.index, 0] + eps)  # [N]
-    success_rate = _group_mean(correct.to(advantages.dtype), torch.ones_like(correct), inputs.group_ids)  # [N] p_q
+    success_rate = _group_mean(correct.to(advantages.dtype), torch.ones_like(correct), batch.group_ids)  # [N] p_q
     direction = torch.where(success_rate < difficulty_threshold, 1.0, -1.0).to(advantages.dtype)  # [N] d_q
     shift = torch.where(correct, coef * direction * z, 0.0)  # [N]
     return torch.where(valid, advantages + shift[:, None], advantages)  # [N, T]
@@ -166,7 +167,7 @@ def length_shaping(
 )
 def entropy_reward(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     level: Literal["token", "sequence"] = "token",
     eps: float = 1e-6,
@@ -181,7 +182,7 @@ def entropy_reward(
 
     Args:
         advantages: ``[N, T]`` (ignored).
-        inputs: reads ``entropy`` (``token``) or ``behaviour_logp`` (``sequence``), ``mask`` and ``group_ids``.
+        batch: reads ``entropy`` (``token``) or ``behaviour_logp`` (``sequence``), ``mask`` and ``group_ids``.
         level: ``"token"`` or ``"sequence"``.
         eps: added to the group std.
     Returns:
@@ -190,11 +191,11 @@ def entropy_reward(
     if level not in ("token", "sequence"):
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
     feature = "entropy" if level == "token" else "behaviour_logp"
-    values = inputs.require(feature, "entropy_reward").detach().to(advantages.device, advantages.dtype)  # [N, T]
-    valid = _valid(inputs, advantages)  # [N, T]
+    values = batch.require(feature, "entropy_reward").detach().to(advantages.device, advantages.dtype)  # [N, T]
+    valid = _valid(batch, advantages)  # [N, T]
     summed = torch.where(valid, values, 0.0).sum(1)  # [N]
     reward = -summed if level == "token" else summed  # [N]
-    groups = make_groups(inputs.group_ids.to(advantages.device), reward.shape[0])
+    groups = make_groups(batch.group_ids.to(advantages.device), reward.shape[0])
     stats = group_stats(reward[:, None], groups, unbiased=True)  # [G, 1]
     sample = (reward - stats.mean[groups.index, 0]) / (stats.std[groups.index, 0] + eps)  # [N]
     return torch.where(valid, sample[:, None].expand_as(advantages), 0.0)  # [N, T]

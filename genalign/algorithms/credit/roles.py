@@ -1,8 +1,8 @@
 """Role-specific segment advantages: each text block of a completion is credited with its own reward
 (a rule of :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
 
-The blocks come from the rollout's declared structure (``RolloutStructure.block_ids``: the number of configured block
-markers that start at or before each action), the rewards from the trainer (``CreditInputs.rewards``, one column per
+The blocks come from the rollout's declared structure (````block_ids````: the number of configured block
+markers that start at or before each action), the rewards from the trainer (the batch's ``rewards``, one column per
 configured reward function, in config order).
 """
 
@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms.advantages.group_baselines import dr_grpo, grpo
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def _role_rewards(rewards: Tensor, role_rewards: Sequence[Sequence[int]]) -> Tensor:
@@ -47,7 +48,7 @@ def _role_rewards(rewards: Tensor, role_rewards: Sequence[Sequence[int]]) -> Ten
 )
 def role_segments(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     role_rewards: Sequence[Sequence[int]] = ((0,), (1,)),
     scale_by_std: bool = True,
@@ -66,7 +67,7 @@ def role_segments(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (ignored: the rule replaces them).
-        inputs: reads ``rewards`` ``[N, K]``, ``group_ids`` and ``structure.block_ids`` ``[N, T]``.
+        batch: reads ``rewards`` ``[N, K]``, ``group_ids`` and ``block_ids`` ``[N, T]``.
         role_rewards: for each role, the reward columns (positions in the config's ``rewards`` list) it is credited
             with.
         scale_by_std: divide by the group std of the role's reward (GRPO) or not (Dr. GRPO).
@@ -76,10 +77,10 @@ def role_segments(
     """
     if not role_rewards:
         raise ValueError("role_rewards must list the reward columns of at least one role, e.g. [[0], [1]]")
-    rewards = inputs.require("rewards", "role_segments")  # [N, K]
-    blocks = inputs.structure.require("block_ids", "credit rule 'role_segments'")  # [N, T]
+    rewards = batch.require("rewards", "role_segments")  # [N, K]
+    blocks = batch.require("block_ids", "credit rule 'role_segments'")  # [N, T]
     per_role = _role_rewards(rewards.to(advantages.device, advantages.dtype), role_rewards)  # [N, R]
-    group_ids = inputs.group_ids.to(advantages.device)
+    group_ids = batch.group_ids.to(advantages.device)
     estimate = grpo(per_role, group_ids, eps=eps) if scale_by_std else dr_grpo(per_role, group_ids)  # [N, R]
     role = blocks.to(per_role.device).long().clamp(0, len(role_rewards) - 1)  # [N, T]
     return estimate.gather(1, role)  # [N, T]

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import group_sum, make_groups
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.credit.entropy_gates import top_by_score
 
 
@@ -42,7 +43,7 @@ def check_schedule(start_fraction: float, relax_until: float) -> None:
     "entropy), few early in training and all of them by the end of the schedule.",
 )
 def d3s_tokens(
-    advantages: Tensor, inputs: CreditInputs, *, start_fraction: float = 0.5, relax_until: float = 0.75
+    advantages: Tensor, batch: StepBatch, *, start_fraction: float = 0.5, relax_until: float = 0.75
 ) -> Tensor:
     """D³S [27], token level: keep the tokens with the largest ``|A_{i,t}|·H_{i,t}`` across the batch.
 
@@ -55,17 +56,17 @@ def d3s_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``, ``entropy`` and ``progress``.
+        batch: reads ``mask``, ``entropy`` and ``progress``.
         start_fraction: ``ρ₀`` in ``(0, 1]``, the fraction of tokens kept at the start.
         relax_until: ``p_relax`` in ``[0, 1]``, the progress from which every token is kept.
     Returns:
         ``[N, T]`` advantages, 0 on the tokens not selected.
     """
     check_schedule(start_fraction, relax_until)
-    entropy = inputs.require("entropy", "d3s_tokens").detach()  # [N, T]
-    progress = inputs.require("progress", "d3s_tokens")
+    entropy = batch.require("entropy", "d3s_tokens").detach()  # [N, T]
+    progress = batch.require("progress", "d3s_tokens")
     fraction = annealed_fraction(progress, start_fraction, relax_until)
-    valid = inputs.mask > 0  # [N, T]
+    valid = batch.mask > 0  # [N, T]
     if fraction >= 1.0:
         return advantages
     score = advantages.detach().abs().float() * entropy.float()  # [N, T]
@@ -84,7 +85,7 @@ def d3s_tokens(
     "to their group), bounded to a fraction of the advantage, to push the policy's reach beyond sparse rewards.",
 )
 def xrpo_novelty(
-    advantages: Tensor, inputs: CreditInputs, *, novelty_weight: float = 0.5, max_ratio: float = 0.5
+    advantages: Tensor, batch: StepBatch, *, novelty_weight: float = 0.5, max_ratio: float = 0.5
 ) -> Tensor:
     """XRPO [241]: group-relative, novelty-aware advantage sharpening from sequence likelihoods.
 
@@ -100,7 +101,7 @@ def xrpo_novelty(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages``, ``mask``, ``group_ids`` and ``behaviour_logp``.
+        batch: reads ``sample_advantages``, ``mask``, ``group_ids`` and ``behaviour_logp``.
         novelty_weight: ``λ >= 0``.
         max_ratio: ``κ >= 0``, the largest bonus as a fraction of the advantage.
     Returns:
@@ -108,14 +109,14 @@ def xrpo_novelty(
     """
     if not (novelty_weight >= 0 and max_ratio >= 0 and math.isfinite(novelty_weight + max_ratio)):
         raise ValueError(f"novelty_weight = {novelty_weight!r} and max_ratio = {max_ratio!r} must be finite and >= 0")
-    logp = inputs.require("behaviour_logp", "xrpo_novelty").detach().double()  # [N, T]
-    mask = (inputs.mask > 0).double()  # [N, T]
+    logp = batch.require("behaviour_logp", "xrpo_novelty").detach().double()  # [N, T]
+    mask = (batch.mask > 0).double()  # [N, T]
     likelihood = torch.exp((logp * mask).sum(1) / mask.sum(1).clamp_min(1.0))  # [N]
-    groups = make_groups(inputs.group_ids.to(logp.device), logp.shape[0], min_size=1)
+    groups = make_groups(batch.group_ids.to(logp.device), logp.shape[0], min_size=1)
     sums = group_sum(torch.stack([likelihood, torch.ones_like(likelihood)], 1), groups)  # [G, 2]
     group_mean = (sums[:, 0] / sums[:, 1])[groups.index]  # [N]
     novelty = (1.0 - likelihood / group_mean).clamp_min(0.0)  # [N]
-    sample = inputs.sample_advantages.detach().double().to(logp.device)  # [N]
+    sample = batch["sample_advantages"].detach().double().to(logp.device)  # [N]
     positive = sample > 0
     bonus = torch.minimum(novelty_weight * novelty, max_ratio * sample)  # [N]
     factor = torch.where(positive, 1.0 + bonus / torch.where(positive, sample, 1.0), 1.0)  # [N]

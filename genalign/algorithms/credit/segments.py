@@ -16,8 +16,22 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
-from genalign.algorithms.structure import ANSWER_ENTROPY, ANSWER_LOGP, ANSWER_MEAN_PROB
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+#: Channels of the ``answer_probe`` signal (last axis).
+ANSWER_LOGP, ANSWER_MEAN_PROB, ANSWER_ENTROPY = 0, 1, 2
+
+declare_signal("segment_values", ("N", "S+1"), "rollout",
+               "A Monte-Carlo estimate of the expected reward from each segment state: the mean reward of "
+               "continuations sampled from state k; entry S_i is the sample's own reward, state 0 uses the group's "
+               "samples (genalign.algorithms.structure: segment states).",
+               source="[41] SPO-chain", needs_rewards=True)  # fmt: skip
+declare_signal("answer_probe", ("N", "S+1", 3), "rollout",
+               "The reference answer teacher-forced after each segment state: channel ANSWER_LOGP its log-probability, "
+               "ANSWER_MEAN_PROB the mean probability of its tokens, ANSWER_ENTROPY the mean entropy of the next-token "
+               "distributions at its tokens.", source="[194] belief probing, [193] SPAE")  # fmt: skip
 
 
 def per_segment(values: Tensor, segment_ids: Tensor) -> Tensor:
@@ -27,16 +41,14 @@ def per_segment(values: Tensor, segment_ids: Tensor) -> Tensor:
     return values.gather(1, index)  # [N, T]
 
 
-def _segments(inputs: CreditInputs, rule: str) -> Tensor:
-    return inputs.structure.require("segment_ids", f"credit rule {rule!r}").long()
+def _segments(batch: StepBatch, rule: str) -> Tensor:
+    return batch.require("segment_ids", f"credit rule {rule!r}").long()
 
 
-def _answer_probe(inputs: CreditInputs, rule: str) -> Tensor:
-    probe = inputs.structure.require("answer_probe", f"credit rule {rule!r}").float()
-    if probe.ndim != 3 or probe.shape[0] != inputs.mask.shape[0] or probe.shape[2] != 3:
-        raise ValueError(
-            f"credit rule {rule!r}: structure.answer_probe must be [N, S + 1, 3], got {tuple(probe.shape)}"
-        )
+def _answer_probe(batch: StepBatch, rule: str) -> Tensor:
+    probe = batch.require("answer_probe", f"credit rule {rule!r}").float()
+    if probe.ndim != 3 or probe.shape[0] != batch.mask.shape[0] or probe.shape[2] != 3:
+        raise ValueError(f"credit rule {rule!r}: answer_probe must be [N, S + 1, 3], got {tuple(probe.shape)}")
     return probe
 
 
@@ -52,12 +64,12 @@ def _answer_probe(inputs: CreditInputs, rule: str) -> Tensor:
     "low-probability (cutpoint) tokens.",
 )
 def segment_mc(
-    advantages: Tensor, inputs: CreditInputs, *, probability_mask: bool = True, cutpoint_prob: float = 0.9
+    advantages: Tensor, batch: StepBatch, *, probability_mask: bool = True, cutpoint_prob: float = 0.9
 ) -> Tensor:
     """SPO-chain [41]: segment-level Monte-Carlo advantages without a critic.
 
     The value ``V(s_k)`` of segment state ``k`` is the mean reward of continuations the family sampled from it at
-    rollout time (``structure.segment_values``); segment ``k`` gets ``A_k = V(s_{k+1}) − V(s_k)``, so the advantages of
+    rollout time (``segment_values``); segment ``k`` gets ``A_k = V(s_{k+1}) − V(s_k)``, so the advantages of
     a sample's segments sum to ``r_i − V(s_0)``, its GRPO-style advantage without the std. Probability mask: only the
     segment's *cutpoints*, tokens whose behaviour probability is below ``cutpoint_prob``, carry ``A_k``; the other
     tokens (near-deterministic continuations) get 0.
@@ -69,7 +81,7 @@ def segment_mc(
 
     Args:
         advantages: ``[N, T]`` incoming advantages (replaced).
-        inputs: reads ``structure.segment_ids`` ``[N, T]``, ``structure.segment_values`` ``[N, S + 1]`` (NaN past a
+        batch: reads ``segment_ids`` ``[N, T]``, ``segment_values`` ``[N, S + 1]`` (NaN past a
             sample's last state), ``behaviour_logp`` and ``mask``.
         probability_mask: give ``A_k`` to the cutpoint tokens only.
         cutpoint_prob: ``ρ`` in ``(0, 1]``; a token is a cutpoint when its behaviour probability is below it.
@@ -78,12 +90,12 @@ def segment_mc(
     """
     if not 0 < cutpoint_prob <= 1:
         raise ValueError(f"cutpoint_prob must be in (0, 1], got {cutpoint_prob!r}")
-    values = inputs.structure.require("segment_values", "credit rule 'segment_mc'").float()  # [N, S + 1]
+    values = batch.require("segment_values", "credit rule 'segment_mc'").float()  # [N, S + 1]
     gains = (values[:, 1:] - values[:, :-1]).nan_to_num(0.0)  # [N, S]
-    result = per_segment(gains.to(advantages.device), _segments(inputs, "segment_mc"))  # [N, T]
-    keep = inputs.mask > 0  # [N, T]
+    result = per_segment(gains.to(advantages.device), _segments(batch, "segment_mc"))  # [N, T]
+    keep = batch.mask > 0  # [N, T]
     if probability_mask:
-        logp = inputs.require("behaviour_logp", "segment_mc").to(result.device)
+        logp = batch.require("behaviour_logp", "segment_mc").to(result.device)
         keep = keep & (logp.float().exp() < cutpoint_prob)
     return torch.where(keep.to(result.device), result, 0.0).to(advantages.dtype)
 
@@ -99,10 +111,10 @@ def segment_mc(
     "segment, to its actions' advantages.",
 )
 def belief_progress(
-    advantages: Tensor, inputs: CreditInputs, *, coef: float = 1.0, scale: Literal["probability", "log"] = "probability"
+    advantages: Tensor, batch: StepBatch, *, coef: float = 1.0, scale: Literal["probability", "log"] = "probability"
 ) -> Tensor:
     """Belief probing [194]: the reference answer is appended at every segment boundary and its conditional probability
-    ``b_k`` measured (``structure.answer_probe``, teacher-forced at rollout time); segment ``k``'s progress
+    ``b_k`` measured (``answer_probe``, teacher-forced at rollout time); segment ``k``'s progress
     ``b_{k+1} − b_k`` refines the trajectory-level advantage of its actions.
 
     Reading chosen: the abstract says the segment-wise progress "refines GRPO's trajectory-level feedback" without the
@@ -112,7 +124,7 @@ def belief_progress(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``structure.segment_ids``, ``structure.answer_probe`` (channel ``ANSWER_LOGP``) and ``mask``.
+        batch: reads ``segment_ids``, ``answer_probe`` (channel ``ANSWER_LOGP``) and ``mask``.
         coef: ``c >= 0``.
         scale: ``"probability"`` (differences of ``b``) or ``"log"`` (differences of ``log b``).
     Returns:
@@ -122,11 +134,11 @@ def belief_progress(
         raise ValueError(f"coef must be >= 0, got {coef!r}")
     if scale not in ("probability", "log"):
         raise ValueError(f"scale must be 'probability' or 'log', got {scale!r}")
-    logp = _answer_probe(inputs, "belief_progress")[..., ANSWER_LOGP]  # [N, S + 1]
+    logp = _answer_probe(batch, "belief_progress")[..., ANSWER_LOGP]  # [N, S + 1]
     belief = logp.exp() if scale == "probability" else logp
     progress = (belief[:, 1:] - belief[:, :-1]).nan_to_num(0.0, posinf=0.0, neginf=0.0)  # [N, S]
-    bonus = per_segment(progress.to(advantages.device), _segments(inputs, "belief_progress"))  # [N, T]
-    return torch.where(inputs.mask.to(advantages.device) > 0, advantages + coef * bonus, advantages)
+    bonus = per_segment(progress.to(advantages.device), _segments(batch, "belief_progress"))  # [N, T]
+    return torch.where(batch.mask.to(advantages.device) > 0, advantages + coef * bonus, advantages)
 
 
 def step_potentials(probe: Tensor) -> Tensor:
@@ -150,7 +162,7 @@ def step_potentials(probe: Tensor) -> Tensor:
 )
 def step_potential(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     shaping_coef: float = 0.2,
     saturation: float = 0.9,
@@ -172,7 +184,7 @@ def step_potential(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (``Â_i`` broadcast for the first rule).
-        inputs: reads ``structure.segment_ids``, ``structure.answer_probe``, ``sample_advantages`` (sign) and ``mask``.
+        batch: reads ``segment_ids``, ``answer_probe``, ``sample_advantages`` (sign) and ``mask``.
         shaping_coef: ``ξ >= 0``.
         saturation: ``τ``.
         saturation_penalty: ``λ`` in ``[0, 1]``.
@@ -183,15 +195,15 @@ def step_potential(
         raise ValueError(
             f"need shaping_coef >= 0 and saturation_penalty in [0, 1], got {shaping_coef}, {saturation_penalty}"
         )
-    potential = step_potentials(_answer_probe(inputs, "step_potential"))[:, 1:]  # [N, S] Φ after step k
+    potential = step_potentials(_answer_probe(batch, "step_potential"))[:, 1:]  # [N, S] Φ after step k
     delta = torch.cat([torch.zeros_like(potential[:, :1]), potential[:, 1:] - potential[:, :-1]], dim=1)  # [N, S]
     saturated = (potential.nan_to_num(float("-inf")) > saturation).long().cumsum(1)  # [N, S] steps up to k that did
     after = torch.cat([torch.zeros_like(saturated[:, :1]), saturated[:, :-1]], dim=1) > 0  # an EARLIER step saturated
     device = advantages.device
-    segments = _segments(inputs, "step_potential")
+    segments = _segments(batch, "step_potential")
     shaping = per_segment(delta.nan_to_num(0.0).to(device), segments)  # [N, T]
     late = per_segment(after.to(device).float(), segments) > 0  # [N, T]
-    sign = torch.sign(inputs.sample_advantages.to(device))[:, None]  # [N, 1]
+    sign = torch.sign(batch["sample_advantages"].to(device))[:, None]  # [N, 1]
     factor = torch.where(late, 1.0 - sign * saturation_penalty, 1.0)  # [N, T]
     shaped = advantages * factor + shaping_coef * shaping
-    return torch.where(inputs.mask.to(device) > 0, shaped, advantages)
+    return torch.where(batch.mask.to(device) > 0, shaped, advantages)

@@ -4,7 +4,7 @@ pathwise log-likelihood (rule of :data:`~genalign.algorithms.credit.base.CREDIT_
 SAS bounds the KL mismatch of sequential (any-order or semi-autoregressive) decoding by the model's pathwise
 log-likelihood along the decoded order, which yields a dense reward per decoding step: the log-probability, under
 the frozen denoiser, of the tokens committed at that step, ``r_s = Σ_{j committed at s} log p_θ(x_j | x_s)``
-(structure field ``path_logp`` ``[N, S]``, recorded by the diffusion-LM sampler with a trainable decoding policy).
+(rollout signal ``path_logp`` ``[N, S]``, recorded by the diffusion-LM sampler with a trainable decoding policy).
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import group_stats, make_groups
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("path_logp", ("N", "S"), "rollout",
+               "Masked diffusion LMs sampled with a trainable decoding policy: the summed log-probability, under the "
+               "denoiser, of the tokens committed at each of the S decoding steps, in the state they were decoded from.",
+               source="[118] SAS")  # fmt: skip
 
 
 def self_aware_step_advantages(path_logp: Tensor, group_ids: Tensor, *, eps: float = 1e-4) -> Tensor:
@@ -46,9 +53,7 @@ def self_aware_step_advantages(path_logp: Tensor, group_ids: Tensor, *, eps: flo
     "log-likelihood per step, normalised per step within the group; other actions keep their advantages.",
     experimental=True,
 )
-def self_aware_returns(
-    advantages: Tensor, inputs: CreditInputs, *, task_weight: float = 0.0, eps: float = 1e-4
-) -> Tensor:
+def self_aware_returns(advantages: Tensor, batch: StepBatch, *, task_weight: float = 0.0, eps: float = 1e-4) -> Tensor:
     """SAS [118]: the advantages of the ``S`` decoding actions (the last ``S`` columns of the action axis, where the
     diffusion-LM policy puts them) become ``Â_s + task_weight · A_in`` (:func:`self_aware_step_advantages`), 0 on
     steps without a choice (``mask`` 0); the earlier columns (the denoiser's likelihood-proxy actions in joint
@@ -61,18 +66,18 @@ def self_aware_returns(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages, ``T >= S``.
-        inputs: reads ``structure.path_logp`` ``[N, S]``, ``group_ids`` and ``mask``.
+        batch: reads ``path_logp`` ``[N, S]``, ``group_ids`` and ``mask``.
     """
     if eps <= 0:
         raise ValueError(f"self_aware_returns: eps={eps} must be > 0 (e.g. 1e-4).")
-    path_logp = inputs.structure.require("path_logp", "credit rule 'self_aware_returns'")
+    path_logp = batch.require("path_logp", "credit rule 'self_aware_returns'")
     steps, actions = path_logp.shape[1], advantages.shape[1]
     if steps > actions:
         raise ValueError(
             f"credit rule 'self_aware_returns': path_logp has {steps} decoding steps but the action axis has only "
             f"{actions} actions; use it with a diffusion_lm policy whose decoding_policy is set."
         )
-    dense = self_aware_step_advantages(path_logp, inputs.group_ids, eps=eps).to(advantages)  # [N, S]
-    trained = (inputs.mask[:, actions - steps :] > 0).to(advantages)  # [N, S]
+    dense = self_aware_step_advantages(path_logp, batch.group_ids, eps=eps).to(advantages)  # [N, S]
+    trained = (batch.mask[:, actions - steps :] > 0).to(advantages)  # [N, S]
     decoding = (dense + task_weight * advantages[:, actions - steps :]) * trained  # [N, S]
     return torch.cat([advantages[:, : actions - steps], decoding], dim=1)  # [N, T]

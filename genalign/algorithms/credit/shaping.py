@@ -1,7 +1,7 @@
 """Outcome-reward shaping at the action level: an intrinsic reward for all-correct groups (Miner [28]) and the
 positive / negative rebalancing of OREAL [147] (rules of :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
 
-Both read which samples are correct from the trainer's reward table (``CreditInputs.rewards``, one column per
+Both read which samples are correct from the trainer's reward table (the batch's ``rewards``, one column per
 configured reward function, in config order): a sample is correct when its reward in ``success_column`` exceeds
 ``success_threshold`` (a missing reward is not correct). Batch statistics are taken over the rollout batch of the
 process, once, before it is split into micro-batches.
@@ -13,12 +13,13 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import group_sum, make_groups
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
-def _success(inputs: CreditInputs, column: int, threshold: float, rule: str) -> tuple[Tensor, Tensor]:
+def _success(batch: StepBatch, column: int, threshold: float, rule: str) -> tuple[Tensor, Tensor]:
     """``(correct [N] bool, present [N] bool)`` from reward column ``column``."""
-    rewards = inputs.require("rewards", rule)  # [N, K]
+    rewards = batch.require("rewards", rule)  # [N, K]
     if not -rewards.shape[1] <= column < rewards.shape[1]:
         raise ValueError(
             f"{rule}: success_column={column} is not a reward column; the config has {rewards.shape[1]} reward(s)"
@@ -47,7 +48,7 @@ def _all_correct_groups(correct: Tensor, present: Tensor, group_ids: Tensor) -> 
 )
 def intrinsic_mastery(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     gamma: float = 2.0,
     calibration: float = 0.0015,
@@ -69,7 +70,7 @@ def intrinsic_mastery(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``rewards`` ``[N, K]``, ``group_ids``, ``mask`` and ``behaviour_logp`` ``[N, T]``.
+        batch: reads ``rewards`` ``[N, K]``, ``group_ids``, ``mask`` and ``behaviour_logp`` ``[N, T]``.
         gamma: focal exponent ``γ >= 0`` (0 = uniform credit).
         calibration: ``c >= 0`` (the recipe's ``scale_by_normal``).
         success_column: reward column that says whether a response is correct.
@@ -79,14 +80,14 @@ def intrinsic_mastery(
     """
     if not (gamma >= 0 and calibration >= 0):
         raise ValueError(f"gamma and calibration must be >= 0, got {gamma!r}, {calibration!r}")
-    correct, present = _success(inputs, success_column, success_threshold, "intrinsic_mastery")
-    mastered = _all_correct_groups(correct, present, inputs.group_ids)  # [N]
+    correct, present = _success(batch, success_column, success_threshold, "intrinsic_mastery")
+    mastered = _all_correct_groups(correct, present, batch.group_ids)  # [N]
     device = advantages.device
-    logp = inputs.require("behaviour_logp", "intrinsic_mastery").detach().to(device, advantages.dtype)  # [N, T]
-    valid = inputs.mask.to(device) > 0  # [N, T]
+    logp = batch.require("behaviour_logp", "intrinsic_mastery").detach().to(device, advantages.dtype)  # [N, T]
+    valid = batch.mask.to(device) > 0  # [N, T]
     mastered = mastered.to(device) & valid.any(1)
     mean_logp = torch.where(valid, logp, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N] ℓ_i
-    groups = make_groups(inputs.group_ids.to(device), mastered.shape[0])
+    groups = make_groups(batch.group_ids.to(device), mastered.shape[0])
     members = mastered.to(logp.dtype)[:, None]  # [N, 1]
     group_mean = group_sum(mean_logp[:, None] * members, groups) / group_sum(members, groups).clamp_min(1)  # [G, 1]
     intrinsic = torch.where(mastered, (group_mean[groups.index, 0] - mean_logp).clamp_min(0.0), 0.0)  # [N] a_i
@@ -112,7 +113,7 @@ def intrinsic_mastery(
 )
 def outcome_reshaped(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     positive_factor: float = 1.0,
     negative_factor: float = 0.5,
@@ -135,7 +136,7 @@ def outcome_reshaped(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``rewards`` ``[N, K]`` and ``mask``.
+        batch: reads ``rewards`` ``[N, K]`` and ``mask``.
         positive_factor: ``c₊ >= 0``.
         negative_factor: ``c₋ >= 0``.
         success_column: reward column that says whether a response is correct.
@@ -145,9 +146,9 @@ def outcome_reshaped(
     """
     if not (positive_factor >= 0 and negative_factor >= 0):
         raise ValueError(f"the factors must be >= 0, got {positive_factor!r}, {negative_factor!r}")
-    correct, _ = _success(inputs, success_column, success_threshold, "outcome_reshaped")
+    correct, _ = _success(batch, success_column, success_threshold, "outcome_reshaped")
     correct = correct.to(advantages.device)
-    tokens = (inputs.mask.to(advantages.device) > 0).sum(1).to(advantages.dtype)  # [N]
+    tokens = (batch.mask.to(advantages.device) > 0).sum(1).to(advantages.dtype)  # [N]
     total, positive = tokens.sum(), torch.where(correct, tokens, 0.0).sum()
     negative = total - positive
     weight = torch.where(

@@ -6,7 +6,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("step_rewards", ("N", "S+1"), "rollout",
+               "The reward of the output completed deterministically from each state x_0 .. x_S of a trajectory "
+               "(entry S is the final output's reward), measured at rollout time with the trainer's reward.",
+               source="[148] DenseGRPO, [67] VGPO", needs_rewards=True)  # fmt: skip
 
 
 def noise_aware_step_weights(step_std: Tensor, trained: Tensor) -> Tensor:
@@ -32,11 +39,11 @@ def noise_aware_step_weights(step_std: Tensor, trained: Tensor) -> Tensor:
     source="[168] TempFlow-GRPO",
     summary="Weigh each trained denoising step by its transition std (noisier steps explore more).",
 )
-def noise_aware_steps(advantages: Tensor, inputs: CreditInputs) -> Tensor:
+def noise_aware_steps(advantages: Tensor, batch: StepBatch) -> Tensor:
     """TempFlow-GRPO [168]: multiply each trained step's advantage by its noise-aware weight
-    (:func:`noise_aware_step_weights` of ``structure.step_std`` over the trained steps ``mask > 0``)."""
-    step_std = inputs.structure.require("step_std", "credit rule 'noise_aware_steps'")
-    weights = noise_aware_step_weights(step_std.cpu(), inputs.mask.cpu() > 0).to(advantages.device)  # [N, T]
+    (:func:`noise_aware_step_weights` of ``step_std`` over the trained steps ``mask > 0``)."""
+    step_std = batch.require("step_std", "credit rule 'noise_aware_steps'")
+    weights = noise_aware_step_weights(step_std.cpu(), batch.mask.cpu() > 0).to(advantages.device)  # [N, T]
     return advantages * weights
 
 
@@ -72,15 +79,15 @@ def dense_step_advantages(step_rewards: Tensor, group_ids: Tensor, *, eps: float
     source="[148] DenseGRPO",
     summary="Per-step advantages from the reward gain of each step's ODE-completed prediction, normalised per group.",
 )
-def dense_step_gains(advantages: Tensor, inputs: CreditInputs, *, eps: float = 1e-4) -> Tensor:
-    """DenseGRPO [148] per-step advantages from ``structure.step_rewards`` (measured by the policy at rollout time),
+def dense_step_gains(advantages: Tensor, batch: StepBatch, *, eps: float = 1e-4) -> Tensor:
+    """DenseGRPO [148] per-step advantages from ``step_rewards`` (measured by the policy at rollout time),
     0 on untrained steps and where a gain is unknown.
 
     Args:
         advantages: ``[N, T]`` incoming advantages (replaced).
-        inputs: reads ``structure.step_rewards`` ``[N, T + 1]``, ``group_ids`` and ``mask``.
+        batch: reads ``step_rewards`` ``[N, T + 1]``, ``group_ids`` and ``mask``.
         eps: added to the per-group standard deviation of each step's gains.
     """
-    step_rewards = inputs.structure.require("step_rewards", "credit rule 'dense_step_gains'")
-    dense = dense_step_advantages(step_rewards.cpu(), inputs.group_ids.cpu(), eps=eps).nan_to_num(0.0)  # [N, T]
-    return (dense * (inputs.mask.cpu() > 0).float()).to(device=advantages.device, dtype=advantages.dtype)
+    step_rewards = batch.require("step_rewards", "credit rule 'dense_step_gains'")
+    dense = dense_step_advantages(step_rewards.cpu(), batch.group_ids.cpu(), eps=eps).nan_to_num(0.0)  # [N, T]
+    return (dense * (batch.mask.cpu() > 0).float()).to(device=advantages.device, dtype=advantages.dtype)

@@ -8,7 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.credit.prefix import valid_positions
 
 
@@ -36,7 +37,7 @@ def prefix_inclusion(position: Tensor, length: Tensor, min_fraction: float) -> t
 )
 def token_subsample(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     scheme: Literal["uniform", "prefix"] = "uniform",
     keep_fraction: float = 0.5,
@@ -58,7 +59,7 @@ def token_subsample(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``.
+        batch: reads ``mask``.
         scheme: ``uniform`` (URS) or ``prefix`` (RPC).
         keep_fraction: ``q`` in ``(0, 1]`` (``uniform``; NAT reports parity with full-token GRPO at 50 %).
         min_fraction: the shortest prefix kept, as a fraction of the response, in ``[0, 1]`` (``prefix``).
@@ -70,12 +71,12 @@ def token_subsample(
     if not 0 < keep_fraction <= 1 or not 0 <= min_fraction <= 1:
         raise ValueError(f"need 0 < keep_fraction <= 1 and 0 <= min_fraction <= 1, got {keep_fraction!r}, "
                          f"{min_fraction!r}")  # fmt: skip
-    valid = inputs.mask > 0  # [N, T]
+    valid = batch.mask > 0  # [N, T]
     if scheme == "uniform":
         inclusion = torch.full(valid.shape, keep_fraction, dtype=torch.float64)
         keep = torch.rand(valid.shape, dtype=torch.float64) < inclusion  # [N, T]
     else:
-        position, length = valid_positions(inputs.mask.cpu())  # [N, T], [N, 1]
+        position, length = valid_positions(batch.mask.cpu())  # [N, T], [N, 1]
         low, inclusion = prefix_inclusion(position, length, min_fraction)
         cut = low + (torch.rand(length.shape, dtype=torch.float64) * (length - low + 1).clamp_min(1)).long()  # [N, 1]
         keep = position <= cut  # [N, T]

@@ -3,7 +3,7 @@
 (KTAE [158]), intra-group variance weights (TW-GRPO [156]) and low-entropy segments unique to correct or incorrect
 responses (LESS [195]).
 
-The rules read the token of every action (``structure.action_ids``) and compare the responses of each group; they run
+The rules read the token of every action (``action_ids``) and compare the responses of each group; they run
 once on the whole optimisation batch before it is split into micro-batches (the trainer's credit stage), so a group's
 statistics always see all of its responses. "Correct" means a positive sample advantage.
 """
@@ -15,7 +15,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def _members(group_ids: Tensor) -> list[Tensor]:
@@ -24,12 +25,12 @@ def _members(group_ids: Tensor) -> list[Tensor]:
     return [(groups == g).nonzero().flatten() for g in groups.unique()]
 
 
-def _token_inputs(inputs: CreditInputs, rule: str) -> tuple[Tensor, Tensor, Tensor]:
+def _token_inputs(batch: StepBatch, rule: str) -> tuple[Tensor, Tensor, Tensor]:
     """``(action ids [N, T] long, valid [N, T] bool, sample advantages [N] float)`` on the CPU."""
-    ids = inputs.structure.require("action_ids", f"credit rule {rule!r}").long().cpu()
-    if ids.shape != inputs.mask.shape:
-        raise ValueError(f"credit rule {rule!r}: structure.action_ids {tuple(ids.shape)} must match the mask")
-    return ids, inputs.mask.cpu() > 0, inputs.sample_advantages.detach().float().cpu()
+    ids = batch.require("action_ids", f"credit rule {rule!r}").long().cpu()
+    if ids.shape != batch.mask.shape:
+        raise ValueError(f"credit rule {rule!r}: action_ids {tuple(ids.shape)} must match the mask")
+    return ids, batch.mask.cpu() > 0, batch["sample_advantages"].detach().float().cpu()
 
 
 # ---- GTPO [138] ------------------------------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def conflict_masks(
 )
 def conflict_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     conflict_weight: float = 2.0,
     entropy_threshold: float = 0.7,
@@ -99,7 +100,7 @@ def conflict_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``structure.action_ids``, ``entropy``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
+        batch: reads ``action_ids``, ``entropy``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
         conflict_weight: ``W >= 0``, the weight of a conflict token of a positive completion (per direction).
         entropy_threshold: completions with a larger mean entropy get advantage 0.
         entropy_coef: ``β >= 0``.
@@ -112,10 +113,10 @@ def conflict_tokens(
         raise ValueError(f"conflict_weight and entropy_coef must be >= 0, got {conflict_weight}, {entropy_coef}")
     if positions not in ("runs", "all"):
         raise ValueError(f"positions must be 'runs' or 'all', got {positions!r}")
-    ids, valid, sample = _token_inputs(inputs, "conflict_tokens")
+    ids, valid, sample = _token_inputs(batch, "conflict_tokens")
     weights = torch.ones(ids.shape)  # [N, T]
     counts = torch.ones(ids.shape[0])  # [N]
-    for rows in _members(inputs.group_ids):
+    for rows in _members(batch.group_ids):
         positive, negative = sample[rows] > 0, sample[rows] < 0
         if not (positive.any() and negative.any()):
             continue
@@ -125,7 +126,7 @@ def conflict_tokens(
         active = (positive | negative)[:, None]
         weights[rows] = torch.where(active, w, 1.0)
         counts[rows] = torch.where(active[:, 0], (forward | backward).sum(1).float().clamp_min(1), 1.0)
-    entropy = inputs.require("entropy", "conflict_tokens").detach().float().cpu()
+    entropy = batch.require("entropy", "conflict_tokens").detach().float().cpu()
     mean_entropy = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
     device = advantages.device
     shifted = advantages - entropy_coef * mean_entropy.to(device, advantages.dtype)[:, None]  # [N, T]
@@ -212,7 +213,7 @@ def key_token_scores(
 )
 def key_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     alpha: float = 1.0,
     beta: float = 1.0,
@@ -235,7 +236,7 @@ def key_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``structure.action_ids``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
+        batch: reads ``action_ids``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
         alpha, beta: weights of the Fisher and information-gain parts (``α + β > 0``).
         gamma: weight of the term-frequency part of the direction.
         scale: ``c``, the largest magnitude of the added score.
@@ -245,9 +246,9 @@ def key_tokens(
     """
     if alpha < 0 or beta < 0 or alpha + beta <= 0:
         raise ValueError(f"need alpha, beta >= 0 with alpha + beta > 0, got {alpha}, {beta}")
-    ids, valid, sample = _token_inputs(inputs, "key_tokens")
+    ids, valid, sample = _token_inputs(batch, "key_tokens")
     bonus = torch.zeros(ids.shape)  # [N, T]
-    for rows in _members(inputs.group_ids):
+    for rows in _members(batch.group_ids):
         correct = sample[rows] > 0
         if rows.numel() < 2 or correct.all() or not correct.any():
             continue
@@ -271,7 +272,7 @@ def key_tokens(
     summary="Weight each position by how much the group's responses disagree there (intra-group variance), "
     "damping generic shared prefixes.",
 )
-def intra_group_variance(advantages: Tensor, inputs: CreditInputs, *, max_weight: float = 1.4) -> Tensor:
+def intra_group_variance(advantages: Tensor, batch: StepBatch, *, max_weight: float = 1.4) -> Tensor:
     """TW-GRPO token weighting [156]: positions where the group's responses carry more information (larger intra-group
     variance) weigh more, redundant ones (generic reasoning prefixes every response shares) less. Weights run from 1
     (least varied position of the group) to ``max_weight`` (most varied), min-max normalised within each group.
@@ -284,17 +285,17 @@ def intra_group_variance(advantages: Tensor, inputs: CreditInputs, *, max_weight
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``behaviour_logp``, ``group_ids``, ``mask``.
+        batch: reads ``behaviour_logp``, ``group_ids``, ``mask``.
         max_weight: ``α >= 1``.
     Returns:
         ``[N, T]`` ``advantages · w`` (unchanged on padding).
     """
     if max_weight < 1:
         raise ValueError(f"max_weight must be >= 1, got {max_weight!r}")
-    logp = inputs.require("behaviour_logp", "intra_group_variance").detach().float().cpu()
-    valid = inputs.mask.cpu() > 0
+    logp = batch.require("behaviour_logp", "intra_group_variance").detach().float().cpu()
+    valid = batch.mask.cpu() > 0
     weights = torch.ones(logp.shape)
-    for rows in _members(inputs.group_ids):
+    for rows in _members(batch.group_ids):
         present = valid[rows].float()  # [G, T]
         count = present.sum(0)  # [T]
         mean = (logp[rows] * present).sum(0) / count.clamp_min(1)
@@ -340,7 +341,7 @@ def _text(tokens: list[int]) -> str:
 )
 def low_entropy_segments(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     entropy_quantile: float = 0.8,
     entropy_threshold: float | None = None,
@@ -361,7 +362,7 @@ def low_entropy_segments(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``structure.action_ids``, ``entropy``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
+        batch: reads ``action_ids``, ``entropy``, ``sample_advantages`` (sign), ``group_ids``, ``mask``.
         entropy_quantile: in ``(0, 1]``, used when ``entropy_threshold`` is None.
         entropy_threshold: a fixed low-entropy threshold (nats).
         min_length: shortest segment, ``>= 1``.
@@ -372,14 +373,14 @@ def low_entropy_segments(
     """
     if not 0 < entropy_quantile <= 1 or min_length < 1 or amplify < 0 or shared_weight < 0:
         raise ValueError("need 0 < entropy_quantile <= 1, min_length >= 1, amplify >= 0, shared_weight >= 0")
-    ids, valid, sample = _token_inputs(inputs, "low_entropy_segments")
-    entropy = inputs.require("entropy", "low_entropy_segments").detach().float().cpu()
+    ids, valid, sample = _token_inputs(batch, "low_entropy_segments")
+    entropy = batch.require("entropy", "low_entropy_segments").detach().float().cpu()
     if not valid.any():
         return advantages
     threshold = torch.quantile(entropy[valid], entropy_quantile) if entropy_threshold is None else entropy_threshold
     low = valid & (entropy < threshold)
     weights = torch.ones(ids.shape)
-    for rows in _members(inputs.group_ids):
+    for rows in _members(batch.group_ids):
         texts = {int(i): _text(ids[i][valid[i]].tolist()) for i in rows}
         for i in rows.tolist():
             if sample[i] == 0:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.credit.trees import node_values
 from genalign.algorithms.structure import PrefixTree
 
@@ -46,7 +47,7 @@ def temporal_differences(tree: PrefixTree, leaf_values: Tensor, group_ids: Tenso
     summary="Add the temporal difference of nonparametric prefix values at the tokens where the group's responses "
     "branch: token-level credit without a critic, GRPO everywhere else.",
 )
-def tree_td(advantages: Tensor, inputs: CreditInputs, *, td_coef: float = 1.0) -> Tensor:
+def tree_td(advantages: Tensor, batch: StepBatch, *, td_coef: float = 1.0) -> Tensor:
     """TEMPO [255]: GRPO's advantage plus a branch-gated temporal-difference correction from the group's prefix tree.
 
     Prefix-to-Tree merges the group's responses into a tree of shared prefixes; a prefix's value ``V(s)`` is the mean
@@ -60,18 +61,18 @@ def tree_td(advantages: Tensor, inputs: CreditInputs, *, td_coef: float = 1.0) -
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (the GRPO signal).
-        inputs: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``structure.prefix_tree``.
+        batch: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``prefix_tree``.
         td_coef: ``β >= 0``.
     Returns:
         ``[N, T]`` ``advantages + β·δ`` (0 on padding).
     """
     if not td_coef >= 0:
         raise ValueError(f"td_coef must be >= 0, got {td_coef!r}")
-    tree: PrefixTree = inputs.structure.require("prefix_tree", "credit rule 'tree_td'")
+    tree: PrefixTree = batch.require("prefix_tree", "credit rule 'tree_td'")
     tree = PrefixTree(tree.node_of_action.cpu(), tree.depth.cpu())  # small index work: on the CPU
-    leaf = inputs.sample_advantages.detach().float().cpu()  # [N]
-    delta = temporal_differences(tree, leaf, inputs.group_ids.cpu()).to(advantages.device, advantages.dtype)
-    return torch.where(inputs.mask > 0, advantages + td_coef * delta, 0.0)  # [N, T]
+    leaf = batch["sample_advantages"].detach().float().cpu()  # [N]
+    delta = temporal_differences(tree, leaf, batch.group_ids.cpu()).to(advantages.device, advantages.dtype)
+    return torch.where(batch.mask > 0, advantages + td_coef * delta, 0.0)  # [N, T]
 
 
 def process_set_sizes(tree: PrefixTree) -> Tensor:
@@ -92,7 +93,7 @@ def process_set_sizes(tree: PrefixTree) -> Tensor:
     summary="Count each process step (a prefix shared by several samples of the group) once instead of once per "
     "sample that shares it.",
 )
-def process_set_balance(advantages: Tensor, inputs: CreditInputs) -> Tensor:
+def process_set_balance(advantages: Tensor, batch: StepBatch) -> Tensor:
     """λ-GRPO [322]: GRPO's implicit process reward model, with each process step weighted once.
 
     Within a group, the samples sharing a prefix form a process set ``λ`` (a node of the prefix tree); GRPO's loss
@@ -107,10 +108,10 @@ def process_set_balance(advantages: Tensor, inputs: CreditInputs) -> Tensor:
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``structure.prefix_tree``.
+        batch: reads ``mask`` and ``prefix_tree``.
     Returns:
         ``[N, T]`` ``advantages / |λ|`` (0 on padding).
     """
-    tree: PrefixTree = inputs.structure.require("prefix_tree", "credit rule 'process_set_balance'")
+    tree: PrefixTree = batch.require("prefix_tree", "credit rule 'process_set_balance'")
     sizes = process_set_sizes(tree).to(advantages.device, advantages.dtype)  # [N, T]
-    return torch.where(inputs.mask > 0, advantages / sizes, 0.0)  # [N, T]
+    return torch.where(batch.mask > 0, advantages / sizes, 0.0)  # [N, T]

@@ -2,7 +2,7 @@
 the future-KL return-to-go (rules of :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
 
 Each rule returns ``advantages * w`` with weights ``w`` ``[N, T]`` computed from the sign of the *sample* advantage
-(``inputs.sample_advantages``), the mask and a per-action feature. Weights that depend on batch statistics are computed
+(``batch["sample_advantages"]``), the mask and a per-action feature. Weights that depend on batch statistics are computed
 once on the whole optimisation batch, before it is split into micro-batches (the trainer's credit stage).
 """
 
@@ -15,13 +15,14 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._validation import check_float_tensor, check_mask, expand_advantages
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
-def _entropy_inputs(inputs: CreditInputs, rule: str) -> tuple[Tensor, Tensor, Tensor]:
+def _entropy_inputs(batch: StepBatch, rule: str) -> tuple[Tensor, Tensor, Tensor]:
     """``(sample advantages [N], valid [N, T] bool, entropy [N, T])``, detached, in the entropy's dtype."""
-    entropy = inputs.require("entropy", rule).detach()
-    return inputs.sample_advantages.detach().to(entropy.dtype), inputs.mask > 0, entropy
+    entropy = batch.require("entropy", rule).detach()
+    return batch["sample_advantages"].detach().to(entropy.dtype), batch.mask > 0, entropy
 
 
 def _normalised_share(score: Tensor, subset: Tensor) -> Tensor:
@@ -43,7 +44,7 @@ def _normalised_share(score: Tensor, subset: Tensor) -> Tensor:
 )
 def entropy_weighted(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     alpha: float = 0.5,
     level: Literal["token", "sequence"] = "token",
@@ -58,7 +59,7 @@ def entropy_weighted(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages`` (only their sign), ``mask`` and ``entropy``.
+        batch: reads ``sample_advantages`` (only their sign), ``mask`` and ``entropy``.
         alpha: mixing weight in ``[0, 1]``; 0 gives all-ones weights.
         level: ``"token"`` (GTPO) or ``"sequence"`` (GRPO-S: every action gets its sequence's weight).
         eps: floor on the entropy before inverting.
@@ -69,7 +70,7 @@ def entropy_weighted(
         raise ValueError(f"alpha must be in [0, 1] (weights stay non-negative), got {alpha!r}")
     if level not in ("token", "sequence"):
         raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
-    sample, valid, entropy = _entropy_inputs(inputs, "entropy_weighted")
+    sample, valid, entropy = _entropy_inputs(batch, "entropy_weighted")
     if level == "sequence":
         per_sequence = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
         entropy = per_sequence[:, None].expand_as(entropy)  # [N, T]
@@ -88,7 +89,7 @@ def entropy_weighted(
     source="[200] (forking tokens)",
     summary="Train only on the top-ρ fraction of highest-entropy actions of the batch (default 20 %).",
 )
-def high_entropy_tokens(advantages: Tensor, inputs: CreditInputs, *, rho: float = 0.2) -> Tensor:
+def high_entropy_tokens(advantages: Tensor, batch: StepBatch, *, rho: float = 0.2) -> Tensor:
     """Keep the gradient of "forking tokens" only: the top ``rho`` fraction of valid actions by entropy [200].
 
     The other actions get weight 0 (advantage 0) but stay in the aggregation denominators; ties at the threshold are
@@ -96,14 +97,14 @@ def high_entropy_tokens(advantages: Tensor, inputs: CreditInputs, *, rho: float 
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``entropy``.
+        batch: reads ``mask`` and ``entropy``.
         rho: fraction of valid actions kept, in ``(0, 1]``.
     Returns:
         ``[N, T]`` ``advantages * w`` with ``w`` in {0, 1}.
     """
     if not 0 < rho <= 1:
         raise ValueError(f"rho must be in (0, 1], got {rho!r}")
-    _, valid, entropy = _entropy_inputs(inputs, "high_entropy_tokens")
+    _, valid, entropy = _entropy_inputs(batch, "high_entropy_tokens")
     scores = entropy[valid]  # [n_valid]
     if scores.numel() == 0:
         return advantages * 0.0
@@ -122,7 +123,7 @@ def high_entropy_tokens(advantages: Tensor, inputs: CreditInputs, *, rho: float 
 )
 def entropy_driven(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     min_weight: float = 0.5,
     max_weight: float = 2.0,
@@ -138,7 +139,7 @@ def entropy_driven(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``entropy``.
+        batch: reads ``mask`` and ``entropy``.
         min_weight, max_weight: clamp, ``0 <= min_weight <= 1 <= max_weight``.
         eps: floor on the mean entropy of a response.
     Returns:
@@ -146,7 +147,7 @@ def entropy_driven(
     """
     if not 0 <= min_weight <= 1 <= max_weight:
         raise ValueError(f"need 0 <= min_weight <= 1 <= max_weight, got {min_weight!r}, {max_weight!r}")
-    _, valid, entropy = _entropy_inputs(inputs, "entropy_driven")
+    _, valid, entropy = _entropy_inputs(batch, "entropy_driven")
     present = valid.any(1)  # [N]
     per_sequence = torch.where(valid, entropy, 0.0).sum(1) / valid.sum(1).clamp_min(1)  # [N]
     batch_mean = per_sequence[present].mean() if present.any() else entropy.new_ones(())
@@ -166,7 +167,7 @@ def entropy_driven(
 )
 def polarity_token_weights(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     alpha_pos: float = 0.5,
     alpha_neg: float = 0.5,
@@ -184,7 +185,7 @@ def polarity_token_weights(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``sample_advantages`` (only their sign), ``mask``, ``behaviour_logp`` (the sampled tokens'
+        batch: reads ``sample_advantages`` (only their sign), ``mask``, ``behaviour_logp`` (the sampled tokens'
             log-probs) and ``progress`` (with ``anneal``).
         alpha_pos, alpha_neg: ``α₊, α₋ >= 0``.
         anneal: decay both ``α`` linearly to 0 with ``progress``.
@@ -193,11 +194,11 @@ def polarity_token_weights(
     """
     if not (alpha_pos >= 0 and alpha_neg >= 0):
         raise ValueError(f"alpha_pos and alpha_neg must be >= 0, got {alpha_pos!r}, {alpha_neg!r}")
-    logp = inputs.require("behaviour_logp", "polarity_token_weights").detach()
-    valid, sample = inputs.mask > 0, inputs.sample_advantages.detach()
+    logp = batch.require("behaviour_logp", "polarity_token_weights").detach()
+    valid, sample = batch.mask > 0, batch["sample_advantages"].detach()
     scale = 1.0
     if anneal:
-        progress = inputs.progress
+        progress = batch.get("progress")
         if progress is None or not 0 <= progress <= 1:
             raise ValueError(f"polarity_token_weights with anneal=True needs progress in [0, 1], got {progress!r}")
         scale = 1.0 - progress
@@ -215,14 +216,14 @@ def polarity_token_weights(
     source="[75] FRPO",
     summary="Future-KL return-to-go: reverse cumulative KL to the reference subtracted from each action's advantage.",
 )
-def future_kl(advantages: Tensor, inputs: CreditInputs, *, coef: float = 0.01) -> Tensor:
+def future_kl(advantages: Tensor, batch: StepBatch, *, coef: float = 0.01) -> Tensor:
     """Future-KL return-to-go of FRPO [75]: after the advantages are built (and normalised), each action's advantage
     gets ``−β · Σ_{j ≥ t} m_j·k1_j``, the reverse cumulative sum of per-action log-ratios to the reference (a
     reverse-KL return-to-go). Reward and KL are never fused before normalisation.
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask`` and ``kl`` (``k1 = logπθ − logπ_ref`` of each action, from the scoring pass before the
+        batch: reads ``mask`` and ``kl`` (``k1 = logπθ − logπ_ref`` of each action, from the scoring pass before the
             update).
         coef: ``β >= 0``.
     Returns:
@@ -230,9 +231,9 @@ def future_kl(advantages: Tensor, inputs: CreditInputs, *, coef: float = 0.01) -
     """
     if not coef >= 0:
         raise ValueError(f"coef must be >= 0, got {coef!r}")
-    kl_per_action = check_float_tensor(inputs.require("kl", "future_kl"), "kl", "[N, T]")
+    kl_per_action = check_float_tensor(batch.require("kl", "future_kl"), "kl", "[N, T]")
     shape = tuple(kl_per_action.shape)
-    mask = check_mask(inputs.mask, shape, kl_per_action.dtype)
+    mask = check_mask(batch.mask, shape, kl_per_action.dtype)
     advantages = expand_advantages(advantages, shape).to(kl_per_action.dtype)  # [N, T]
     masked = torch.where(mask > 0, kl_per_action.detach(), 0.0)  # [N, T]
     to_go = masked.flip(1).cumsum(1).flip(1)  # [N, T] Σ_{j ≥ t}

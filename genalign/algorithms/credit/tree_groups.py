@@ -16,14 +16,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.credit.token_trees import temporal_differences
 from genalign.algorithms.credit.trees import node_values
 from genalign.algorithms.structure import PrefixTree
 
 
-def _cpu_tree(inputs: CreditInputs, rule: str) -> PrefixTree:
-    tree: PrefixTree = inputs.structure.require("prefix_tree", f"credit rule {rule!r}")
+def _cpu_tree(batch: StepBatch, rule: str) -> PrefixTree:
+    tree: PrefixTree = batch.require("prefix_tree", f"credit rule {rule!r}")
     return PrefixTree(tree.node_of_action.cpu(), tree.depth.cpu())  # small index work: on the CPU
 
 
@@ -53,7 +54,7 @@ def tree_labels(tree: PrefixTree, group_ids: Tensor) -> Tensor:
     summary="Add the advantage of each leaf relative to the other leaves of its own tree (a step-level preference "
     "between sibling branches) to its advantage among all trees of the prompt.",
 )
-def tree_grpo(advantages: Tensor, inputs: CreditInputs, *, intra_coef: float = 1.0, eps: float = 1e-6) -> Tensor:
+def tree_grpo(advantages: Tensor, batch: StepBatch, *, intra_coef: float = 1.0, eps: float = 1e-6) -> Tensor:
     """Tree-GRPO [165]: group-relative advantages at two levels of tree rollouts.
 
     The prompt's group holds the leaves of several trees (``policy.tree.trees_per_prompt``). The *inter-tree* level is
@@ -67,7 +68,7 @@ def tree_grpo(advantages: Tensor, inputs: CreditInputs, *, intra_coef: float = 1
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (the inter-tree level).
-        inputs: reads ``sample_advantages`` (outcomes), ``group_ids``, ``mask`` and ``structure.prefix_tree``.
+        batch: reads ``sample_advantages`` (outcomes), ``group_ids``, ``mask`` and ``prefix_tree``.
         intra_coef: ``c >= 0``.
         eps: added to the intra-tree standard deviation (a tree whose leaves agree gets 0).
     Returns:
@@ -75,11 +76,11 @@ def tree_grpo(advantages: Tensor, inputs: CreditInputs, *, intra_coef: float = 1
     """
     if not intra_coef >= 0 or not eps > 0:
         raise ValueError(f"tree_grpo needs intra_coef >= 0 and eps > 0, got {intra_coef!r}, {eps!r}")
-    tree = _cpu_tree(inputs, "tree_grpo")
-    outcome = inputs.sample_advantages.detach().float().cpu()  # [N]
-    mean, std = labelled_stats(outcome, tree_labels(tree, inputs.group_ids.cpu()))  # [N], [N]
+    tree = _cpu_tree(batch, "tree_grpo")
+    outcome = batch["sample_advantages"].detach().float().cpu()  # [N]
+    mean, std = labelled_stats(outcome, tree_labels(tree, batch.group_ids.cpu()))  # [N], [N]
     intra = ((outcome - mean) / (std + eps)).to(advantages.device, advantages.dtype)  # [N]
-    return torch.where(inputs.mask > 0, advantages + intra_coef * intra[:, None], 0.0)  # [N, T]
+    return torch.where(batch.mask > 0, advantages + intra_coef * intra[:, None], 0.0)  # [N, T]
 
 
 def thought_of_leaves(tree: PrefixTree, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -109,7 +110,7 @@ def thought_of_leaves(tree: PrefixTree, mask: Tensor) -> tuple[Tensor, Tensor]:
     summary="Give the tokens of a shared thought the advantage of its mean outcome over its several answers among "
     "the group's thoughts, and each answer its own advantage: lower-variance thought credit.",
 )
-def grpo_ma(advantages: Tensor, inputs: CreditInputs, *, eps: float = 1e-6) -> Tensor:
+def grpo_ma(advantages: Tensor, batch: StepBatch, *, eps: float = 1e-6) -> Tensor:
     """GRPO-MA [173]: a thought answered several times is credited with the mean outcome of its answers.
 
     Tree rollouts whose last split is the thought / answer boundary sample ``M`` answers per thought (e.g.
@@ -125,19 +126,19 @@ def grpo_ma(advantages: Tensor, inputs: CreditInputs, *, eps: float = 1e-6) -> T
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages (the answer level).
-        inputs: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``structure.prefix_tree``.
+        batch: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``prefix_tree``.
         eps: added to the standard deviation over thoughts (a group with one thought gives 0).
     Returns:
         ``[N, T]`` per-action advantages (0 on padding).
     """
     if not eps > 0:
         raise ValueError(f"grpo_ma needs eps > 0, got {eps!r}")
-    tree = _cpu_tree(inputs, "grpo_ma")
-    outcome = inputs.sample_advantages.detach().float().cpu()  # [N]
+    tree = _cpu_tree(batch, "grpo_ma")
+    outcome = batch["sample_advantages"].detach().float().cpu()  # [N]
     _, _, value = node_values(tree, outcome, node_reward="mean", logp=None)  # [M] mean over the leaves below
-    thought, is_thought = thought_of_leaves(tree, inputs.mask)  # [N], [N, T]
+    thought, is_thought = thought_of_leaves(tree, batch.mask)  # [N], [N, T]
     has = thought >= 0
-    _, group = inputs.group_ids.cpu().unique(return_inverse=True)  # [N]
+    _, group = batch.group_ids.cpu().unique(return_inverse=True)  # [N]
     pairs = torch.stack([group[has], thought[has]]).unique(dim=1)  # [2, K] the distinct thoughts of each group
     mean, std = labelled_stats(value[pairs[1]], pairs[0])  # [K]
     lookup = {(int(g), int(t)): (float(m), float(s)) for g, t, m, s in zip(*pairs, mean, std, strict=True)}
@@ -147,7 +148,7 @@ def grpo_ma(advantages: Tensor, inputs: CreditInputs, *, eps: float = 1e-6) -> T
         thought_adv[i] = (value[thought[i]] - m) / (s + eps)
     thought_adv = thought_adv.to(advantages.device, advantages.dtype)
     result = torch.where(is_thought.to(advantages.device), thought_adv[:, None], advantages)  # [N, T]
-    return torch.where(inputs.mask > 0, result, 0.0)
+    return torch.where(batch.mask > 0, result, 0.0)
 
 
 @CREDIT_RULES.register(
@@ -161,7 +162,7 @@ def grpo_ma(advantages: Tensor, inputs: CreditInputs, *, eps: float = 1e-6) -> T
     summary="Give every token of a tree segment the value of its node minus its parent's: segment-level Monte-Carlo "
     "credit from the tree's node values, without a critic.",
 )
-def spo_tree(advantages: Tensor, inputs: CreditInputs) -> Tensor:
+def spo_tree(advantages: Tensor, batch: StepBatch) -> Tensor:
     """SPO-tree [41]: segment advantages from the node values of a tree rollout.
 
     The segments of a leaf are the nodes on its path (the runs of tokens between splits); a node's value is the mean
@@ -177,17 +178,17 @@ def spo_tree(advantages: Tensor, inputs: CreditInputs) -> Tensor:
 
     Args:
         advantages: ``[N, T]`` incoming advantages (replaced).
-        inputs: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``structure.prefix_tree``.
+        batch: reads ``sample_advantages``, ``group_ids``, ``mask`` and ``prefix_tree``.
     Returns:
         ``[N, T]`` per-action segment advantages (0 on padding).
     """
-    tree = _cpu_tree(inputs, "spo_tree")
-    outcome = inputs.sample_advantages.detach().float().cpu()  # [N]
-    delta = temporal_differences(tree, outcome, inputs.group_ids.cpu())  # [N, T] V(child) − V(parent) at node starts
+    tree = _cpu_tree(batch, "spo_tree")
+    outcome = batch["sample_advantages"].detach().float().cpu()  # [N]
+    delta = temporal_differences(tree, outcome, batch.group_ids.cpu())  # [N, T] V(child) − V(parent) at node starts
     node = tree.node_of_action  # [N, T]
     starts = torch.ones_like(node, dtype=torch.bool)
     starts[:, 1:] = node[:, 1:] != node[:, :-1]  # [N, T] first action of each segment
     steps = torch.arange(node.shape[1]).expand_as(node)
     segment_start = torch.where(starts, steps, 0).cummax(1).values  # [N, T]
     result = delta.gather(1, segment_start).to(advantages.device, advantages.dtype)  # [N, T]
-    return torch.where(inputs.mask > 0, result, 0.0)
+    return torch.where(batch.mask > 0, result, 0.0)

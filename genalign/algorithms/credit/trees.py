@@ -17,7 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.structure import PrefixTree
 
 
@@ -89,7 +90,7 @@ def width_kept(leaf_values: Tensor, group_ids: Tensor, *, keep_fraction: float) 
 )
 def tree_credit(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     node_reward: Literal["mean", "probability_weighted"] = "mean",
     mode: Literal["per_depth", "leaf"] = "per_depth",
@@ -99,8 +100,8 @@ def tree_credit(
     """BranchGRPO [170] credit on the rollout's prefix tree.
 
     Args:
-        advantages: ``[N, T]`` incoming advantages (replaced: the result derives from ``inputs.sample_advantages``).
-        inputs: reads ``sample_advantages`` (leaf values), ``group_ids`` (one tree per group), ``structure.prefix_tree``
+        advantages: ``[N, T]`` incoming advantages (replaced: the result derives from ``batch["sample_advantages"]``).
+        batch: reads ``sample_advantages`` (leaf values), ``group_ids`` (one tree per group), ``prefix_tree``
             and, for ``probability_weighted``, ``behaviour_logp``.
         node_reward: ``mean`` of the leaves below a node, or ``probability_weighted``: the leaves weighted by the
             softmax over the node's leaves of the log-probability of their path from the node's creating step on.
@@ -116,19 +117,19 @@ def tree_credit(
         raise ValueError(f"mode={mode!r} is unknown; use 'per_depth' or 'leaf'.")
     if not 0 < width_keep_fraction <= 1:
         raise ValueError(f"width_keep_fraction={width_keep_fraction} must be in (0, 1].")
-    tree: PrefixTree = inputs.structure.require("prefix_tree", "credit rule 'tree'")
-    leaf = inputs.sample_advantages.detach().float()  # [N]
+    tree: PrefixTree = batch.require("prefix_tree", "credit rule 'tree'")
+    leaf = batch["sample_advantages"].detach().float()  # [N]
     if mode == "leaf":
         result = leaf[:, None].expand(tree.node_of_action.shape).clone()  # [N, T]
     else:
-        logp = inputs.require("behaviour_logp", "tree") if node_reward == "probability_weighted" else None
+        logp = batch.require("behaviour_logp", "tree") if node_reward == "probability_weighted" else None
         inverse, member, node = node_values(tree, leaf, node_reward=node_reward, logp=logp)
         node_depth = torch.zeros_like(node, dtype=torch.long).scatter_(0, inverse.flatten(), tree.depth.flatten())
         sample_of_node = member.float().argmax(0)  # [M] any sample passing through the node
-        node_group = inputs.group_ids[sample_of_node]
+        node_group = batch.group_ids[sample_of_node]
         node_advantage = per_depth_normalised(node, node_depth, node_group, eps=eps)  # [M]
         result = torch.where(tree.depth > 0, node_advantage[inverse], 0.0)  # [N, T]
     if width_keep_fraction < 1:
-        kept = width_kept(leaf, inputs.group_ids, keep_fraction=width_keep_fraction)  # [N]
+        kept = width_kept(leaf, batch.group_ids, keep_fraction=width_keep_fraction)  # [N]
         result = result * kept[:, None].to(result.dtype)
     return result.to(advantages.dtype)

@@ -12,8 +12,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
-from genalign.algorithms.scores import RAW_LOGIT, SELF_CERTAINTY
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+#: Channels of the ``logit_stats`` feature (last axis).
+SELF_CERTAINTY, RAW_LOGIT = 0, 1
+
+declare_signal("logit_stats", ("N", "T", 2), "score",
+               "Raw next-token logit statistics (detached): channel SELF_CERTAINTY is logsumexp(s) - mean_v(s) of the "
+               "logits s at the sampling temperature (KL(uniform || p) + log V), channel RAW_LOGIT the raw logit "
+               "(before the temperature) of the sampled action.", source="[185] STAPO, [210] UCAS")  # fmt: skip
+declare_signal("teacher_logp", ("N", "T"), "rollout",
+               "Log-probability of each action under the same model given privileged information (the row's "
+               "reference answer) in the prompt.", source="[132] RLSD")  # fmt: skip
 
 
 def _batch_quantile(values: Tensor, valid: Tensor, q: float) -> Tensor:
@@ -33,7 +45,7 @@ def _batch_quantile(values: Tensor, valid: Tensor, q: float) -> Tensor:
 )
 def entropy_gated(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     quantile: float = 0.8,
     threshold: float | None = None,
@@ -49,7 +61,7 @@ def entropy_gated(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``entropy`` and ``mask``.
+        batch: reads ``entropy`` and ``mask``.
         quantile: in ``[0, 1]``, used when ``threshold`` is None.
         threshold: a fixed entropy gate (nats).
         low_weight: attenuation in ``[0, 1]``.
@@ -58,8 +70,8 @@ def entropy_gated(
     """
     if not 0 <= quantile <= 1 or not 0 <= low_weight <= 1:
         raise ValueError(f"need quantile and low_weight in [0, 1], got {quantile!r}, {low_weight!r}")
-    entropy = inputs.require("entropy", "entropy_gated").detach().to(advantages.device)
-    valid = inputs.mask.to(advantages.device) > 0
+    entropy = batch.require("entropy", "entropy_gated").detach().to(advantages.device)
+    valid = batch.mask.to(advantages.device) > 0
     gate = torch.as_tensor(threshold) if threshold is not None else _batch_quantile(entropy, valid, quantile)
     weights = torch.where(entropy >= gate.to(entropy.device), 1.0, low_weight)  # [N, T]
     return advantages * torch.where(valid, weights, 1.0).to(advantages.dtype)
@@ -76,7 +88,7 @@ def entropy_gated(
 )
 def spurious_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     prob_threshold: float = 0.01,
     entropy_quantile: float = 0.05,
@@ -94,7 +106,7 @@ def spurious_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``behaviour_logp``, ``entropy``, ``sample_advantages`` (sign) and ``mask``.
+        batch: reads ``behaviour_logp``, ``entropy``, ``sample_advantages`` (sign) and ``mask``.
         prob_threshold: ``τ_p`` in ``(0, 1]``.
         entropy_quantile: in ``[0, 1]``, used when ``entropy_threshold`` is None.
         entropy_threshold: a fixed ``τ_h`` (nats).
@@ -104,11 +116,11 @@ def spurious_tokens(
     if not 0 < prob_threshold <= 1 or not 0 <= entropy_quantile <= 1:
         raise ValueError(f"need prob_threshold in (0, 1] and entropy_quantile in [0, 1], got {prob_threshold!r}")
     device = advantages.device
-    entropy = inputs.require("entropy", "spurious_tokens").detach().to(device)
-    probs = inputs.require("behaviour_logp", "spurious_tokens").detach().to(device).float().exp()
-    valid = inputs.mask.to(device) > 0
+    entropy = batch.require("entropy", "spurious_tokens").detach().to(device)
+    probs = batch.require("behaviour_logp", "spurious_tokens").detach().to(device).float().exp()
+    valid = batch.mask.to(device) > 0
     gate = _batch_quantile(entropy, valid, entropy_quantile) if entropy_threshold is None else entropy_threshold
-    positive = (inputs.sample_advantages.to(device) > 0)[:, None]
+    positive = (batch["sample_advantages"].to(device) > 0)[:, None]
     spurious = valid & positive & (probs < prob_threshold) & (entropy < gate)
     return torch.where(spurious, 0.0, advantages)
 
@@ -138,7 +150,7 @@ def _group_zscore(values: Tensor, group_ids: Tensor, eps: float) -> Tensor:
 )
 def uncertainty_shaping(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     beta_positive: float = 0.25,
     beta_negative: float = 0.35,
@@ -160,7 +172,7 @@ def uncertainty_shaping(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``logit_stats`` ``[N, T, 2]`` (scoring pass before the update), ``group_ids`` and ``mask``.
+        batch: reads ``logit_stats`` ``[N, T, 2]`` (scoring pass before the update), ``group_ids`` and ``mask``.
         beta_positive, beta_negative: ``β₊, β₋ >= 0``.
         logit_penalty: ``λ >= 0``.
         eps: added to the group std of the confidences.
@@ -170,10 +182,10 @@ def uncertainty_shaping(
     if beta_positive < 0 or beta_negative < 0 or logit_penalty < 0:
         raise ValueError("beta_positive, beta_negative and logit_penalty must be >= 0")
     device = advantages.device
-    stats = inputs.require("logit_stats", "uncertainty_shaping").detach().to(device).float()  # [N, T, 2]
-    valid = inputs.mask.to(device) > 0
+    stats = batch.require("logit_stats", "uncertainty_shaping").detach().to(device).float()  # [N, T, 2]
+    valid = batch.mask.to(device) > 0
     confidence = torch.where(valid, stats[..., SELF_CERTAINTY], 0.0).sum(1)  # [N]
-    relative = _group_zscore(confidence, inputs.group_ids.to(device), eps)[:, None]  # [N, 1]
+    relative = _group_zscore(confidence, batch.group_ids.to(device), eps)[:, None]  # [N, 1]
     modifier = torch.where(advantages > 0, torch.exp(-beta_positive * relative), torch.exp(beta_negative * relative))
     stage1 = advantages * modifier  # [N, T]
     logits = stats[..., RAW_LOGIT]
@@ -198,10 +210,10 @@ def uncertainty_shaping(
     "reward still decides the direction.",
 )
 def self_distill_magnitude(
-    advantages: Tensor, inputs: CreditInputs, *, max_weight: float = 3.0, normalize: bool = True
+    advantages: Tensor, batch: StepBatch, *, max_weight: float = 3.0, normalize: bool = True
 ) -> Tensor:
     """RLVR with Self-Distillation [132]: the same model, given the reference answer in its prompt, is a privileged
-    teacher (``structure.teacher_logp``, scored at rollout time); its token-level difference to the sampling policy sets
+    teacher (``teacher_logp``, scored at rollout time); its token-level difference to the sampling policy sets
     how much each token's update weighs, while the verifiable reward (the sign of the sample advantage) sets the
     direction, so the teacher's leaked information never decides which way a token moves.
 
@@ -212,7 +224,7 @@ def self_distill_magnitude(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``structure.teacher_logp``, ``behaviour_logp``, ``sample_advantages`` (sign), ``mask``.
+        batch: reads ``teacher_logp``, ``behaviour_logp``, ``sample_advantages`` (sign), ``mask``.
         max_weight: ``w_max >= 1``.
         normalize: rescale each response's weights to mean 1 over its valid actions.
     Returns:
@@ -221,10 +233,10 @@ def self_distill_magnitude(
     if max_weight < 1:
         raise ValueError(f"max_weight must be >= 1, got {max_weight!r}")
     device = advantages.device
-    teacher = inputs.structure.require("teacher_logp", "credit rule 'self_distill_magnitude'").to(device).float()
-    student = inputs.require("behaviour_logp", "self_distill_magnitude").detach().to(device).float()
-    valid = inputs.mask.to(device) > 0
-    sign = torch.sign(inputs.sample_advantages.to(device).float())[:, None]  # [N, 1]
+    teacher = batch.require("teacher_logp", "credit rule 'self_distill_magnitude'").to(device).float()
+    student = batch.require("behaviour_logp", "self_distill_magnitude").detach().to(device).float()
+    valid = batch.mask.to(device) > 0
+    sign = torch.sign(batch["sample_advantages"].to(device).float())[:, None]  # [N, 1]
     weights = torch.exp(sign * (teacher - student)).clamp(1.0 / max_weight, max_weight)  # [N, T]
     weights = torch.where(valid, weights, 0.0)
     if normalize:

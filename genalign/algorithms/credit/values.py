@@ -1,5 +1,5 @@
 """VGPO [67] temporal credit: dense, process-aware values of each denoising step from the rewards of the outputs
-completed deterministically (ODE) from the trajectory's states (``structure.step_rewards``, the measurement DenseGRPO
+completed deterministically (ODE) from the trajectory's states (``step_rewards``, the measurement DenseGRPO
 [148] uses), normalised per step within the group with the value-anchored rule of
 :func:`genalign.algorithms.advantages.value_anchored.value_anchored`. The action axis ``T`` is the denoising steps."""
 
@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms.advantages.value_anchored import value_anchored
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 
 
 def cumulative_step_values(step_rewards: Tensor, *, gamma: float) -> Tensor:
@@ -52,7 +53,7 @@ def cumulative_step_values(step_rewards: Tensor, *, gamma: float) -> Tensor:
 )
 def vgpo_values(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     gamma: float = 0.9,
     anchor: float = 0.5,
@@ -75,7 +76,7 @@ def vgpo_values(
 
     Args:
         advantages: ``[N, T]`` incoming advantages (replaced).
-        inputs: reads ``structure.step_rewards`` ``[N, T + 1]``, ``group_ids`` and ``mask``.
+        batch: reads ``step_rewards`` ``[N, T + 1]``, ``group_ids`` and ``mask``.
         gamma: discount over later states in ``[0, 1]``.
         anchor, alpha, tau, eps: the value-anchored normalisation of each step's values.
 
@@ -84,9 +85,9 @@ def vgpo_values(
     """
     if not 0 <= gamma <= 1:
         raise ValueError(f"vgpo_values: gamma={gamma!r} must be in [0, 1] (0.9 by default).")
-    step_rewards = inputs.structure.require("step_rewards", "credit rule 'vgpo_values'").cpu()  # [N, T + 1]
+    step_rewards = batch.require("step_rewards", "credit rule 'vgpo_values'").cpu()  # [N, T + 1]
     values = cumulative_step_values(step_rewards, gamma=gamma)  # [N, T]
-    trained = inputs.mask.cpu() > 0  # [N, T]
+    trained = batch.mask.cpu() > 0  # [N, T]
     values = torch.where(trained, values, torch.nan)  # untrained steps take no part in the group statistics
-    credit = value_anchored(values.double(), inputs.group_ids.cpu(), anchor=anchor, alpha=alpha, tau=tau, eps=eps)
+    credit = value_anchored(values.double(), batch.group_ids.cpu(), anchor=anchor, alpha=alpha, tau=tau, eps=eps)
     return credit.nan_to_num(0.0).to(device=advantages.device, dtype=advantages.dtype)  # [N, T]

@@ -11,8 +11,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.credit.vision import _top_fraction_per_row, visual_dependency_scores
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("logp_frames_shuffled", ("N", "T"), "score",
+               "Log-probabilities of the stored actions from a second pass with each sample's frames (images) in "
+               "another order (same tokens and positions), at the sampling temperature (detached).",
+               source="[230] Video-KTR")  # fmt: skip
 
 
 def key_token_mask(signals: list[tuple[Tensor, float]], valid: Tensor) -> Tensor:
@@ -38,7 +45,7 @@ def key_token_mask(signals: list[tuple[Tensor, float]], valid: Tensor) -> Tensor
 )
 def video_key_tokens(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     visual_fraction: float = 0.2,
     temporal_fraction: float = 0.2,
@@ -62,7 +69,7 @@ def video_key_tokens(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``, ``behaviour_logp``, ``logp_without_image``, ``logp_frames_shuffled`` and ``entropy``
+        batch: reads ``mask``, ``behaviour_logp``, ``logp_without_image``, ``logp_frames_shuffled`` and ``entropy``
             ``[N, T]``.
     Returns:
         ``[N, T]`` ``advantages · 1[key token]``.
@@ -77,11 +84,11 @@ def video_key_tokens(
     if max_dependency <= 0:
         raise ValueError(f"video_key_tokens: max_dependency={max_dependency!r} must be > 0 (e.g. 10.0).")
     device = advantages.device
-    valid = inputs.mask.to(device) > 0  # [N, T]
-    logp = inputs.require("behaviour_logp", "video_key_tokens").detach().to(device)  # [N, T]
-    without_image = inputs.require("logp_without_image", "video_key_tokens").detach().to(device)  # [N, T]
-    shuffled = inputs.require("logp_frames_shuffled", "video_key_tokens").detach().to(device)  # [N, T]
-    entropy = inputs.require("entropy", "video_key_tokens").detach().float().to(device)  # [N, T]
+    valid = batch.mask.to(device) > 0  # [N, T]
+    logp = batch.require("behaviour_logp", "video_key_tokens").detach().to(device)  # [N, T]
+    without_image = batch.require("logp_without_image", "video_key_tokens").detach().to(device)  # [N, T]
+    shuffled = batch.require("logp_frames_shuffled", "video_key_tokens").detach().to(device)  # [N, T]
+    entropy = batch.require("entropy", "video_key_tokens").detach().float().to(device)  # [N, T]
     visual = visual_dependency_scores(logp, without_image, valid, cap=max_dependency)  # [N, T]
     temporal = visual_dependency_scores(logp, shuffled, valid, cap=max_dependency)  # [N, T]
     signals = [(visual, visual_fraction), (temporal, temporal_fraction), (entropy, entropy_fraction)]

@@ -14,7 +14,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.credit.base import CREDIT_RULES, CreditInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("logp_without_image", ("N", "T"), "score",
+               "Log-probabilities of the stored actions from a second pass with every image blanked out (same tokens "
+               "and positions), at the sampling temperature (detached; families with images).",
+               source="[329] VPPO, [230] Video-KTR")  # fmt: skip
+declare_signal("visual_similarity", ("N", "T"), "score",
+               "Mean over the model's layers of the mean cosine similarity between the hidden state at each action's "
+               "token and the hidden states at the image tokens (detached; 0 without images).",
+               source="[129] PEPO")  # fmt: skip
 
 
 def _row_min_max(values: Tensor, valid: Tensor, eps: float) -> Tensor:
@@ -37,7 +48,7 @@ def _row_min_max(values: Tensor, valid: Tensor, eps: float) -> Tensor:
 )
 def perception_prior(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     gate_alpha: float = 0.1,
     gate_temperature: float = 1.8,
@@ -57,7 +68,7 @@ def perception_prior(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``, ``visual_similarity`` ``[N, T]``, ``entropy`` ``[N, T]`` and ``progress`` (with
+        batch: reads ``mask``, ``visual_similarity`` ``[N, T]``, ``entropy`` ``[N, T]`` and ``progress`` (with
             ``anneal``).
         gate_alpha: ``α >= 0``, the gate's strength (official code default 0.05; its Qwen2.5-VL recipes use 0.1).
         gate_temperature: ``τ > 0`` of the softmax (code default 1.0; recipes 1.8).
@@ -69,9 +80,9 @@ def perception_prior(
     if not (gate_alpha >= 0 and gate_temperature > 0):
         raise ValueError(f"need gate_alpha >= 0 and gate_temperature > 0, got {gate_alpha!r}, {gate_temperature!r}")
     device = advantages.device
-    similarity = inputs.require("visual_similarity", "perception_prior").detach().float().to(device)  # [N, T]
-    entropy = inputs.require("entropy", "perception_prior").detach().float().to(device)  # [N, T]
-    valid = inputs.mask.to(device) > 0  # [N, T]
+    similarity = batch.require("visual_similarity", "perception_prior").detach().float().to(device)  # [N, T]
+    entropy = batch.require("entropy", "perception_prior").detach().float().to(device)  # [N, T]
+    valid = batch.mask.to(device) > 0  # [N, T]
     count = valid.sum(1, keepdim=True)  # [N, 1]
     mixed = _row_min_max(similarity, valid, eps) + _row_min_max(entropy, valid, eps)  # [N, T]
     centred = mixed - torch.where(valid, mixed, 0.0).sum(1, keepdim=True) / count.clamp_min(1)  # [N, T]
@@ -80,7 +91,7 @@ def perception_prior(
     logits = torch.where(count > 0, logits, 0.0)  # a row without actions: no NaN from an all -inf softmax
     weights = torch.softmax(logits, dim=1) * count  # [N, T], mean 1 over each sequence's valid actions
     if anneal:
-        progress = inputs.require("progress", "perception_prior")
+        progress = batch.require("progress", "perception_prior")
         if not 0 <= progress <= 1:
             raise ValueError(f"perception_prior with anneal=True needs progress in [0, 1], got {progress!r}")
         weights = (1.0 - progress) + progress * weights  # [N, T]
@@ -135,7 +146,7 @@ def _trajectory_scale(dependency: Tensor, valid: Tensor, min_scale: float) -> Te
 )
 def visual_dependency(
     advantages: Tensor,
-    inputs: CreditInputs,
+    batch: StepBatch,
     *,
     top_fraction: float = 0.2,
     min_scale: float = 0.8,
@@ -156,7 +167,7 @@ def visual_dependency(
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
-        inputs: reads ``mask``, ``behaviour_logp`` ``[N, T]`` (with the image) and ``logp_without_image`` ``[N, T]``.
+        batch: reads ``mask``, ``behaviour_logp`` ``[N, T]`` (with the image) and ``logp_without_image`` ``[N, T]``.
         top_fraction: ``k`` in ``(0, 1]``, the share of each sequence's tokens that is trained.
         min_scale: ``β_min`` in ``[0, 1]``, the weight of the least visually dependent trajectory.
         max_dependency: cap on ``d`` (the official code clamps the estimate to ``[0, 10]``).
@@ -169,9 +180,9 @@ def visual_dependency(
             f"{top_fraction!r}, min_scale={min_scale!r}, max_dependency={max_dependency!r}"
         )
     device = advantages.device
-    without_image = inputs.require("logp_without_image", "visual_dependency").detach().to(device)  # [N, T]
-    logp = inputs.require("behaviour_logp", "visual_dependency").detach().to(device)  # [N, T]
-    valid = inputs.mask.to(device) > 0  # [N, T]
+    without_image = batch.require("logp_without_image", "visual_dependency").detach().to(device)  # [N, T]
+    logp = batch.require("behaviour_logp", "visual_dependency").detach().to(device)  # [N, T]
+    valid = batch.mask.to(device) > 0  # [N, T]
     dependency = visual_dependency_scores(logp, without_image, valid, cap=max_dependency)  # [N, T]
     keep = _top_fraction_per_row(dependency, valid, top_fraction)  # [N, T]
     scale = _trajectory_scale(dependency, valid, min_scale)  # [N]

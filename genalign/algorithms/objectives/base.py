@@ -2,20 +2,22 @@
 
 ::
 
-    objective(score: ScoreOutput, advantages [n] | [n, T], context: ObjectiveContext, **hp) -> (loss [n, T], metrics)
+    objective(score: ScoreOutput, advantages [n] | [n, T], batch: StepBatch, **hp) -> (loss [n, T], metrics)
 
-``score`` is what the policy's scoring pass returned for the micro-batch (log-probs and any requested feature, e.g.
-the velocities of DiffusionNFT); ``context`` carries everything else about the batch: ``old_logp`` and ``mask``
-``[n, T]``, ``group_ids`` ``[n]``, the behaviour log-probs of the rollout engine, entropy, group reward spread and
-training progress (:class:`~genalign.algorithms.context.ObjectiveContext`). The per-action loss is aggregated by the
-shared :func:`~genalign.algorithms.aggregate` with the global normaliser, whatever the objective.
+``score`` is what the policy's scoring pass returned for the micro-batch (log-probs and the features of this pass,
+e.g. entropy or the velocities of DiffusionNFT); ``batch`` is the micro-batch's slice of the step batch
+(:class:`~genalign.algorithms.batch.StepBatch`): ``old_logp`` and ``mask`` ``[n, T]``, ``group_ids`` ``[n]``, the
+sampler's ``behaviour_logp``, group reward spread, progress, the update phase and the signals the objective's
+``needs`` declare. The per-action loss is aggregated by the shared :func:`~genalign.algorithms.aggregate` with the
+global normaliser, whatever the objective.
 
-Registry meta: ``needs`` (score features the objective reads, checked against the policy family at config load);
+Registry meta: ``needs`` (signals the objective reads, checked against the policy family at config load);
 ``ratio=True`` for objectives composed of a ratio level and a clip form (their hyper-parameters include
 ``ratio_level`` and ``clip``, see :func:`objective_hyperparameters`); ``uses_old_logp=False`` for objectives that never
-read ``context.old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
+read ``old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
 objectives that weigh samples within their group (every micro-batch must hold whole groups); ``phases=P`` for
-objectives whose update runs ``P`` times over the batch, one phase after the other (``context.phase``, Lopti [219]).
+objectives whose update runs ``P`` times over the batch, one phase after the other (the batch's ``phase``, Lopti
+[219]).
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from typing import Any
 
 from torch import Tensor
 
-from genalign.algorithms._validation import accepted_hyperparameters, check_hyperparameters
+from genalign.algorithms.options import accepted_hyperparameters, check_hyperparameters
 from genalign.algorithms.policy_loss import check_objective_hyperparameters
 from genalign.registry import Registry
 
 Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
-#: name -> ``fn(score: ScoreOutput, advantages, context: ObjectiveContext, **hp) -> (loss [n, T], metrics)``
+#: name -> ``fn(score: ScoreOutput, advantages, batch: StepBatch, **hp) -> (loss [n, T], metrics)``
 OBJECTIVES: Registry[Objective] = Registry("objective")
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.kl import kl_k3
 from genalign.algorithms.objectives.base import OBJECTIVES
 from genalign.algorithms.objectives.group_terms import (
@@ -45,7 +45,7 @@ from genalign.algorithms.scores import ScoreOutput
 def conspo(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     temperature: float = 1.0,
     margin_start: float = 0.0,
@@ -65,7 +65,7 @@ def conspo(
     Args:
         score: ``logp`` ``[n, T]`` (with grad).
         advantages: ``[n]`` or ``[n, T]`` (their sign marks positives and negatives).
-        context: ``mask``, ``group_ids``; ``progress`` when ``margin_start != margin_end``.
+        batch: ``mask``, ``group_ids``; ``progress`` when ``margin_start != margin_end``.
         temperature: ``τ > 0``.
         margin_start, margin_end: margin at the start and at the end of training (nats per token, >= 0).
     Returns:
@@ -79,8 +79,8 @@ def conspo(
         raise ValueError(f"margin_start={margin_start!r} and margin_end={margin_end!r} must be >= 0 (nats per token).")
     margin = margin_start
     if margin_end != margin_start:
-        margin += (margin_end - margin_start) * float(require(context, "progress", "objective 'conspo'"))
-    logp, mask, groups = batch_inputs(score, context, "conspo")
+        margin += (margin_end - margin_start) * float(require(batch, "progress", "objective 'conspo'"))
+    logp, mask, groups = batch_inputs(score, batch, "conspo")
     adv = sample_advantages(advantages, mask)  # [n]
     positive, negative = adv > 0, adv < 0  # [n]
     scores = sequence_mean(logp, mask)  # [n] s_i
@@ -137,7 +137,7 @@ def _kl_constraint(logp: Tensor, old_logp: Tensor, mask: Tensor, *, delta: float
 def disco(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     score_function: Literal["log_likelihood", "likelihood_ratio"] = "log_likelihood",
     negatives: Literal["dro", "basic"] = "dro",
@@ -161,7 +161,7 @@ def disco(
     Args:
         score: ``logp`` ``[n, T]`` (with grad).
         advantages: ``[n]`` or ``[n, T]`` (their sign marks positives and negatives).
-        context: ``mask``, ``group_ids``, ``old_logp``.
+        batch: ``mask``, ``group_ids``, ``old_logp``.
         score_function: ``"log_likelihood"`` (mean token log-prob) or ``"likelihood_ratio"`` (mean token ratio).
         negatives: ``"dro"`` (log-sum-exp over negatives, DisCO) or ``"basic"`` (their mean, DisCO-b).
         tau: temperature ``τ > 0`` of the log-sum-exp.
@@ -174,8 +174,8 @@ def disco(
         raise ValueError(f"negatives must be 'dro' (DisCO) or 'basic' (DisCO-b), got {negatives!r}")
     if not (tau > 0 and delta >= 0 and beta >= 0):
         raise ValueError(f"need tau > 0, delta >= 0 and beta >= 0, got tau={tau!r}, delta={delta!r}, beta={beta!r}")
-    logp, mask, groups = batch_inputs(score, context, "disco")
-    old_logp = require(context, "old_logp", "objective 'disco'").to(logp.dtype)
+    logp, mask, groups = batch_inputs(score, batch, "disco")
+    old_logp = require(batch, "old_logp", "objective 'disco'").to(logp.dtype)
     adv = sample_advantages(advantages, mask)  # [n]
     positive, negative = adv > 0, adv < 0  # [n]
     positives, negatives_count = group_count(positive, groups), group_count(negative, groups)  # [G]

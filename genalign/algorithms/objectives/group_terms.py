@@ -13,14 +13,14 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._groups import Groups, make_groups
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.scores import ScoreOutput
 
 
-def batch_inputs(score: ScoreOutput, context: ObjectiveContext, option: str) -> tuple[Tensor, Tensor, Groups]:
+def batch_inputs(score: ScoreOutput, batch: StepBatch, option: str) -> tuple[Tensor, Tensor, Groups]:
     """``(logp [n, T] float32 with grad, mask [n, T], groups)`` of a micro-batch (each group needs >= 1 member)."""
-    mask = require(context, "mask", f"objective {option!r}")
-    group_ids = require(context, "group_ids", f"objective {option!r}")
+    mask = require(batch, "mask", f"objective {option!r}")
+    group_ids = require(batch, "group_ids", f"objective {option!r}")
     logp = score.logp.float()
     return logp, mask.to(logp.dtype), make_groups(group_ids, logp.shape[0], min_size=1)
 

@@ -3,7 +3,7 @@
 Both are written for masked diffusion LMs, whose log-likelihood is a proxy (:mod:`genalign.likelihood`), but they are
 pure tensor functions and apply to any family. The math lives in :func:`wd1_loss` and :func:`spg_loss`
 (``fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)``);
-the registered objectives read those inputs from the score output and the objective context (``wd1`` weighs samples
+the registered objectives read those inputs from the score output and the step batch (``wd1`` weighs samples
 within their group: registry meta ``whole_groups``, every micro-batch must hold whole groups). ``loss`` is per action
 and 0 on padding; ``seq_mean_token_sum`` is the natural aggregation for both (one term per sequence).
 """
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from genalign.algorithms._groups import make_groups
 from genalign.algorithms._validation import check_float_tensor, check_mask, check_shape
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.objectives.base import OBJECTIVES
 from genalign.algorithms.policy_loss import policy_loss
 from genalign.algorithms.scores import ScoreOutput
@@ -122,11 +122,11 @@ def spg_loss(
     return loss, metrics
 
 
-def _inputs(score: ScoreOutput, context: ObjectiveContext, option: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _inputs(score: ScoreOutput, batch: StepBatch, option: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(logp, old_logp, mask, group_ids)`` of a micro-batch."""
-    old_logp = require(context, "old_logp", f"objective {option!r}")
-    mask = require(context, "mask", f"objective {option!r}")
-    return score.logp.float(), old_logp, mask, require(context, "group_ids", f"objective {option!r}")
+    old_logp = require(batch, "old_logp", f"objective {option!r}")
+    mask = require(batch, "mask", f"objective {option!r}")
+    return score.logp.float(), old_logp, mask, require(batch, "group_ids", f"objective {option!r}")
 
 
 @OBJECTIVES.register(
@@ -140,13 +140,13 @@ def _inputs(score: ScoreOutput, context: ObjectiveContext, option: str) -> tuple
 def wd1(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     temperature: float = 1.0,
     negative_weight: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """wd1 (:func:`wd1_loss`) on the micro-batch's log-likelihoods; every micro-batch must hold whole groups."""
-    logp, old_logp, mask, group_ids = _inputs(score, context, "wd1")
+    logp, old_logp, mask, group_ids = _inputs(score, batch, "wd1")
     return wd1_loss(
         logp, old_logp, advantages, mask, group_ids=group_ids, temperature=temperature, negative_weight=negative_weight
     )
@@ -161,13 +161,13 @@ def wd1(
 def spg(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     clip: str = "none",
     eps_low: float | None = None,
     eps_high: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SPG (:func:`spg_loss`) on the ``[n, 2]`` bounds of the ``spg`` likelihood proxy."""
-    logp, old_logp, mask, group_ids = _inputs(score, context, "spg")
+    logp, old_logp, mask, group_ids = _inputs(score, batch, "spg")
     bounds = {key: value for key, value in {"eps_low": eps_low, "eps_high": eps_high}.items() if value is not None}
     return spg_loss(logp, old_logp, advantages, mask, group_ids=group_ids, clip=clip, **bounds)

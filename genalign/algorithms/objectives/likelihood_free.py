@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.objectives.base import OBJECTIVES
-from genalign.algorithms.scores import ScoreOutput
+from genalign.algorithms.scores import ScoreOutput, VelocityPredictions
+from genalign.algorithms.signals import declare_signal
+
+declare_signal("velocity", ("N",), "score", "Current, old-model and target velocities of flow-matching points.",
+               source="DiffusionNFT (formulas.md §5)", dtype=None, value_type=VelocityPredictions, detached=False)  # fmt: skip
 
 
 def element_mse(a: Tensor, b: Tensor) -> Tensor:
@@ -46,12 +50,12 @@ def optimality_probability(advantages: Tensor, *, clip: float) -> Tensor:
 def diffusion_nft(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     beta: float = 1.0,
     advantage_clip: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """DiffusionNFT per-point loss ``[n, K]`` from ``score.velocity``; every point of a sample shares its advantage
+    """DiffusionNFT per-point loss ``[n, K]`` from the score feature ``velocity``; every point of a sample shares its advantage
     (per-action advantages are averaged per sample). Metrics: ``nft/optimality_mean``, ``nft/loss``.
 
     Args:
@@ -62,12 +66,13 @@ def diffusion_nft(
         raise ValueError(f"beta={beta} must be > 0 (DiffusionNFT guidance strength, e.g. 1.0).")
     if not advantage_clip > 0:
         raise ValueError(f"advantage_clip={advantage_clip} must be > 0 (e.g. 1.0).")
-    if score.velocity is None:
+    if "velocity" not in score:
         raise ValueError(
-            "objective 'nft' needs the velocity predictions of the scoring pass (ScoreOutput.velocity); use the flow "
-            "family with policy.likelihood_free.method='nft'."
+            "objective 'nft' needs the velocity predictions of the scoring pass (score feature 'velocity'); use the "
+            "flow family with policy.likelihood_free.method='nft'."
         )
-    v_theta, v_old, target = score.velocity.current, score.velocity.old, score.velocity.target  # [n, K, ...]
+    velocity: VelocityPredictions = score["velocity"]
+    v_theta, v_old, target = velocity.current, velocity.old, velocity.target  # [n, K, ...]
     adv = advantages.float()
     adv = adv.mean(dim=1) if adv.dim() == 2 else adv  # [n]; NFT credits the whole sample
     optimality = optimality_probability(adv, clip=advantage_clip).to(v_theta.device)  # [n]

@@ -2,7 +2,7 @@
 low-probability tokens [219] (registered in :data:`OBJECTIVES`).
 
 The trainer runs the whole epochs × minibatches schedule once per phase, against the same old log-probs, and passes
-the phase in ``context.phase`` (:func:`genalign.trainer.update.run_update`).
+the phase in the batch's ``phase`` (:func:`genalign.trainer.update.run_update`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.objectives.base import OBJECTIVES
-from genalign.algorithms.policy_loss import policy_loss
+from genalign.algorithms.policy_loss import bind_policy_loss
 from genalign.algorithms.scores import ScoreOutput
 
 
@@ -28,15 +28,44 @@ def phase_tokens(old_logp: Tensor, mask: Tensor, phase: int, *, threshold: float
         mask: ``[N, T]`` 1 where an action is trained.
     """
     if phase not in (0, 1):
-        raise ValueError(f"lopti has two phases (0: first, 1: second), got context.phase={phase!r}")
+        raise ValueError(f"lopti has two phases (0: first, 1: second), got phase={phase!r}")
     low = old_logp < math.log(threshold)  # [N, T]
     in_low_phase = phase == (0 if low_first else 1)
     return (mask > 0) & (low if in_low_phase else ~low)
 
 
+class Lopti:
+    """The bound form of ``lopti``: the threshold, the ratio level, the clip form and their keywords validated once."""
+
+    def __init__(
+        self,
+        *,
+        ratio_level: str = "token",
+        clip: str = "ppo",
+        threshold: float = 0.5,
+        low_first: bool = True,
+        **hp: Any,
+    ) -> None:
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1) (a probability), got {threshold!r}")
+        self.threshold, self.low_first = threshold, low_first
+        self.loss = bind_policy_loss(ratio_level, clip, **hp)
+
+    def __call__(self, score: ScoreOutput, advantages: Tensor, batch: StepBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        old_logp = require(batch, "old_logp", "objective 'lopti'")
+        mask = require(batch, "mask", "objective 'lopti'")
+        phase = require(batch, "phase", "objective 'lopti'")
+        loss, metrics = self.loss(score.logp.float(), old_logp, advantages, mask, batch)
+        trained = phase_tokens(old_logp, mask, int(phase), threshold=self.threshold, low_first=self.low_first)
+        valid = (mask > 0).sum().clamp_min(1)
+        metrics = {**metrics, "phase_token_frac": trained.sum().to(loss.dtype) / valid}
+        return torch.where(trained, loss, 0.0), metrics  # [n, T]
+
+
 @OBJECTIVES.register(
     "lopti",
     ratio=True,
+    bind=Lopti,
     phases=2,
     formula="phase 1: L_it = clipped-ratio loss on {π_old(o_it) < η}, 0 elsewhere; optimizer steps; phase 2: the same "
     "on {π_old >= η}, against the same π_old",
@@ -48,7 +77,7 @@ def phase_tokens(old_logp: Tensor, mask: Tensor, phase: int, *, threshold: float
 def lopti(
     score: ScoreOutput,
     advantages: Tensor,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     ratio_level: str = "token",
     clip: str = "ppo",
@@ -73,7 +102,7 @@ def lopti(
     Args:
         score: ``logp`` ``[n, T]`` of the micro-batch (with grad).
         advantages: ``[n]`` or ``[n, T]``.
-        context: needs ``old_logp``, ``mask`` and ``phase`` (set by the trainer).
+        batch: needs ``old_logp``, ``mask`` and ``phase`` (set by the trainer).
         ratio_level, clip: as for ``clipped_ratio``.
         threshold: ``η`` in ``(0, 1)``.
         low_first: update the low-probability tokens first (the published default; ``False``: high first).
@@ -81,15 +110,5 @@ def lopti(
     Returns:
         ``(loss [n, T], metrics)``; ``metrics["phase_token_frac"]`` is the fraction of valid actions in this phase.
     """
-    if not 0 < threshold < 1:
-        raise ValueError(f"threshold must be in (0, 1) (a probability), got {threshold!r}")
-    old_logp = require(context, "old_logp", "objective 'lopti'")
-    mask = require(context, "mask", "objective 'lopti'")
-    phase = require(context, "phase", "objective 'lopti'")
-    loss, metrics = policy_loss(
-        score.logp.float(), old_logp, advantages, mask, ratio_level=ratio_level, clip=clip, context=context, **hp
-    )
-    trained = phase_tokens(old_logp, mask, int(phase), threshold=threshold, low_first=low_first)  # [n, T]
-    valid = (mask > 0).sum().clamp_min(1)
-    metrics = {**metrics, "phase_token_frac": trained.sum().to(loss.dtype) / valid}
-    return torch.where(trained, loss, 0.0), metrics
+    bound = Lopti(ratio_level=ratio_level, clip=clip, threshold=threshold, low_first=low_first, **hp)
+    return bound(score, advantages, batch)

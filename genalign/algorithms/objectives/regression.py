@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.objectives.base import OBJECTIVES
 from genalign.algorithms.objectives.group_terms import (
     batch_inputs,
@@ -25,9 +25,9 @@ from genalign.algorithms.objectives.group_terms import (
 from genalign.algorithms.scores import ScoreOutput
 
 
-def _log_ratio(logp: Tensor, context: ObjectiveContext, mask: Tensor, option: str) -> Tensor:
+def _log_ratio(logp: Tensor, batch: StepBatch, mask: Tensor, option: str) -> Tensor:
     """``ℓ = logπθ − logπ_old`` ``[n, T]`` (0 on padding)."""
-    old_logp = require(context, "old_logp", f"objective {option!r}").to(logp.dtype)
+    old_logp = require(batch, "old_logp", f"objective {option!r}").to(logp.dtype)
     return torch.where(mask > 0, logp - old_logp, 0.0)
 
 
@@ -42,7 +42,7 @@ def _log_ratio(logp: Tensor, context: ObjectiveContext, mask: Tensor, option: st
     "embed the KL-constrained optimum, no importance sampling or clipping.",
 )
 def gvpo(
-    score: ScoreOutput, advantages: Tensor, context: ObjectiveContext, *, beta: float = 0.1
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, beta: float = 0.1
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GVPO [139]: with the implicit reward ``R_θ(y) = β · log(πθ(y) / π_old(y))`` (sequence log-probs, summed over
     tokens), minimise ``½ Σ_i ((R_θ,i − mean_G R_θ) − (r_i − mean_G r))² / (G − 1)``. Its gradient is
@@ -61,15 +61,15 @@ def gvpo(
     Args:
         score: ``logp`` ``[n, T]`` (with grad).
         advantages: ``[n]`` or ``[n, T]`` (per-action advantages are averaged per sample, as the reference does).
-        context: ``mask``, ``group_ids``, ``old_logp``.
+        batch: ``mask``, ``group_ids``, ``old_logp``.
         beta: ``β > 0``, the KL coefficient of the implicit reward.
     Returns:
         ``(loss [n, T], metrics)`` with ``gvpo/residual_abs`` (mean ``|(R_θ − R̄_θ) − A|``).
     """
     if not beta > 0:
         raise ValueError(f"beta={beta!r} must be > 0 (GVPO's KL coefficient; the reference uses 0.1).")
-    logp, mask, groups = batch_inputs(score, context, "gvpo")
-    implicit = beta * (_log_ratio(logp, context, mask, "gvpo") * mask).sum(1)  # [n] R_θ,i
+    logp, mask, groups = batch_inputs(score, batch, "gvpo")
+    implicit = beta * (_log_ratio(logp, batch, mask, "gvpo") * mask).sum(1)  # [n] R_θ,i
     group_mean = (group_sum(implicit.detach(), groups) / groups.sizes.to(logp.dtype))[groups.index]  # [n]
     residual = (implicit - group_mean) - sample_advantages(advantages, mask)  # [n]
     dof = (groups.sizes.to(logp.dtype) - 1.0).clamp_min(1.0)[groups.index]  # [n] G − 1
@@ -87,7 +87,7 @@ def gvpo(
     "no clip, no min.",
 )
 def reg_grpo(
-    score: ScoreOutput, advantages: Tensor, context: ObjectiveContext, *, beta: float = 1.0
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, beta: float = 1.0
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Reg-GRPO [177]: GRPO's clipped surrogate is replaced by a regression whose target is the GRPO advantage and
     whose prediction is the policy's own implicit advantage, so there is no clip or min to zero the gradient: the
@@ -103,15 +103,15 @@ def reg_grpo(
     Args:
         score: ``logp`` ``[n, T]`` (with grad).
         advantages: ``[n]`` or ``[n, T]`` (averaged per sample).
-        context: ``mask``, ``group_ids``, ``old_logp``.
+        batch: ``mask``, ``group_ids``, ``old_logp``.
         beta: ``β > 0``, scale of the predicted advantage.
     Returns:
         ``(loss [n, T], metrics)`` with ``reg_grpo/residual_abs``.
     """
     if not beta > 0:
         raise ValueError(f"beta={beta!r} must be > 0 (scale of the predicted advantage, e.g. 1.0).")
-    logp, mask, groups = batch_inputs(score, context, "reg_grpo")
-    mean_log_ratio = sequence_mean(_log_ratio(logp, context, mask, "reg_grpo"), mask)  # [n] ℓ̄_i
+    logp, mask, groups = batch_inputs(score, batch, "reg_grpo")
+    mean_log_ratio = sequence_mean(_log_ratio(logp, batch, mask, "reg_grpo"), mask)  # [n] ℓ̄_i
     group_mean = (group_sum(mean_log_ratio, groups) / groups.sizes.to(logp.dtype))[groups.index]  # [n]
     residual = sample_advantages(advantages, mask) - beta * (mean_log_ratio - group_mean)  # [n]
     loss = on_actions(0.5 * residual.square(), mask)  # [n, T]

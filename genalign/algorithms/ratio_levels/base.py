@@ -2,11 +2,11 @@
 
 One signature::
 
-    fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, context, **hp) -> LevelOutput
+    fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, batch, **hp) -> LevelOutput
 
 ``log_ratio`` ``ℓ = logπθ − logπold`` is 0 on padding; the surrogate to maximise is ``A · exp(ℓ̃)`` per action.
 ``clip_fn`` is the chosen clip form with its hyper-parameters bound (:mod:`genalign.algorithms.clip_forms`); a level may
-pass it a derived context. "Position" ``t`` counts the valid actions of a sequence (1-based), so left padding or holes in
+pass it a derived batch (:class:`~genalign.algorithms.batch.StepBatch`). "Position" ``t`` counts the valid actions of a sequence (1-based), so left padding or holes in
 the mask do not shift it. Sequence-level ratios put the per-sequence loss on every action of the sequence, so the
 aggregation modes keep their meaning."""
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.clip_forms.base import ClippedLogRatio
-from genalign.algorithms.context import ObjectiveContext
 from genalign.registry import Registry
 
 
@@ -39,12 +39,12 @@ class LevelOutput:
     clipped_high: Tensor
 
 
-#: ``clip_fn(log_ratio [N, T], advantages [N, T], context=None) -> ClippedLogRatio``: the chosen clip form with its hp
-#: and the batch's context bound; a level may pass a derived context (e.g. sentence-averaged entropy).
+#: ``clip_fn(log_ratio [N, T], advantages [N, T], batch=None) -> ClippedLogRatio``: the chosen clip form with its hp
+#: and the step batch bound; a level may pass a derived batch (e.g. sentence-averaged entropy).
 ClipFn = Callable[..., ClippedLogRatio]
 
 
-#: ``fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, context, **hp) -> LevelOutput``
+#: ``fn(log_ratio [N, T], advantages [N, T], mask [N, T], clip_fn, batch, **hp) -> LevelOutput``
 RatioLevel = Callable[..., LevelOutput]
 
 
@@ -71,10 +71,10 @@ def level_output(advantages: Tensor, log_weight: Tensor, ratio_log: Tensor, clip
 
 
 # ----------------------------------------------------------------------------------------------------------- sentence
-def segment_ids_of(mask: Tensor, context: ObjectiveContext, segment_length: int) -> Tensor:
-    """``[N, T]`` long: ``context.segment_ids`` or consecutive windows of ``segment_length`` valid actions."""
-    if context.segment_ids is not None:
-        return context.segment_ids.to(torch.long)
+def segment_ids_of(mask: Tensor, batch: StepBatch, segment_length: int) -> Tensor:
+    """``[N, T]`` long: the batch's ``segment_ids`` or consecutive windows of ``segment_length`` valid actions."""
+    if batch.get("segment_ids") is not None:
+        return batch["segment_ids"].to(torch.long)
     return ((action_positions(mask) - 1.0) // segment_length).to(torch.long)  # [N, T]
 
 

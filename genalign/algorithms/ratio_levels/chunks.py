@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.ratio_levels.base import (
     RATIO_LEVELS,
     ClipFn,
@@ -52,7 +52,7 @@ def chunk_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     chunk_size: int = 4,
     chunk_boundaries: list[int] | None = None,

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.ratio_levels.base import RATIO_LEVELS, ClipFn, LevelOutput
 
 
@@ -73,7 +73,7 @@ def future_influence_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     decay_rate: float = 32.0,
     influence_clip: float | None = 0.2,
@@ -98,7 +98,7 @@ def future_influence_level(
         advantages: ``[N, T]`` per-action advantages.
         mask: ``[N, T]`` 1 where an action is trained.
         clip_fn: the clip form (applied per token, on the reweighted advantages).
-        context: unused.
+        batch: unused.
         decay_rate: half-life in tokens, ``> 0``; ``γ = 2^(−1/decay_rate)``.
         influence_clip: ``ε_f``; ``None`` leaves ``f`` unclipped.
         clip_high_only: clip ``f`` to ``[1, 1 + ε_f]`` (else ``[1 − ε_f, 1 + ε_f]``).

@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.ratio_levels.base import RATIO_LEVELS, ClipFn, LevelOutput, level_output, row_mean
 
 
@@ -53,7 +53,7 @@ def entropy_grouped_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     num_groups: int = 4,
 ) -> LevelOutput:
@@ -71,16 +71,16 @@ def entropy_grouped_level(
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
-        context: ``entropy`` ``[N, T]`` is required.
+        batch: ``entropy`` ``[N, T]`` is required.
         num_groups: ``K >= 1``.
     """
     if num_groups < 1:
         raise ValueError(f"num_groups must be >= 1 (entropy groups per sequence), got {num_groups!r}")
-    entropy = require(context, "entropy", "ratio level 'entropy_grouped'")
+    entropy = require(batch, "entropy", "ratio level 'entropy_grouped'")
     groups = entropy_groups(entropy, mask, num_groups)  # [N, T]
     grouped = group_mean(log_ratio, mask, groups, num_groups)  # [N, T]
-    grouped_context = replace(context, entropy=group_mean(entropy, mask, groups, num_groups))
-    clipped = clip_fn(grouped, advantages, grouped_context)
+    grouped_batch = batch.with_values(entropy=group_mean(entropy, mask, groups, num_groups))
+    clipped = clip_fn(grouped, advantages, grouped_batch)
     return level_output(advantages, clipped.log_weight, grouped, clipped)
 
 
@@ -98,7 +98,7 @@ def fiber_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     fiber_eps_low: float = 0.2,
     fiber_eps_high: float = 0.2,
@@ -123,7 +123,7 @@ def fiber_level(
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form, applied to the base ``s_i``.
-        context: unused.
+        batch: unused.
         fiber_eps_low, fiber_eps_high: the fiber band as ratio offsets, ``0 <= ε_f⁻ < 1``, ``ε_f⁺ >= 0``.
     """
     if not (0 <= fiber_eps_low < 1 and fiber_eps_high >= 0):

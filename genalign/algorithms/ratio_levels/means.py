@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext, require
+from genalign.algorithms.batch import StepBatch, require
 from genalign.algorithms.ratio_levels.base import (
     RATIO_LEVELS,
     ClipFn,
@@ -33,7 +33,7 @@ def holder_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     holder_p: float = 1.0,
     holder_p_end: float | None = None,
@@ -44,18 +44,18 @@ def holder_level(
     placed on each action.
 
     Reading chosen: the standard power mean (the index marks it inferred); annealing is linear in training progress,
-    ``p = holder_p + (holder_p_end − holder_p) · context.progress`` (the abstract says only "annealed").
+    ``p = holder_p + (holder_p_end − holder_p) · progress`` (the abstract says only "annealed").
 
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form (sequence-level bounds: use small eps as for GSPO).
-        context: ``progress`` is required when ``holder_p_end`` is set.
+        batch: ``progress`` is required when ``holder_p_end`` is set.
         holder_p: ``p`` (at the start of training when annealed); any real number.
         holder_p_end: ``p`` at the end of training, or None for a constant ``p``.
     """
     p = holder_p
     if holder_p_end is not None:
-        progress = float(require(context, "progress", "ratio level 'holder' with holder_p_end"))
+        progress = float(require(batch, "progress", "ratio level 'holder' with holder_p_end"))
         p = holder_p + (holder_p_end - holder_p) * progress
     count = mask.sum(1, keepdim=True)  # [N, 1]
     if p == 0:
@@ -82,7 +82,7 @@ def hybrid_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     mixing: Literal["average", "entropy"] = "average",
     mix_weight: float = 0.5,
@@ -97,7 +97,7 @@ def hybrid_level(
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
-        context: ``entropy`` is required by ``mixing="entropy"``.
+        batch: ``entropy`` is required by ``mixing="entropy"``.
         mixing: ``"average"`` (constant ``mix_weight``) or ``"entropy"``.
         mix_weight: weight ``α`` of the token branch for ``"average"``, in ``[0, 1]``.
     """
@@ -106,7 +106,7 @@ def hybrid_level(
     if not 0 <= mix_weight <= 1:
         raise ValueError(f"mix_weight must be in [0, 1], got {mix_weight!r}")
     if mixing == "entropy":
-        entropy = require(context, "entropy", "ratio level 'hybrid' with mixing='entropy'")
+        entropy = require(batch, "entropy", "ratio level 'hybrid' with mixing='entropy'")
         mean_entropy = row_mean(entropy, mask)  # [N, 1]
         alpha = torch.where(entropy + mean_entropy > 0, entropy / (entropy + mean_entropy).clamp_min(1e-12), 0.5)
     else:
@@ -137,7 +137,7 @@ def bernoulli_variance_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     occurrence_group_size: int | None = None,
     max_prob: float = 1.0 - 1e-6,
@@ -156,7 +156,7 @@ def bernoulli_variance_level(
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
-        context: ``old_logp`` (filled by ``policy_loss``).
+        batch: ``old_logp`` (filled by ``policy_loss``).
         occurrence_group_size: ``G`` for the occurrence normalisation, or None to skip it.
         max_prob: probabilities are capped here before ``log(1 − π)`` (keeps it finite).
     """
@@ -164,7 +164,7 @@ def bernoulli_variance_level(
         raise ValueError(f"max_prob must be in (0, 1), got {max_prob!r}")
     if occurrence_group_size is not None and occurrence_group_size < 1:
         raise ValueError(f"occurrence_group_size must be >= 1 or None, got {occurrence_group_size!r}")
-    old_logp = require(context, "old_logp", "ratio level 'bernoulli_variance'")
+    old_logp = require(batch, "old_logp", "ratio level 'bernoulli_variance'")
     log_cap = math.log(max_prob)
     new_logp = (old_logp + log_ratio).detach()  # [N, T]
     correction = torch.log1p(-new_logp.clamp(max=log_cap).exp()) - torch.log1p(-old_logp.clamp(max=log_cap).exp())

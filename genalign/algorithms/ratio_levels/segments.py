@@ -3,13 +3,12 @@ cumulative and minimum-prefix ratios."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.ratio_levels.base import (
     RATIO_LEVELS,
     ClipFn,
@@ -35,7 +34,7 @@ def sentence_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     segment_length: int = 16,
 ) -> LevelOutput:
@@ -46,24 +45,24 @@ def sentence_level(
     the rollout's ``segment_ids`` (registry meta ``needs``: the trainer asks the policy for them, and a family that
     cannot segment its outputs is rejected at config load). Token families end a sentence after a token whose text
     holds a newline or ``.``, ``!``, ``?`` followed by whitespace (:mod:`genalign.policies.lm.segments`). Called
-    without ``context.segment_ids`` (direct use), consecutive windows of ``segment_length`` actions stand in. With
+    without ``segment_ids`` in the batch (direct use), consecutive windows of ``segment_length`` actions stand in. With
     ``clip="entropy_adaptive"`` the clip form receives each sentence's mean entropy ("sentence entropy" in the
     abstract), which is SSPO's pairing.
 
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
-        context: optional ``segment_ids`` / ``entropy``.
-        segment_length: window size (actions) used only when ``context.segment_ids`` is None; >= 1.
+        batch: optional ``segment_ids`` / ``entropy``.
+        segment_length: window size (actions) used only when the batch has no ``segment_ids``; >= 1.
     """
     if segment_length < 1:
         raise ValueError(f"segment_length must be >= 1 (actions per sentence window), got {segment_length!r}")
-    segments = segment_ids_of(mask, context, segment_length)  # [N, T]
+    segments = segment_ids_of(mask, batch, segment_length)  # [N, T]
     sentence = segment_mean(log_ratio, mask, segments)  # [N, T]
-    sentence_context = context
-    if context.entropy is not None:
-        sentence_context = replace(context, entropy=segment_mean(context.entropy, mask, segments))
-    clipped = clip_fn(sentence, advantages, sentence_context)
+    sentence_batch = batch
+    if batch.get("entropy") is not None:
+        sentence_batch = batch.with_values(entropy=segment_mean(batch["entropy"], mask, segments))
+    clipped = clip_fn(sentence, advantages, sentence_batch)
     return level_output(advantages, clipped.log_weight, sentence, clipped)
 
 
@@ -75,7 +74,7 @@ def sentence_level(
     summary="Geometric mean of the ratios along the causal prefix of each action.",
 )
 def prefix_geometric_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch
 ) -> LevelOutput:
     """PNPO [21]: the weight of action ``t`` is the geometric mean of the likelihood ratios of its causal prefix,
     ``exp(mean_{j≤t} ℓ_j)``, which replaces the cumulative prefix ratio ``Π_{j≤t} ρ_j`` (its length-normalised form);
@@ -97,7 +96,7 @@ def cumulative_level(
     advantages: Tensor,
     mask: Tensor,
     clip_fn: ClipFn,
-    context: ObjectiveContext,
+    batch: StepBatch,
     *,
     position_scaling: Literal["sqrt", "linear", "none"] = "sqrt",
 ) -> LevelOutput:
@@ -112,7 +111,7 @@ def cumulative_level(
     Args:
         log_ratio, advantages, mask: ``[N, T]``.
         clip_fn: the chosen clip form.
-        context: unused.
+        batch: unused.
         position_scaling: ``"sqrt"``, ``"linear"`` or ``"none"``.
     """
     if position_scaling not in ("sqrt", "linear", "none"):
@@ -132,7 +131,7 @@ def cumulative_level(
     summary="Non-cumulative prefix surrogate: the minimum token ratio of the preceding prefix.",
 )
 def min_prefix_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch
 ) -> LevelOutput:
     """MinPRO [236]: action ``t`` is weighted by ``min_{j≤t} ρ_j`` (reading chosen, as the index states: the minimum
     token ratio over the prefix including ``t``), a bounded stand-in for the cumulative prefix ratio; the gradient

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from genalign.algorithms.context import ObjectiveContext
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.ratio_levels.base import (
     RATIO_LEVELS,
     ClipFn,
@@ -25,9 +25,7 @@ def _sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
     source="formulas.md §2 (PPO/GRPO)",
     summary="One ratio per action (token, denoising step).",
 )
-def token_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
-) -> LevelOutput:
+def token_level(log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch) -> LevelOutput:
     """Token-level ratio ``ρ_{i,t}`` with a per-action clip (formulas.md §2). Shapes ``[N, T]``."""
     clipped = clip_fn(log_ratio, advantages)
     return LevelOutput(
@@ -45,7 +43,7 @@ def token_level(
     summary="Length-normalised sequence ratio with sequence-level clipping (GSPO).",
 )
 def sequence_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch
 ) -> LevelOutput:
     """GSPO [293] sequence ratio ``s_i = exp(mean_t ℓ_{i,t})``, clipped once per sequence (use small eps, ~3e-4).
 
@@ -70,7 +68,7 @@ def sequence_level(
     summary="GSPO's token form: the sequence ratio's value with per-action gradients (allows per-token advantages).",
 )
 def sequence_token_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch
 ) -> LevelOutput:
     """GSPO-token [293]: ``ℓ_{i,t} = sg[mean_t ℓ_i] + ℓ_{i,t} − sg[ℓ_{i,t}]``: the value is the sequence log-ratio,
     the gradient is each action's own ``∇logπθ``. Shapes ``[N, T]``."""
@@ -92,7 +90,7 @@ def sequence_token_level(
     summary="Geometric mean of per-action clipped ratios (GMPO), less sensitive to outlier ratios.",
 )
 def geometric_level(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, context: ObjectiveContext
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip_fn: ClipFn, batch: StepBatch
 ) -> LevelOutput:
     """GMPO [157]: clip each action's log-ratio (sign-aware, with the chosen clip form), then take the geometric mean
     over the sequence: ``ρ_i = exp(mean_t ℓ̃_{i,t})``; the surrogate ``A·ρ_i`` is placed on every action.

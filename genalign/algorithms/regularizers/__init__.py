@@ -4,10 +4,9 @@
 from genalign.algorithms.regularizers import candidates, entropy_shaping, trust, vocabulary  # noqa: F401  (register)
 from genalign.algorithms.regularizers.base import (
     REGULARIZERS,
-    RegularizerInputs,
     bind_vocab_term,
     entropy_bonus,
     entropy_from_logits,
 )
 
-__all__ = ["REGULARIZERS", "RegularizerInputs", "bind_vocab_term", "entropy_bonus", "entropy_from_logits"]
+__all__ = ["REGULARIZERS", "bind_vocab_term", "entropy_bonus", "entropy_from_logits"]

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._validation import expand_advantages
-from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInputs, need, valid_mask
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.regularizers.base import REGULARIZERS, valid_mask
+from genalign.algorithms.scores import ScoreOutput
 
 #: a sampled token is the top-1 candidate when its log-prob is within this of the largest one
 TOP1_TOLERANCE = 1e-5
@@ -83,7 +85,9 @@ def row_quantile(values: Tensor, valid: Tensor, q: float) -> Tensor:
     "candidates and penalise a wrong top-1 candidate harder, against probability over-concentration.",
 )
 def topk_candidates(
-    inputs: RegularizerInputs,
+    score: ScoreOutput,
+    advantages: Tensor,
+    batch: StepBatch,
     *,
     top_k: int = 3,
     mix_coef: float = 0.01,
@@ -109,7 +113,7 @@ def topk_candidates(
     temperature, as in the code.
 
     Args:
-        inputs: needs ``logp`` (grad), ``old_logp``, ``mask``, ``advantages``, ``entropy`` and ``vocab`` (the value of
+        score, advantages, batch: read ``logp`` (grad), ``old_logp``, ``mask``, ``advantages``, ``entropy`` and ``vocab`` (the value of
             :func:`topk_candidates_term`, grad).
         top_k: ``K``; mix_coef: ``α``; entropy_quantile: ``τ``; negative_scale: ``λ >= 1``;
         eps_low, eps_high: the objective's PPO clip range (the gradient is gated like the objective's).
@@ -119,13 +123,13 @@ def topk_candidates(
     _check(top_k, mix_coef, entropy_quantile, negative_scale)
     if not 0 <= eps_low < 1 or not eps_high >= 0:
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low!r}, {eps_high!r}")
-    mask = valid_mask(inputs)
+    mask = valid_mask(score, batch)
     valid = mask > 0  # [N, T]
-    logp = inputs.logp.float()
-    old = need(inputs, "old_logp", "topk_candidates").detach().float()
-    advantages = expand_advantages(need(inputs, "advantages", "topk_candidates"), tuple(mask.shape)).detach().float()
-    entropy = need(inputs, "entropy", "topk_candidates").detach().float()
-    vocab = need(inputs, "vocab", "topk_candidates").float()  # [N, T]
+    logp = score.logp.float()
+    old = batch.require("old_logp", "topk_candidates").detach().float()
+    advantages = expand_advantages(advantages, tuple(mask.shape)).detach().float()
+    entropy = score.require("entropy", "topk_candidates").detach().float()
+    vocab = score.require("vocab_term", "topk_candidates").float()  # [N, T]
     high = valid & (entropy > row_quantile(entropy, valid, entropy_quantile))  # [N, T]
     log_ratio = torch.where(valid, logp - old, 0.0)
     ratio = log_ratio.exp()  # [N, T]

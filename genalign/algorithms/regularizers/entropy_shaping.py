@@ -8,7 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInputs, need, valid_mask
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.regularizers.base import REGULARIZERS, valid_mask
+from genalign.algorithms.scores import ScoreOutput
 
 
 @REGULARIZERS.register(
@@ -19,19 +21,19 @@ from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInput
     summary="Minimise the token entropy of the model's own outputs (label-free EM-FT); next to an RL objective it "
     "sharpens the policy.",
 )
-def entropy_minimization(inputs: RegularizerInputs) -> Tensor:
+def entropy_minimization(score: ScoreOutput, advantages: Tensor, batch: StepBatch) -> Tensor:
     """EM-FT [42]: the loss is the token-level entropy ``H(πθ(·|o_{<t}))`` of outputs sampled from the model itself,
     so minimising it concentrates probability on the model's most confident continuations (no labels). With
     ``aggregation: token_mean`` the aggregated term is EM-FT's mean token entropy; ``regularizer_coef`` weighs it
     against the policy loss. (A positive ``algorithm.entropy_coef`` is the opposite, an entropy *bonus*.)
 
     Args:
-        inputs: needs ``entropy`` ``[N, T]`` with its gradient (the policy's scoring pass) and ``mask``.
+        score, advantages, batch: read ``entropy`` ``[N, T]`` with its gradient (the policy's scoring pass) and ``mask``.
     Returns:
         ``[N, T]`` the entropy on valid actions, 0 on padding (grad through the entropy).
     """
-    mask = valid_mask(inputs)
-    entropy = need(inputs, "entropy", "entropy_minimization")
+    mask = valid_mask(score, batch)
+    entropy = score.require("entropy", "entropy_minimization")
     return torch.where(mask > 0, entropy.to(mask.dtype), 0.0)  # [N, T]
 
 
@@ -44,7 +46,9 @@ def entropy_minimization(inputs: RegularizerInputs) -> Tensor:
     summary="Keep each response's mean entropy inside a band: push entropy up below H_low (collapse), down above "
     "H_high (explosion), no force inside.",
 )
-def entropy_band(inputs: RegularizerInputs, *, entropy_low: float = 0.2, entropy_high: float = 1.5) -> Tensor:
+def entropy_band(
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, entropy_low: float = 0.2, entropy_high: float = 1.5
+) -> Tensor:
     """G²RPO's entropy shaping [65]: "tightly bounds the model's exploration zone, preventing both entropy collapse
     and entropy explosion".
 
@@ -55,7 +59,7 @@ def entropy_band(inputs: RegularizerInputs, *, entropy_low: float = 0.2, entropy
     gradient are 0. Defaults ``[0.2, 1.5]`` nats are a generic choice: set them from the model's entropy curve.
 
     Args:
-        inputs: needs ``entropy`` ``[N, T]`` with its gradient and ``mask``.
+        score, advantages, batch: read ``entropy`` ``[N, T]`` with its gradient and ``mask``.
         entropy_low: ``H_low >= 0`` (nats).
         entropy_high: ``H_high >= H_low`` (nats).
     Returns:
@@ -63,8 +67,8 @@ def entropy_band(inputs: RegularizerInputs, *, entropy_low: float = 0.2, entropy
     """
     if not 0 <= entropy_low <= entropy_high:
         raise ValueError(f"need 0 <= entropy_low <= entropy_high, got {entropy_low!r}, {entropy_high!r}")
-    mask = valid_mask(inputs)
-    entropy = need(inputs, "entropy", "entropy_band").to(mask.dtype)  # [N, T]
+    mask = valid_mask(score, batch)
+    entropy = score.require("entropy", "entropy_band").to(mask.dtype)  # [N, T]
     valid = mask > 0
     mean = torch.where(valid, entropy, 0.0).sum(1) / mask.sum(1).clamp_min(1.0)  # [N] H̄_i
     hinge = (entropy_low - mean).clamp_min(0.0) + (mean - entropy_high).clamp_min(0.0)  # [N]

@@ -7,8 +7,10 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._validation import expand_advantages
+from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.kl import kl_k3
-from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInputs, need, valid_mask
+from genalign.algorithms.regularizers.base import REGULARIZERS, valid_mask
+from genalign.algorithms.scores import ScoreOutput
 
 
 @REGULARIZERS.register(
@@ -18,7 +20,9 @@ from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInput
     source="[301] LLDS",
     summary="Penalise the actions whose likelihood fell, only in trajectories whose likelihood fell.",
 )
-def likelihood_preserving(inputs: RegularizerInputs, *, only_positive: bool = True) -> Tensor:
+def likelihood_preserving(
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, only_positive: bool = True
+) -> Tensor:
     """Likelihood-preserving regularisation against Lazy Likelihood Displacement [301]: active only for a trajectory
     whose log-likelihood decreased during the update (``Σ_t ℓ_t < 0``), and inside it only on the actions responsible
     (``ℓ_t < 0``), with penalty ``−ℓ_t``.
@@ -27,16 +31,16 @@ def likelihood_preserving(inputs: RegularizerInputs, *, only_positive: bool = Tr
     update means to reinforce); ``only_positive=False`` applies it to all.
 
     Args:
-        inputs: needs ``logp``, ``mask``, ``old_logp`` and (``only_positive``) ``advantages``.
+        score, advantages, batch: read ``logp``, ``mask``, ``old_logp`` and (``only_positive``) ``advantages``.
         only_positive: apply only where ``A_i > 0``.
     Returns:
         ``[N, T]`` non-negative penalty (grad through ``logp``).
     """
-    mask = valid_mask(inputs)
-    log_ratio = torch.where(mask > 0, inputs.logp - need(inputs, "old_logp", "likelihood_preserving").detach(), 0.0)
+    mask = valid_mask(score, batch)
+    log_ratio = torch.where(mask > 0, score.logp - batch.require("old_logp", "likelihood_preserving").detach(), 0.0)
     fell = ((log_ratio * mask).sum(1) < 0)[:, None]  # [N, 1]
     if only_positive:
-        advantages = expand_advantages(need(inputs, "advantages", "likelihood_preserving"), tuple(mask.shape))
+        advantages = expand_advantages(advantages, tuple(mask.shape))
         fell = fell & (advantages.detach() > 0)
     return torch.where(fell & (mask > 0), (-log_ratio).clamp_min(0.0), 0.0)  # [N, T]
 
@@ -49,7 +53,9 @@ def likelihood_preserving(inputs: RegularizerInputs, *, only_positive: bool = Tr
     summary="Weaker KL on high-entropy (reasoning) actions, stronger on low-entropy (knowledge) actions.",
 )
 def entropy_split_kl(
-    inputs: RegularizerInputs,
+    score: ScoreOutput,
+    advantages: Tensor,
+    batch: StepBatch,
     *,
     entropy_threshold: float = 0.5,
     high_entropy_scale: float = 0.5,
@@ -60,42 +66,44 @@ def entropy_split_kl(
     place of the plain KL term (``kl_coef`` multiplies it).
 
     Args:
-        inputs: needs ``kl`` (grad), ``entropy`` and ``mask``.
+        score, advantages, batch: read ``kl`` (grad), ``entropy`` and ``mask``.
         entropy_threshold: ``τ >= 0`` (nats), as in the ``entropy_split`` clip form.
         high_entropy_scale, low_entropy_scale: ``>= 0``.
     """
     if not (entropy_threshold >= 0 and high_entropy_scale >= 0 and low_entropy_scale >= 0):
         raise ValueError("entropy_threshold, high_entropy_scale and low_entropy_scale must be >= 0")
-    mask = valid_mask(inputs)
-    kl = need(inputs, "kl", "entropy_split_kl")
-    entropy = need(inputs, "entropy", "entropy_split_kl").detach()
+    mask = valid_mask(score, batch)
+    kl = score.require("kl", "entropy_split_kl")
+    entropy = score.require("entropy", "entropy_split_kl").detach()
     scale = torch.where(entropy >= entropy_threshold, high_entropy_scale, low_entropy_scale).to(kl.dtype)  # [N, T]
     return torch.where(mask > 0, scale * kl, 0.0)
 
 
 @REGULARIZERS.register(
     "mastery_hinge_kl",
-    needs=("group_success",),
+    needs=("group_mean_reward",),
     formula="L_it = max(0, k3(logπold − logπθ)_it − δ) on samples of mastered groups (p ≥ p_mastered), else 0",
     source="[201] MCPO",
     summary="Hinge KL to the previous policy, only on prompts the policy has mastered.",
 )
-def mastery_hinge_kl(inputs: RegularizerInputs, *, margin: float = 0.01, mastered_at: float = 1.0) -> Tensor:
+def mastery_hinge_kl(
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, margin: float = 0.01, mastered_at: float = 1.0
+) -> Tensor:
     """MCPO's mastery consolidation [201]: a mastered prompt (every response correct, advantage 0) gives GRPO no
     gradient, so nothing stops the policy from drifting away from it; a hinge on the per-action KL between the
     previous (``old_logp``) and the current policy bounds that drift beyond ``margin``.
 
     Args:
-        inputs: needs ``logp``, ``old_logp``, ``group_success`` ``[N]`` and ``mask``.
+        score, advantages, batch: read ``logp``, ``old_logp``, ``group_mean_reward`` ``[N]`` and ``mask``.
         margin: ``δ >= 0``, KL allowed for free.
         mastered_at: a group counts as mastered when its success rate is ``>= mastered_at``.
     """
     if not margin >= 0:
         raise ValueError(f"margin must be >= 0, got {margin!r}")
-    mask = valid_mask(inputs)
-    old = need(inputs, "old_logp", "mastery_hinge_kl").detach()
-    success = need(inputs, "group_success", "mastery_hinge_kl")
-    kl = kl_k3(torch.where(mask > 0, inputs.logp, 0.0), torch.where(mask > 0, old, 0.0))  # [N, T] KL(πθ‖πold) k3
+    mask = valid_mask(score, batch)
+    old = batch.require("old_logp", "mastery_hinge_kl").detach()
+    success = batch.require("group_mean_reward", "mastery_hinge_kl")
+    kl = kl_k3(torch.where(mask > 0, score.logp, 0.0), torch.where(mask > 0, old, 0.0))  # [N, T] KL(πθ‖πold) k3
     mastered = (success >= mastered_at)[:, None] & (mask > 0)  # [N, T]
     return torch.where(mastered, (kl - margin).clamp_min(0.0), 0.0)
 
@@ -108,7 +116,9 @@ def mastery_hinge_kl(inputs: RegularizerInputs, *, margin: float = 0.01, mastere
     summary="Smooth penalties on log-ratio expansion and contraction, each with its own cumulative hazard.",
 )
 def hazard_penalty(
-    inputs: RegularizerInputs,
+    score: ScoreOutput,
+    advantages: Tensor,
+    batch: StepBatch,
     *,
     scale_pos: float = 0.2,
     scale_neg: float = 0.2,
@@ -124,7 +134,7 @@ def hazard_penalty(
     origin) and independently on each side. MHPO = ``clip: log_fidelity`` + ``regularizer: hazard_penalty``.
 
     Args:
-        inputs: needs ``logp`` (grad), ``old_logp`` and ``mask``.
+        score, advantages, batch: read ``logp`` (grad), ``old_logp`` and ``mask``.
         scale_pos, scale_neg: Weibull scales ``λ₊, λ₋ > 0`` (the log-ratio shift at which the hazard reaches 1).
         shape_pos, shape_neg: Weibull shapes ``k₊, k₋ >= 1`` (1: linear, 2: quadratic growth).
     Returns:
@@ -134,9 +144,9 @@ def hazard_penalty(
         raise ValueError(f"scale_pos and scale_neg must be > 0, got {scale_pos!r}, {scale_neg!r}")
     if not (shape_pos >= 1 and shape_neg >= 1):
         raise ValueError(f"shape_pos and shape_neg must be >= 1 (convex hazards), got {shape_pos!r}, {shape_neg!r}")
-    mask = valid_mask(inputs)
-    old = need(inputs, "old_logp", "hazard_penalty").detach()
-    log_ratio = torch.where(mask > 0, inputs.logp - old, 0.0)  # [N, T]
+    mask = valid_mask(score, batch)
+    old = batch.require("old_logp", "hazard_penalty").detach()
+    log_ratio = torch.where(mask > 0, score.logp - old, 0.0)  # [N, T]
     expansion = (log_ratio.clamp_min(0.0) / scale_pos).pow(shape_pos)  # [N, T]
     contraction = ((-log_ratio).clamp_min(0.0) / scale_neg).pow(shape_neg)  # [N, T]
     return torch.where(mask > 0, expansion + contraction, 0.0)

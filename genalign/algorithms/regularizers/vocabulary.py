@@ -9,15 +9,17 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms._validation import check_float_tensor
-from genalign.algorithms.regularizers.base import REGULARIZERS, RegularizerInputs, need, valid_mask
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.regularizers.base import REGULARIZERS, valid_mask
+from genalign.algorithms.scores import ScoreOutput
 
 
-def _vocab(inputs: RegularizerInputs, option: str) -> Tensor:
-    """``inputs.vocab`` ``[N, T]`` checked against ``logp``, 0 on padding."""
-    mask = valid_mask(inputs)
-    vocab = check_float_tensor(need(inputs, "vocab", option), "inputs.vocab", "[N, T]")
+def _vocab(score: ScoreOutput, batch: StepBatch, option: str) -> Tensor:
+    """The score feature ``vocab_term`` ``[N, T]`` checked against ``logp``, 0 on padding."""
+    mask = valid_mask(score, batch)
+    vocab = check_float_tensor(score.require("vocab_term", option), "score['vocab_term']", "[N, T]")
     if tuple(vocab.shape) != tuple(mask.shape):
-        raise ValueError(f"inputs.vocab must have shape [N, T] = {list(mask.shape)}, got {list(vocab.shape)}")
+        raise ValueError(f"score['vocab_term'] must have shape [N, T] = {list(mask.shape)}, got {list(vocab.shape)}")
     return torch.where(mask > 0, vocab, 0.0)  # [N, T]
 
 
@@ -60,7 +62,7 @@ def low_probability_term(logits: Tensor, *, noise_ratio: float = 0.02) -> Tensor
     source="[206] Lp-Reg",
     summary="Soft KL toward a proxy policy with presumed-noise tokens filtered out and renormalised.",
 )
-def low_probability(inputs: RegularizerInputs, *, noise_ratio: float = 0.02) -> Tensor:
+def low_probability(score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, noise_ratio: float = 0.02) -> Tensor:
     """Low-probability regularisation [206]: the proxy distribution is the current policy with the presumed-noise
     tokens removed and the rest renormalised, which raises the relative probability of low-but-meaningful tokens
     ("reasoning sparks"); a forward KL from the (detached) proxy to the policy keeps them alive.
@@ -70,13 +72,13 @@ def low_probability(inputs: RegularizerInputs, *, noise_ratio: float = 0.02) -> 
     :func:`low_probability_term`, evaluated by the policy inside its chunked log-prob pass.
 
     Args:
-        inputs: needs ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
+        score, advantages, batch: read ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
         noise_ratio: ``κ`` in ``[0, 1)``.
     Returns:
         ``[N, T]`` non-negative loss (0 on padding).
     """
     _check_noise_ratio(noise_ratio)
-    return _vocab(inputs, "low_probability")
+    return _vocab(score, batch, "low_probability")
 
 
 def _check_temperature(temperature: float) -> None:
@@ -109,7 +111,9 @@ def distribution_entropy_term(logits: Tensor, *, temperature: float = 1.2) -> Te
     source="[287] distribution-centric entropy regularisation",
     summary="Entropy control at the distribution level: pull the policy toward its own tempered distribution.",
 )
-def distribution_entropy(inputs: RegularizerInputs, *, temperature: float = 1.2) -> Tensor:
+def distribution_entropy(
+    score: ScoreOutput, advantages: Tensor, batch: StepBatch, *, temperature: float = 1.2
+) -> Tensor:
     """Distribution-level entropy regularisation [287]: instead of a token-entropy bonus, the policy is regularised
     toward a target distribution, here its own tempered copy (fully on-policy, no extra sampling); ``τ`` sets the
     direction and strength of the entropy change.
@@ -119,10 +123,10 @@ def distribution_entropy(inputs: RegularizerInputs, *, temperature: float = 1.2)
     :func:`distribution_entropy_term`, evaluated by the policy inside its chunked log-prob pass.
 
     Args:
-        inputs: needs ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
+        score, advantages, batch: read ``vocab`` ``[N, T]`` (grad; ``policy.score(vocab_term=...)``) and ``mask``.
         temperature: ``τ > 0``; 1 gives a zero loss.
     Returns:
         ``[N, T]`` non-negative loss (0 on padding).
     """
     _check_temperature(temperature)
-    return _vocab(inputs, "distribution_entropy")
+    return _vocab(score, batch, "distribution_entropy")

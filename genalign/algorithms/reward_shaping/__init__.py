@@ -10,10 +10,9 @@ produce per-action advantages.
 from genalign.algorithms.reward_shaping import diversity, process  # noqa: F401  (register the options)
 from genalign.algorithms.reward_shaping.base import (
     REWARD_SHAPERS,
-    ShapingInputs,
     apply_reward_shaping,
     shaper_needs,
 )
 from genalign.algorithms.reward_shaping.diversity import graph_cut_smi
 
-__all__ = ["REWARD_SHAPERS", "ShapingInputs", "apply_reward_shaping", "graph_cut_smi", "shaper_needs"]
+__all__ = ["REWARD_SHAPERS", "apply_reward_shaping", "graph_cut_smi", "shaper_needs"]

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from genalign.algorithms._validation import check_float_tensor
-from genalign.algorithms.reward_shaping.base import REWARD_SHAPERS, ShapingInputs
+from genalign.algorithms.batch import StepBatch
+from genalign.algorithms.reward_shaping.base import REWARD_SHAPERS
 
 
 def graph_cut_smi(embeddings: Tensor, group_ids: Tensor) -> Tensor:
@@ -20,6 +21,12 @@ def graph_cut_smi(embeddings: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(same, similarity, 0.0).sum(1)  # [N]
 
 
+def sequence_embeddings(hidden: Tensor, mask: Tensor) -> Tensor:
+    """``[N, H]`` float32: the mean of ``hidden`` ``[N, T, H]`` over each sample's valid actions (``mask`` ``[N, T]``)."""
+    weights = mask.to(hidden.device)[..., None]  # [N, T, 1]
+    return (hidden.float() * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # [N, H]
+
+
 @REWARD_SHAPERS.register(
     "submodular_diversity",
     needs=("hidden",),
@@ -30,7 +37,7 @@ def graph_cut_smi(embeddings: Tensor, group_ids: Tensor) -> Tensor:
     summary="Down-weight the rewards of completions that are semantically redundant within their group, "
     "amplify diverse ones.",
 )
-def submodular_diversity(rewards: Tensor, inputs: ShapingInputs, *, eps: float = 1e-6) -> tuple[Tensor, dict]:
+def submodular_diversity(rewards: Tensor, batch: StepBatch, *, eps: float = 1e-6) -> tuple[Tensor, dict]:
     """Diversity-aware Reward Adjustment [167]: ``r̃_i = r_i / (1 + SMI({o_i}, G∖{o_i}))`` with the graph-cut
     submodular mutual information ``Σ_{j≠i} s_ij`` of the completion with the rest of its group. A completion similar
     to many others gets a smaller reward (positive or negative), a distinct one keeps more of it; the estimator then
@@ -43,15 +50,15 @@ def submodular_diversity(rewards: Tensor, inputs: ShapingInputs, *, eps: float =
 
     Args:
         rewards: ``[N]`` combined rewards; NaN = missing (stays NaN).
-        inputs: reads ``group_ids`` and ``embeddings`` ``[N, H]``.
+        batch: reads ``group_ids``, ``mask`` and ``hidden`` ``[N, T, H]`` (averaged over each sample's actions).
         eps: added to the denominator (as DRA's code).
     Returns:
         ``(rewards / (1 + SMI + eps) [N], {"reward_shaping/diversity_weight_mean": ...})``.
     """
     rewards = check_float_tensor(rewards, "rewards", "[N]")
-    embeddings = inputs.require("embeddings", "submodular_diversity")
+    embeddings = sequence_embeddings(batch.require("hidden", "submodular_diversity"), batch.mask)  # [N, H]
     if rewards.ndim != 1 or embeddings.shape[0] != rewards.shape[0]:
         raise ValueError(f"rewards must be [N] and embeddings [N, H], got {list(rewards.shape)}, {embeddings.shape}")
-    smi = graph_cut_smi(embeddings.to(rewards.device), inputs.group_ids.to(rewards.device))  # [N]
+    smi = graph_cut_smi(embeddings.to(rewards.device), batch.group_ids.to(rewards.device))  # [N]
     weight = 1.0 / (1.0 + smi + eps)  # [N] in (0, 1]
     return rewards * weight.to(rewards.dtype), {"reward_shaping/diversity_weight_mean": float(weight.mean())}

@@ -405,17 +405,18 @@ class FlowPolicyConfig:
         model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
         Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
         kl = {"kl"} if self.lora_rank > 0 or self.anchor_every > 0 else set()
+        search = self.noise_search.enabled  # Smart-GRPO [152] ranks initial noises with the trainer's reward
         method = self.likelihood_free.method
         if method == "elbo":  # the rollout records the proxy through the scorer's code path
-            return PolicyCapabilities(rollout_logp_is_exact=True, score_features=frozenset(kl))
+            return PolicyCapabilities(rollout_logp_is_exact=True, signals=frozenset(kl), rollout_calls_rewards=search)
         if method == "nft":  # no log-probs are recorded: the objective reads velocities, never old log-probs
-            return PolicyCapabilities(score_features=frozenset(kl | {"velocity"}))
+            return PolicyCapabilities(signals=frozenset(kl | {"velocity"}), rollout_calls_rewards=search)
         structure = {"step_std", "step_rewards"} | ({"prefix_tree"} if self.tree.enabled else set())
         # A tree runs the transformer on its nodes, not on the leaves the scorer re-runs: the batch composition differs,
         # so its recorded log-probs agree with the scores only to float rounding (~1e-6) and the trainer re-scores.
         return PolicyCapabilities(
             rollout_logp_is_exact=not self.tree.enabled,
-            score_features=frozenset({"entropy"} | kl),
-            structure=frozenset(structure),
+            signals=frozenset({"entropy"} | kl | structure),
             group_size=self.tree.branching ** len(self.tree.split_steps) if self.tree.enabled else None,
+            rollout_calls_rewards=search,
         )

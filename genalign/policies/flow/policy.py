@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,13 +95,13 @@ class FlowPolicy(Policy):
         _check_rows(rows, group_size)
         if mode == "eval":
             return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
-        probe = {"reward_probe": request.reward_probe} if self.config.noise_search.enabled else {}
+        probe = {"reward_probe": request.reward_probe} if self.capabilities.rollout_calls_rewards else {}
         rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration, **probe))
         if "step_rewards" in request.structure:
             if request.reward_probe is None:
                 raise ValueError("RolloutRequest asks for step_rewards without a reward_probe to measure them.")
             rewards = step_rewards(self.model, rollout, request.reward_probe)  # [N, T + 1]
-            rollout.structure = replace(rollout.structure, step_rewards=rewards)
+            rollout.add_structure(step_rewards=rewards)
             if self.calibrator is not None:  # DenseGRPO: the next rollouts explore at the calibrated levels
                 self.calibrator.update(rewards, rollout.group_ids, rollout.action_mask.bool())
         elif self.calibrator is not None:

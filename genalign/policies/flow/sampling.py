@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from genalign.algorithms.structure import RolloutStructure
 from genalign.pipelines.flow import concat_trajectories
 from genalign.pipelines.flow_models import repeat_embeddings, select_embeddings
 from genalign.pipelines.flow_tree import denoise_tree
@@ -44,7 +43,7 @@ class Sampled:
     old_logp: Tensor  # [N, T]
     action_mask: Tensor  # [N, T]
     per_sample: dict[str, Any] = field(default_factory=dict)
-    structure: RolloutStructure = field(default_factory=RolloutStructure)
+    structure: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -142,7 +141,7 @@ class SDESampling:
             level = cfg.noise_level if levels is None else levels.to(model.device)[None, :]  # float or [1, S]
             sampled.per_sample = {stored.LATENTS: trajectory.latents, stored.NOISE_LEVEL: sde.float() * level}
             sampled.per_sample |= stored.store_embeddings(cond, uncond)  # [N, T + 1, ...], [N, T], [N, ...]
-            sampled.structure = RolloutStructure(step_std=step_std(model, sde, levels))
+            sampled.structure = {"step_std": step_std(model, sde, levels)}
         return sampled
 
 
@@ -193,7 +192,7 @@ class TreeSampling:
             "guidance_scale": cfg.guidance_scale,
             "tree_leaves": plan.num_leaves,
         }
-        structure = RolloutStructure(prefix_tree=prefix_tree(plan, len(rows)), step_std=step_std(model, stochastic))
+        structure = {"prefix_tree": prefix_tree(plan, len(rows)), "step_std": step_std(model, stochastic)}
         return Sampled(outputs, trajectory.log_probs * action_mask, action_mask, per_sample, structure, info)
 
 
@@ -237,4 +236,4 @@ class FlowMatchingSampling:
             errors = [self.scorer.points(draft.select(range(s, min(s + chunk, n))))[0] for s in range(0, n, chunk)]
             old_logp = torch.cat(errors).mul(-lf.elbo_scale)  # [N, K]
         info = {"nfe_per_sample": cfg.num_steps * (1 if uncond is None else 2), "num_steps": cfg.num_steps}
-        return Sampled(outputs, old_logp, action_mask, per_sample, RolloutStructure(), info)
+        return Sampled(outputs, old_logp, action_mask, per_sample, {}, info)

@@ -31,11 +31,10 @@ from genalign.policies.flow.model import FlowModel
 
 
 def _check_kl(request: ScoreRequest, model: FlowModel) -> None:
-    if request.kl_estimator is not None and request.kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(
-            f"kl_estimator={request.kl_estimator!r} is not supported by the flow policy; use one of {KL_ESTIMATORS}."
-        )
-    if request.kl_estimator is not None and model.config.lora_rank == 0 and model.anchor is None:
+    estimator = request.param("kl", "k3")
+    if "kl" in request and estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator={estimator!r} is not supported by the flow policy; use one of {KL_ESTIMATORS}.")
+    if "kl" in request and model.config.lora_rank == 0 and model.anchor is None:
         raise ValueError(
             "KL needs a reference policy; with lora_rank=0 and no moving anchor there is none. Use LoRA, set "
             "policy.anchor_every > 0, or set the KL weight to 0."
@@ -61,9 +60,9 @@ class SDEStepScorer:
             uncond,
             guidance=float(rollout.info.get("guidance_scale", model.config.guidance_scale)),
             noise_level=data[stored.NOISE_LEVEL].to(model.device),
-            reference=model.reference if request.kl_estimator else None,
+            reference=model.reference if "kl" in request else None,
         )
-        return ScoreOutput(logp=log_probs, entropy=entropy if request.entropy else None, kl=kl)
+        return ScoreOutput(log_probs, {"entropy": entropy if "entropy" in request else None, "kl": kl})
 
     def transitions(
         self,
@@ -179,12 +178,12 @@ class FlowMatchingScorer:
 
     def score(self, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
         _check_kl(request, self.model)
-        if request.entropy:
+        if "entropy" in request:
             raise ValueError("likelihood-free flow training has no per-action entropy; set the entropy weight to 0.")
         errors, kept, sigmas = self.points(rollout)
         cond, _ = stored.stored_embeddings(rollout.per_sample, self.model.device)
         velocity = None
-        if request.velocity:
+        if "velocity" in request:
             if self.old is None:
                 raise ValueError("velocity predictions need the old model: set policy.likelihood_free.method='nft'.")
             with torch.no_grad(), self.old.applied():
@@ -195,9 +194,9 @@ class FlowMatchingScorer:
                 target=torch.stack([t for _, _, t in kept], dim=1),
             )
         kl = None
-        if request.kl_estimator is not None:
+        if "kl" in request:
             with torch.no_grad(), self.model.reference():
                 refs = [self._velocity(x, sigmas[:, k], cond) for k, (x, _, _) in enumerate(kept)]
             kl = torch.stack([element_mse(v, r) for (_, v, _), r in zip(kept, refs, strict=True)], dim=1)  # [n, K]
         scale = self.model.config.likelihood_free.elbo_scale
-        return ScoreOutput(logp=-scale * errors, velocity=velocity, kl=kl)
+        return ScoreOutput(-scale * errors, {"velocity": velocity, "kl": kl})

@@ -24,7 +24,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -33,7 +32,7 @@ from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.structure import PrefixTree, RolloutStructure, token_prefix_tree
+from genalign.algorithms.structure import PrefixTree, token_prefix_tree
 from genalign.engines.base import SamplingParams
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
@@ -48,7 +47,7 @@ from genalign.policies.lm.reference import (
 from genalign.policies.lm.segments import SegmentBoundaries
 
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
-AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk", "hidden"})
+AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk_logp", "hidden"})
 #: Rollout structure every autoregressive token family can fill.
 AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
 
@@ -77,13 +76,11 @@ def token_capabilities(
     structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
     group_size: int | None = None,
 ) -> PolicyCapabilities:
-    """Capabilities of a token family: ``features`` plus ``kl`` unless ``policy.reference`` is ``none`` (every other
-    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`).
-    Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
+    """Capabilities of a token family: the score ``features`` (plus ``kl`` unless ``policy.reference`` is ``none``: every other
+    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`)
+    and the rollout ``structure`` signals. Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
     kl = frozenset({"kl"}) if reference != "none" else frozenset()
-    return PolicyCapabilities(
-        rollout_logp_is_exact=False, score_features=features | kl, structure=structure, group_size=group_size
-    )
+    return PolicyCapabilities(rollout_logp_is_exact=False, signals=features | kl | structure, group_size=group_size)
 
 
 class AutoregressiveSampling(Protocol):
@@ -138,7 +135,7 @@ def completion_structure(
     mask: Tensor,
     group_ids: Tensor | None = None,
     sampling_tree: PrefixTree | None = None,
-) -> RolloutStructure:
+) -> dict[str, Any]:
     """The structure of autoregressive completions: ``truncated`` ``[N]`` bool always (the engines report it),
     ``segment_ids`` ``[N, T]`` long (:mod:`genalign.policies.lm.segments`), ``action_ids`` ``[N, T]`` long (the
     completion token ids, 0 on padding) and ``prefix_tree`` (``sampling_tree``, the tree a tree rollout sampled, when
@@ -152,12 +149,12 @@ def completion_structure(
         if group_ids is None:
             raise ValueError("completion_structure: the prefix tree of the groups needs group_ids [N]")
         tree = token_prefix_tree(completion_ids, mask, group_ids)
-    return RolloutStructure(
-        truncated=truncated,
-        segment_ids=segments(completion_ids, mask) if "segment_ids" in wanted else None,
-        action_ids=torch.where(mask > 0, completion_ids, 0).long() if "action_ids" in wanted else None,
-        prefix_tree=tree,
-    )
+    structure: dict[str, Any] = {"truncated": truncated, "prefix_tree": tree}
+    if "segment_ids" in wanted:
+        structure["segment_ids"] = segments(completion_ids, mask)
+    if "action_ids" in wanted:
+        structure["action_ids"] = torch.where(mask > 0, completion_ids, 0).long()
+    return {name: value for name, value in structure.items() if value is not None}
 
 
 @contextmanager
@@ -225,15 +222,16 @@ class TokenLMPolicy(Policy):
         ``[n, T]`` and the requested features other than ``kl``."""
 
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
-        """``score_actions`` under the current weights, plus the per-action KL ``[n, T]`` to the reference when
-        ``request.kl_estimator`` is set (the reference scores the same actions through the same code path)."""
+        """``score_actions`` under the current weights, plus the per-action KL ``[n, T]`` to the reference when the
+        request names ``kl`` (its parameter is the estimator; the reference scores the same actions through the same
+        code path)."""
         self.check_request(request)
         out = self.score_actions(self.model, rollout, request)
-        if request.kl_estimator is None:
+        if "kl" not in request:
             return out
         ref_logp = self.reference_logprobs(rollout)  # [n, T]
-        kl = kl_penalty(out.logp, ref_logp, request.kl_estimator) * rollout.action_mask.to(out.logp.device)
-        return replace(out, kl=kl)
+        kl = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * rollout.action_mask.to(out.logp.device)
+        return out.with_features(kl=kl)
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """``[n, T]`` log-probs of the stored actions under the reference policy (loaded on first use)."""
@@ -241,7 +239,7 @@ class TokenLMPolicy(Policy):
 
     def check_request(self, request: ScoreRequest) -> None:
         """Raise a ``ValueError`` naming the first requested feature these options cannot compute."""
-        missing = sorted(request.features() - self.capabilities.score_features)
+        missing = sorted(request.features - self.capabilities.signals)
         if missing:
             reason = self.missing_feature_reasons.get(missing[0], "does not compute it")
             raise ValueError(

@@ -1,6 +1,6 @@
 """Rollout-time measurements of causal-LM completions for credit rules that need an extra model pass.
 
-Each function fills one declared :class:`~genalign.algorithms.structure.RolloutStructure` field; the causal-LM family
+Each function fills one declared rollout signal (``Rollout.structure``); the causal-LM family
 calls :func:`probe_structure` after sampling, for the fields the configured methods request, with the weights that
 sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` (:class:`ProbeOptions`).
 
@@ -290,7 +290,7 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
     wanted = set(request.structure) & set(PROBED_FIELDS)
     if not wanted or not len(rollout):
         return rollout
-    segments = rollout.structure.segment_ids
+    segments = rollout.structure.get("segment_ids")
     if segments is None and wanted & {"segment_values", "answer_probe"}:
         segments = policy.segments(rollout.per_sample["completion_ids"], rollout.action_mask)
     values: dict[str, Tensor] = {}
@@ -304,7 +304,7 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
     if "block_ids" in wanted:
         ids = rollout.per_sample["completion_ids"]
         values["block_ids"] = block_ids(policy.tokenizer, ids, rollout.action_mask, policy.config.probes.block_markers)
-    rollout.structure = replace(rollout.structure, **values)
+    rollout.add_structure(**values)
     return rollout
 
 

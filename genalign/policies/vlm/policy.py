@@ -7,13 +7,11 @@ sampler's random generator are the token-LM core's (:class:`~genalign.policies.l
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from genalign.algorithms.structure import RolloutStructure
 from genalign.assets import model_location
 from genalign.engines.base import Generation, SamplingParams
 from genalign.engines.hf import HFGenerateEngine
@@ -199,15 +197,16 @@ class VLMPolicy(TokenLMPolicy):
 
     def completion_structure(
         self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int]
-    ) -> RolloutStructure:
+    ) -> dict[str, Any]:
         """The causal-LM structure of the completions, plus their text blocks (``block_ids``: the number of
         ``policy.block_markers``, found in order, that start at or before each action, as the causal-LM probes count
         them) when the request names them."""
         group_ids = torch.tensor(picks, dtype=torch.long)
         structure = completion_structure(request, self.segments, truncated, completion_ids, mask, group_ids=group_ids)
         if "block_ids" in request.structure and self.config.block_markers:
-            blocks = block_ids(self.tokenizer, completion_ids, mask, self.config.block_markers)  # [N, T]
-            structure = replace(structure, block_ids=blocks)
+            structure["block_ids"] = block_ids(
+                self.tokenizer, completion_ids, mask, self.config.block_markers
+            )  # [N, T]
         return structure
 
     # --- scoring --------------------------------------------------------------------------------------------------
@@ -242,7 +241,7 @@ class VLMPolicy(TokenLMPolicy):
         hf_model = get_base_model(module)
         width = rollout.per_sample["prompt_ids"].shape[1]
         similarity = None
-        if request.visual_similarity:  # every layer's states, from the very pass that gives the log-probs
+        if "visual_similarity" in request:  # every layer's states, from the very pass that gives the log-probs
             output = backbone_output(module, output_hidden_states=True, **inputs)
             full = output.last_hidden_state  # [n, P + T, H]
             image_token = -1 if self.image_token_id is None else self.image_token_id
@@ -262,28 +261,28 @@ class VLMPolicy(TokenLMPolicy):
             head,
             temperature=temperature,
             chunk_size=chunk,
-            with_entropy=request.entropy,
-            vocab_term=request.vocab_term,
-            topk=request.topk,
-            with_hidden=request.hidden,
+            with_entropy="entropy" in request,
+            vocab_term=request.param("vocab_term") if "vocab_term" in request else None,
+            topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
+            with_hidden="hidden" in request,
         )
         without_image = shuffled = None
         args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
-        if request.logp_without_image:
+        if "logp_without_image" in request:
             without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
-        if request.logp_frames_shuffled:
+        if "logp_frames_shuffled" in request:
             frames = [int(grid.shape[0]) for grid in rollout.per_sample["image_grid_thw"]]
             shuffled = logp_frames_shuffled(module, inputs, head, images_per_sample=frames, logp=scores.logp, **args)
-        return ScoreOutput(
-            logp=scores.logp,
-            entropy=scores.entropy,
-            vocab_term=scores.vocab_term,
-            topk_logp=scores.topk_logp,
-            hidden=scores.hidden,
-            logp_without_image=without_image,
-            visual_similarity=similarity,
-            logp_frames_shuffled=shuffled,
-        )
+        features = {
+            "entropy": scores.entropy,
+            "vocab_term": scores.vocab_term,
+            "topk_logp": scores.topk_logp,
+            "hidden": scores.hidden,
+            "logp_without_image": without_image,
+            "visual_similarity": similarity,
+            "logp_frames_shuffled": shuffled,
+        }
+        return ScoreOutput(scores.logp, features)
 
 
 def build_policy(config: VLMPolicyConfig, device: str | torch.device) -> VLMPolicy:

@@ -33,8 +33,8 @@ def _nudge(policy, scale: float = 0.05) -> None:
 
 
 def _kl(policy, rollout) -> torch.Tensor:
-    out = policy.score(rollout, ScoreRequest(kl_estimator="k1"))
-    return (out.kl * rollout.action_mask).abs().sum()
+    out = policy.score(rollout, ScoreRequest.of(kl="k1"))
+    return (out["kl"] * rollout.action_mask).abs().sum()
 
 
 def test_the_anchor_moves_every_anchor_every_steps_and_is_the_kl_reference(model_dir):
@@ -68,6 +68,6 @@ def test_the_anchor_is_checkpointed_and_needs_no_lora(model_dir):
     assert all(torch.equal(a, b) for a, b in zip(restored.model.anchor.average, policy.model.anchor.average))
     with pytest.raises(ValueError, match="anchor"):
         _policy(model_dir).load_state_dict(state)  # a policy without the anchor refuses its state
-    assert "kl" in FlowPolicyConfig(model=str(model_dir), lora_rank=0, anchor_every=5).capabilities().score_features
+    assert "kl" in FlowPolicyConfig(model=str(model_dir), lora_rank=0, anchor_every=5).capabilities().signals
     with pytest.raises(ValueError, match="anchor_every=-1"):
         FlowPolicyConfig(model=str(model_dir), anchor_every=-1).validate()

@@ -58,7 +58,7 @@ def test_policy_samples_at_calibrated_levels_and_checkpoints_them(model_dir):
     stored = second.per_sample["noise_level"]  # [N, S]
     torch.testing.assert_close(stored, second.action_mask.float() * levels[None].to(stored.device))
     assert torch.equal(policy.score(second).logp.detach(), second.old_logp)  # exact at the calibrated levels
-    assert first.structure.step_std is not None
+    assert first.structure.get("step_std") is not None
     restored = _policy(model_dir)
     restored.load_state_dict(policy.state_dict())
     torch.testing.assert_close(restored.calibrator.levels, policy.calibrator.levels)

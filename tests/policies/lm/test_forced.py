@@ -36,7 +36,7 @@ def test_capabilities_and_action_ids_without_asking(policy):
     rollout = policy.rollout(PROMPTS, 2)  # no structure requested
     mask = rollout.action_mask > 0
     expected = torch.where(mask, rollout.per_sample["completion_ids"], 0)
-    assert torch.equal(rollout.structure.action_ids, expected)
+    assert torch.equal(rollout.structure.get("action_ids"), expected)
     assert rollout.left_padded == {"prompt_ids", "prompt_mask"}
 
 
@@ -49,9 +49,9 @@ def test_forcing_a_sampled_rollouts_completions_scores_identically(policy):
     for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
         assert torch.equal(forced.per_sample[key], sampled.per_sample[key]), key
     assert torch.equal(forced.action_mask, sampled.action_mask)
-    assert torch.equal(forced.structure.truncated, sampled.structure.truncated)
-    assert torch.equal(forced.structure.action_ids, sampled.structure.action_ids)
-    assert torch.equal(forced.structure.segment_ids, sampled.structure.segment_ids)
+    assert torch.equal(forced.structure.get("truncated"), sampled.structure.get("truncated"))
+    assert torch.equal(forced.structure.get("action_ids"), sampled.structure.get("action_ids"))
+    assert torch.equal(forced.structure.get("segment_ids"), sampled.structure.get("segment_ids"))
     assert forced.outputs == sampled.outputs
     assert forced.group_ids.tolist() == list(range(len(sampled)))
     with torch.no_grad():
@@ -82,7 +82,7 @@ def test_text_completions_end_with_eos_and_long_ones_are_cut_and_truncated(polic
     assert ids[0, :2].tolist() == [*first, eos] and mask[0].sum() == 2
     assert forced.outputs[0] == "3"
     assert mask[1].sum() == 8 and eos not in ids[1].tolist()  # cut at max_new_tokens = 8, no end token
-    assert forced.structure.truncated.tolist() == [False, True]
+    assert forced.structure.get("truncated").tolist() == [False, True]
     assert forced.outputs[1] == "a b c d e f g h"
 
 

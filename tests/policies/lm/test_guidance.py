@@ -4,7 +4,6 @@ guidance rejected, and reward functions that never see the guidance key."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,7 +11,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from genalign.algorithms import loss_normalizer
 from genalign.config.schema import AlgorithmConfig, RewardSpec
 from genalign.policies.base import GUIDANCE_KEY, Rollout
 from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
@@ -21,7 +19,7 @@ from genalign.policies.lm.reference import get_base_model
 from genalign.policies.lm.tiny import build_tiny_causal_lm
 from genalign.rewards import REWARDS
 from genalign.trainer.rewards import RewardSet
-from genalign.trainer.update import UpdateBatch, UpdatePlan, micro_batch_loss
+from genalign.trainer.step_batch import rollout_batch
 
 torch.set_num_threads(1)
 
@@ -178,14 +176,12 @@ def test_reward_functions_never_see_the_guidance_key():
 
 
 def _loss(policy, rollout: Rollout, advantages: torch.Tensor) -> torch.Tensor:
-    cfg = AlgorithmConfig()
-    plan = UpdatePlan.build(cfg, policy)
-    inputs = UpdateBatch(advantages=advantages, old_logp=rollout.old_logp)
-    normalizer = loss_normalizer(rollout.action_mask, cfg.aggregation)
-    loss, _, _ = micro_batch_loss(
-        policy, rollout, list(range(len(rollout))), inputs, cfg, plan, normalizer, contextlib.nullcontext
+    plan = AlgorithmConfig().loss_plan()
+    batch = rollout_batch(rollout, torch.zeros(len(rollout), 1), 0.0).with_values(
+        advantages=advantages, old_logp=rollout.old_logp
     )
-    return loss
+    score = policy.score(rollout, plan.score_request(policy.capabilities.signals))
+    return plan(score, batch, plan.normalizer(rollout.action_mask, advantages))[0]
 
 
 def test_hint_and_prefix_tokens_get_no_loss_and_no_gradient(model_dir):
@@ -196,7 +192,7 @@ def test_hint_and_prefix_tokens_get_no_loss_and_no_gradient(model_dir):
     hint_ids, prefix_ids = ids_of(policy, hint), ids_of(policy, prefix)
     for i in range(len(guided)):  # (i) the actions are the sampled continuation only
         n = int(guided.action_mask[i].sum())
-        assert torch.equal(guided.structure.action_ids[i, :n], data["completion_ids"][i, :n])
+        assert torch.equal(guided.structure.get("action_ids")[i, :n], data["completion_ids"][i, :n])
         assert (
             real(data["prompt_ids"][i], data["prompt_mask"][i])[-len(hint_ids) - len(prefix_ids) :]
             == hint_ids + prefix_ids

@@ -1,0 +1,95 @@
+"""Configured options: an :class:`Option` (a registry name and its hyper-parameters), their validation, and binding.
+
+Every choice of the backend is an option of one registry, written in a config as a name or as
+``{name: ..., **hyper-parameters}``. Hyper-parameters are checked against the option's keywords and *bound* once,
+when the config loads (:func:`bind_option`): the trainer then calls the bound option with the registry's positional
+arguments only, and nothing is inspected per micro-batch. A registered *class* is instantiated with its
+hyper-parameters; an instance that keeps statistics across steps offers the state protocol
+(:class:`Stateful`) and is checkpointed with the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from genalign.registry import Registry, did_you_mean
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configured option: ``name`` in its registry and its keyword hyper-parameters ``args``."""
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", dict(self.args))
+
+
+class HyperparameterError(TypeError, ValueError):
+    """Raised when an option receives a keyword it does not accept."""
+
+
+def accepted_hyperparameters(registry: Registry, name: str) -> dict[str, Any]:
+    """Return ``{keyword: default}`` for the keyword-only hyper-parameters of option ``name`` of ``registry``.
+
+    Raises :class:`genalign.registry.UnknownOptionError` (listing the valid names) for an unknown ``name``.
+    """
+    fn = registry.get(name)
+    if hasattr(fn, "hyperparameters") and not isinstance(fn, type):  # an object that declares its keywords
+        return dict(fn.hyperparameters)
+    params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values()
+    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def check_hyperparameters(registry: Registry, name: str, hp: Mapping[str, Any]) -> None:
+    """Raise :class:`HyperparameterError` if ``hp`` holds a keyword that option ``name`` of ``registry`` does not take.
+
+    The trainer's config loader calls this to reject a config early, e.g.
+    ``check_hyperparameters(ADVANTAGE_ESTIMATORS, "grpo", {"epsilon": 1e-6})`` fails and suggests ``eps``.
+    """
+    accepted = accepted_hyperparameters(registry, name)
+    unknown = [key for key in hp if key not in accepted]
+    if unknown:
+        hints = "".join(did_you_mean(key, list(accepted)) for key in unknown)
+        valid = ", ".join(accepted) if accepted else "none"
+        raise HyperparameterError(
+            f"{registry.kind} {name!r} got unknown hyper-parameter(s) {', '.join(map(repr, unknown))}.{hints} "
+            f"Accepted keywords: {valid}."
+        )
+
+
+def bind_option(registry: Registry, name: str, hp: Mapping[str, Any]) -> Any:
+    """Option ``name`` of ``registry`` with its hyper-parameters ``hp`` validated and bound, once (config load).
+
+    Every registry entry is a function of the registry's signature (``fn(*inputs, **hp)``), usable directly. Its
+    registry meta ``bind`` may give a *bound form*: ``bind(**hp) -> callable(*inputs)``, which validates the
+    hyper-parameters once and may keep state across steps (a :class:`Stateful` object with a per-step ``update``,
+    e.g. an estimator that learns a prior from earlier steps; the trainer checkpoints it). Without ``bind`` the
+    function's keywords are checked and bound with :func:`functools.partial`. A registered class is instantiated
+    with ``hp``. The result is called with the registry's positional inputs only."""
+    option = registry.get(name)
+    binder = registry.meta(name).get("bind")
+    target = option.__init__ if isinstance(option, type) else option
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(target).parameters.values())
+    if not takes_any:  # an option taking **hp validates them itself (e.g. a ratio objective's level and clip keywords)
+        check_hyperparameters(registry, name, hp)
+    if binder is not None:
+        return binder(**hp)
+    return option(**hp) if isinstance(option, type) else functools.partial(option, **hp)
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """The one state protocol: a component whose state changes during training and must be checkpointed (a stateful
+    option, the sample-source stage, the asynchronous rollout schedule, ...). ``state_dict`` returns plain values and
+    tensors (JSON + safetensors, never a pickle); ``load_state_dict`` restores them exactly. A stateful option that
+    keeps statistics of earlier steps also has a per-step ``update(...)``, which the stage that owns it calls."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
