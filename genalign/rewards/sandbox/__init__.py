@@ -42,6 +42,7 @@ from genalign.rewards.sandbox.interpreter import default_interpreter
 from genalign.rewards.sandbox.limits import SandboxLimits
 from genalign.rewards.sandbox.result import SandboxError, SandboxIsolation, SandboxResult, SandboxStatus
 from genalign.rewards.sandbox.run import Language, run_sandboxed
+from genalign.rewards.sandbox.session import SessionResult, TestStatus, run_test_session
 
 __all__ = [
     "Language",
@@ -50,6 +51,9 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "SandboxStatus",
+    "SessionResult",
+    "TestStatus",
     "default_interpreter",
     "run_sandboxed",
+    "run_test_session",
 ]
