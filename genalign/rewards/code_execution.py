@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import re
 import typing
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -178,6 +179,7 @@ class CodeExecution:
         self._counts: dict[str, int] = {}
         self._isolated: list[bool] = []
         self._filtered: list[bool] = []
+        self._warned = False
         self._reset_counts()
 
     def _reset_counts(self) -> None:
@@ -252,6 +254,16 @@ class CodeExecution:
             jobs.extend(row_jobs)
         with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
             outcomes = list(pool.map(self._execute, jobs))
+        if not self._warned and any(isolation.uid is None and not isolation.pid_namespace for _, isolation in outcomes):
+            self._warned = True
+            warnings.warn(
+                "code_execution: the sandbox got neither a PID namespace nor a private uid here, so the programs run "
+                "as your uid and can open this process's /proc entries (its memory, its pipes): their rewards can be "
+                "forged. Run as root, or where unprivileged user namespaces are allowed (see "
+                "docs/rewards_code_execution.md).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         passed = [0] * count
         total = [0] * count
         for job, (statuses, isolation) in zip(jobs, outcomes, strict=True):

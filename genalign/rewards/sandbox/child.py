@@ -1,7 +1,7 @@
 """The sandbox side of a run: this file, run as a script by :func:`genalign.rewards.sandbox.run_sandboxed` and
 :func:`genalign.rewards.sandbox.run_test_session`.
 
-``python -I -S -B child.py CONFIG`` starts as the caller's user. It is the *runner*: it enters new namespaces where it
+``python -I -S -B child.py CONFIG_FILE`` starts as the caller's user. It is the *runner*: it enters new namespaces where it
 can, makes itself not dumpable, and forks the sandbox's *init*, which sets up the filesystem and then either
 
 - runs one program: forks the program's process (limits set, privileges dropped, system-call filter installed, then
@@ -13,8 +13,8 @@ can, makes itself not dumpable, and forks the sandbox's *init*, which sets up th
 
 Runner and init report on the status pipe (``config["status_fd"]``) as JSON lines: ``isolation``, ``seccomp`` (one per
 process started, measured in it before ``exec``), ``started``, ``exit`` or ``error``. The verdict pipe
-(``config["verdict_fd"]``, sessions only) reaches the harness alone: runner and init close their copies once it is
-started, and no solution process inherits it.
+(``config["verdict_fd"]``) and the tests (a memory file, ``config["session"]["spec_fd"]``) of a session reach the
+harness alone: runner and init close their copies once it is started, and no solution process inherits them.
 
 Standard library only, and nothing imported from genalign: in isolated mode the script's directory is not on
 ``sys.path``, so this file must stand alone.
@@ -362,11 +362,13 @@ def _run_program(config: dict[str, Any], libc: Any, isolation: dict[str, Any]) -
     return exit_report(ended or reaped.get(program), timed_out, stopped)
 
 
-def _module_from_source(name: str, source: str) -> Any:
-    """A module made from ``source`` (sent by the parent in the config)."""
+def _module_from_code(name: str, code: str) -> Any:
+    """A module made from ``code`` (marshal data in hex, compiled by the parent, which runs this same Python)."""
+    import marshal
+
     module = type(sys)(name)
     sys.modules[name] = module
-    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    exec(marshal.loads(bytes.fromhex(code)), module.__dict__)
     return module
 
 
@@ -380,8 +382,8 @@ def _init_main(config: dict[str, Any], libc: Any, namespaces: dict[str, bool]) -
         isolation = _measure_isolation(config, libc, namespaces)
         emit(status_fd, "isolation", **isolation)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM})
-        if config.get("session"):  # init_session.py, shipped as source: nothing beside this file is importable
-            session = _module_from_source("genalign_sandbox_init_session", config["session"]["sources"]["init_session"])
+        if config.get("session"):  # init_session.py, shipped compiled: nothing beside this file is importable
+            session = _module_from_code("genalign_sandbox_init_session", config["session"]["sources"]["init_session"])
             report = session.serve(config, libc, isolation, sys.modules[__name__])
         else:
             report = _run_program(config, libc, isolation)
@@ -434,11 +436,13 @@ def _runner_main(config: dict[str, Any]) -> None:
     init = os.fork()
     if init == 0:
         _init_main(config, libc, namespaces)
-    if config.get("verdict_fd") is not None:
-        os.close(config["verdict_fd"])  # the harness's alone
+    for fd in (config.get("verdict_fd"), (config.get("session") or {}).get("spec_fd")):
+        if fd is not None:
+            os.close(fd)  # the harness's alone
     signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGTERM))
     os.waitpid(init, 0)
 
 
 if __name__ == "__main__":
-    _runner_main(json.loads(sys.argv[1]))
+    with open(sys.argv[1]) as config_file:
+        _runner_main(json.load(config_file))

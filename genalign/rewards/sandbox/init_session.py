@@ -5,7 +5,7 @@ isolated mode nothing beside ``child.py`` is importable) and passes itself as ``
 Standard library only.
 
 Init starts the harness (:mod:`genalign.rewards.sandbox.protocol`; the harness's private uid when the caller is root)
-with the tests on its stdin, the verdict pipe, a control pipe each way and one socket per possible solution process,
+with the tests on its stdin (a memory file from the parent), the verdict pipe, a control pipe each way and one socket per possible solution process,
 and at once a first solution process (the program's uid, the program's limits and filter, its socket and nothing
 else), which waits for the harness before running the program. Then it serves the harness's requests: ``start`` a
 test (on the live solution process, or on a new one), ``stop`` it (killing the process when the harness says it
@@ -15,7 +15,6 @@ sees as the end of its socket.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -80,12 +79,12 @@ class _Session:
         config = self.config
         self.requests, harness_writes = os.pipe()
         harness_reads, self.replies = os.pipe()
-        spec_read, spec_write = os.pipe()
+        spec = config["session"]["spec_fd"]  # a memory file from the parent, at its start
         fds = {"verdict": config["verdict_fd"], "to_init": harness_writes, "from_init": harness_reads}
         fds["channels"] = [end.fileno() for end in harness_ends]
         harness = os.fork()
         if harness == 0:
-            os.dup2(spec_read, 0)
+            os.dup2(spec, 0)
             argv = self._argv("harness", json.dumps(fds))
             limits = self._budget()
             limits["max_open_files"] = max(limits["max_open_files"], self.count + 32)
@@ -93,18 +92,11 @@ class _Session:
             uid = config["session"]["harness_uid"]
             self.child.exec_sandboxed(config, self.libc, self.isolation, uid=uid, argv=argv, cwd="/", keep=keep, limits=limits,
                             sandbox_processes=3)  # fmt: skip
-        for fd in (harness_writes, harness_reads, spec_read, config["verdict_fd"]):
+        for fd in (harness_writes, harness_reads, spec, config["verdict_fd"]):  # the harness's alone
             os.close(fd)
         for end in harness_ends:
             end.close()
         self.child.emit(config["status_fd"], "started", pid=harness, pgid=harness)
-        with open(config["session"]["spec"], "rb") as handle:
-            spec = handle.read()
-        with contextlib.suppress(OSError):  # the harness ended before reading it: it reports no verdict
-            view = memoryview(spec)
-            while view:
-                view = view[os.write(spec_write, view) :]
-        os.close(spec_write)
         return harness
 
     def _start_solution(self) -> None:

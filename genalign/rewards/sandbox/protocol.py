@@ -253,9 +253,15 @@ class _Solution:
         return call
 
 
+#: standard-library modules whose import does something (runs .pth hooks, starts programs, prints, opens windows)
+_LOUD_MODULES = {"site", "antigravity", "webbrowser", "this", "__hello__", "__phello__", "tkinter", "turtle"}
+_LOUD_MODULES |= {"turtledemo", "idlelib", "pydoc", "test"}
+
+
 def _stdlib_module(name: Any) -> Any:
-    """The standard-library module ``name``, imported by the harness itself; None for any other name."""
-    if not isinstance(name, str) or name.partition(".")[0] not in sys.stdlib_module_names:
+    """The standard-library module ``name``, imported by the harness itself; None for any other name (and for
+    :data:`_LOUD_MODULES`)."""
+    if not isinstance(name, str) or name.partition(".")[0] not in sys.stdlib_module_names - _LOUD_MODULES:
         return None
     try:
         import importlib

@@ -102,13 +102,15 @@ def execute(
     interpreter = interpreter or default_interpreter(drop_privileges=is_root)
 
     # 1. a private directory: program and stdin (0600, caller only) and scratch/ (the program's, 0700); in a session
-    #    the tests too (0600: only init reads them, to hand them to the harness), and a second private uid
+    #    a second private uid, and the tests in a memory file with no path (where the program keeps the caller's uid,
+    #    it could read a 0600 file of the run's directory), handed to the harness as its stdin
     uids = [acquire_uid() for _ in range(2 if session else 1)] if is_root else []
     uid = uids[0] if uids else None
     base = tempfile.mkdtemp(prefix="genalign-sandbox-")
     os.chmod(base, 0o711)  # others may pass through to scratch/ (Python opens main.py by its absolute path), not list
     status_read, status_write = os.pipe()
     verdict_read, verdict_write = os.pipe() if session else (-1, -1)
+    spec_fd = _memory_file(session.spec) if session else -1
     process = None
     try:
         program_filter = filter_program() if use_seccomp else None
@@ -125,18 +127,16 @@ def execute(
             "session": None,
         }
         if session:
-            spec_path = os.path.join(base, "tests.json")
-            _write_private(spec_path, session.spec)
             harness_uid = uids[1] if uids else None
-            config["session"] = {"tests": session.tests, "spec": spec_path, "sources": session.sources}
+            config["session"] = {"tests": session.tests, "spec_fd": spec_fd, "sources": session.sources}
             config["session"]["harness_uid"] = harness_uid
         # 2. the runner, in its own session, with a clean environment; it reports on the status pipe
         started = time.monotonic()
         process = _start_runner(base, config)
-        os.close(status_write)
-        if verdict_write >= 0:
-            os.close(verdict_write)
-        status_write = verdict_write = -1
+        for fd in (status_write, verdict_write, spec_fd):
+            if fd >= 0:
+                os.close(fd)
+        status_write = verdict_write = spec_fd = -1
         # 3. read the output; init enforces the time limits itself, the backstop only catches a stuck sandbox
         wall = session.wall_s if session else limits.timeout_s
         collected = _collect_until_exit(process, status_read, verdict_read, limits, backstop=started + wall + 2.0)
@@ -150,7 +150,7 @@ def execute(
         result = _result(events.get("exit", {}), collected, limits, isolation, interpreter, wall_time, process.pid)
         return result, bytes(collected.verdict)
     finally:
-        _clean_up(process, (status_read, status_write, verdict_read, verdict_write), uids, base)
+        _clean_up(process, (status_read, status_write, verdict_read, verdict_write, spec_fd), uids, base)
 
 
 def _check_arguments(program: str, stdin: str, language: str) -> None:
@@ -169,6 +169,16 @@ def _write_private(path: str, text: str) -> None:
         handle.write(text)
 
 
+def _memory_file(text: str) -> int:
+    """A descriptor of an anonymous memory file holding ``text``, positioned at its start."""
+    fd = os.memfd_create("genalign-session-tests")
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _prepare_directory(base: str, program: str, stdin: str, uid: int | None) -> str:
     """Fill the run's directory ``base``: ``program.py`` and ``stdin`` (caller only) and ``scratch/`` (owned by the
     private ``uid``, if any); returns the scratch directory."""
@@ -182,19 +192,27 @@ def _prepare_directory(base: str, program: str, stdin: str, uid: int | None) -> 
 
 
 def _start_runner(base: str, config: dict[str, Any]) -> subprocess.Popen:
-    """Start the runner in its own session, with a clean environment, the stdin file, the status pipe (and the
-    verdict pipe)."""
+    """Start the runner in its own session, with a clean environment, the stdin file and the status pipe (and a
+    session's descriptors)."""
+    config_path = os.path.join(base, "config.json")  # a file: a session's config outgrows one program argument
+    _write_private(config_path, json.dumps(config))
     with open(os.path.join(base, "stdin"), "rb") as stdin_file:
         return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", _RUNNER, json.dumps(config)],
+            [sys.executable, "-I", "-S", "-B", _RUNNER, config_path],
             stdin=stdin_file,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=tuple(fd for fd in (config["status_fd"], config["verdict_fd"]) if fd is not None),
+            pass_fds=_passed_descriptors(config),
             env={"PATH": SEARCH_PATH, "LANG": "C.UTF-8"},
             cwd=base,
             start_new_session=True,
         )
+
+
+def _passed_descriptors(config: dict[str, Any]) -> tuple[int, ...]:
+    """The status pipe and, in a session, the verdict pipe and the tests' memory file."""
+    session = config["session"] or {}
+    return tuple(fd for fd in (config["status_fd"], config["verdict_fd"], session.get("spec_fd")) if fd is not None)
 
 
 def _collect_until_exit(
@@ -217,13 +235,15 @@ def _parse_events(status: bytearray) -> dict[str, Any]:
     events: dict[str, Any] = {}
     filters: list[bool] = []
     for line in status.decode("utf-8", "replace").splitlines():
-        if line.strip():
+        try:
             event = json.loads(line)
             name = event.pop("event")
-            if name == "seccomp":
-                filters.append(bool(event.get("installed")))
-            else:
-                events[name] = event
+        except (ValueError, AttributeError, KeyError, TypeError):  # not the runner's: a fallback-mode program can write
+            continue  # here (docs/rewards_code_execution.md); skip it rather than fail the caller
+        if name == "seccomp":
+            filters.append(bool(event.get("installed")))
+        else:
+            events[name] = event
     events["seccomp"] = bool(filters) and all(filters)
     return events
 

@@ -2,9 +2,14 @@
 
 One sandbox (:mod:`genalign.rewards.sandbox`) runs a test session: the *harness* executes each test's code (assert
 statements, a HumanEval ``check``) in a process of its own, and every call of one of the program's functions goes, as
-plain data, to a *solution* process that runs the program (a fresh one per test). The program never shares an
-interpreter, memory or a writable file with the tests; the verdicts travel on a pipe only the harness holds. Design
-and protocol: :mod:`genalign.rewards.sandbox.protocol`; process setup: :mod:`genalign.rewards.sandbox.child`.
+plain data, to a *solution* process that runs the program (one for the tests in turn, a fresh one after a test that
+killed it or aborted). The program never shares an interpreter, memory or a writable file with the tests; the verdicts
+travel on a pipe only the harness holds. Design and protocol: :mod:`genalign.rewards.sandbox.protocol` and
+:mod:`~genalign.rewards.sandbox.wire`; process setup: :mod:`~genalign.rewards.sandbox.child` and
+:mod:`~genalign.rewards.sandbox.init_session`.
+
+The harness and solution processes run ``python -c`` with the code of wire.py and protocol.py as arguments, compiled
+once per interpreter by that interpreter (marshal, hex): compiling them in each process cost ~20 ms of CPU each.
 """
 
 from __future__ import annotations
@@ -12,29 +17,43 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import marshal
+import os
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from genalign.rewards.sandbox import protocol
+from genalign.rewards.sandbox.child import SEARCH_PATH
+from genalign.rewards.sandbox.interpreter import default_interpreter
 from genalign.rewards.sandbox.limits import SandboxLimits
-from genalign.rewards.sandbox.result import SandboxResult
+from genalign.rewards.sandbox.result import SandboxError, SandboxResult
 from genalign.rewards.sandbox.run import SessionPlan, execute
 
 TestStatus = Literal["ok", "fail", "timeout", "memory", "crash", "output_limit"]
 
-#: what ``python -c`` runs in the harness and solution processes, with the sources of wire.py and protocol.py as its
+#: what ``python -c`` runs in the harness and solution processes, with the code of wire.py and protocol.py as its
 #: first two arguments: genalign is not importable there (and, as root, the private uids may not even read its files)
 _BOOTSTRAP = """\
-import sys
+import marshal, sys
 for _name in ("genalign", "genalign.rewards", "genalign.rewards.sandbox", "genalign.rewards.sandbox.wire"):
     sys.modules[_name] = type(sys)(_name)
-_wire, _protocol = sys.argv[1:3]
+_wire, _protocol = (marshal.loads(bytes.fromhex(code)) for code in sys.argv[1:3])
 del sys.argv[1:3]
-exec(compile(_wire, "wire.py", "exec"), sys.modules["genalign.rewards.sandbox.wire"].__dict__)
-exec(compile(_protocol, "protocol.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+exec(_wire, sys.modules["genalign.rewards.sandbox.wire"].__dict__)
+exec(_protocol, {"__name__": "__main__", "__builtins__": __builtins__})
 """
+#: run by the sandbox's interpreter on the parent's side: compiles the NUL-separated sources on stdin
+_COMPILE = """\
+import marshal, sys
+names = ("wire.py", "protocol.py")
+codes = [marshal.dumps(compile(text, name, "exec")).hex() for name, text in zip(names, sys.stdin.read().split("\\0"))]
+sys.stdout.write(" ".join(codes))
+"""
+#: the longest single argument Linux passes to a program (MAX_ARG_STRLEN), less a margin
+_MAX_ARGUMENT = 120_000
 #: the most tests of one session (each holds a socket pair in init until its turn); split longer lists
 MAX_SESSION_TESTS = 256
 #: the harness's time to start, read its tests and stop each solution, on top of ``timeout_s`` per test
@@ -92,6 +111,7 @@ def run_test_session(
             f"run_test_session: {len(tests)} tests; give 1 to {MAX_SESSION_TESTS} (split longer lists into sessions)."
         )
     limits = limits or SandboxLimits()
+    interpreter = interpreter or default_interpreter(drop_privileges=os.geteuid() == 0)
     spec = {
         "tests": tests,
         "entry_point": entry_point,
@@ -101,7 +121,7 @@ def run_test_session(
     plan = SessionPlan(
         spec=json.dumps(spec),
         tests=len(tests),
-        sources=_sources(),
+        sources=_shipped(interpreter),
         wall_s=_SESSION_SLACK_S + len(tests) * (limits.timeout_s + _PER_TEST_SLACK_S),
     )
     run, verdicts = execute(
@@ -120,11 +140,28 @@ def run_test_session(
 
 
 @functools.cache
-def _sources() -> dict[str, str]:
-    """What init runs (init_session.py) and what it ships to the harness and solution processes."""
+def _shipped(interpreter: str) -> dict[str, str]:
+    """The code init runs (init_session.py, compiled here: init is this Python) and the code it ships to the harness
+    and solution processes (wire.py and protocol.py, compiled by ``interpreter``), as marshal data in hex."""
     folder = Path(protocol.__file__).parent
-    files = {name: (folder / f"{name}.py").read_text(encoding="utf-8") for name in ("wire", "protocol", "init_session")}
-    return {"bootstrap": _BOOTSTRAP, **files}
+    sources = {
+        name: (folder / f"{name}.py").read_text(encoding="utf-8") for name in ("wire", "protocol", "init_session")
+    }
+    compiled = subprocess.run(
+        [interpreter, "-I", "-S", "-B", "-c", _COMPILE],
+        input=sources["wire"] + "\0" + sources["protocol"],
+        capture_output=True,
+        text=True,
+        env={"PATH": SEARCH_PATH, "LANG": "C.UTF-8"},
+        check=False,
+    )
+    codes = compiled.stdout.split()
+    if compiled.returncode != 0 or len(codes) != 2:
+        raise SandboxError(f"{interpreter} could not compile the test session's code: {compiled.stderr[-2000:]}")
+    if max(len(code) for code in codes) > _MAX_ARGUMENT:
+        raise SandboxError("the test session's code outgrew one program argument; split wire.py or protocol.py")
+    init_session = marshal.dumps(compile(sources["init_session"], "init_session.py", "exec")).hex()
+    return {"bootstrap": _BOOTSTRAP, "wire": codes[0], "protocol": codes[1], "init_session": init_session}
 
 
 def _parse_verdicts(data: bytes, count: int) -> tuple[dict[int, TestStatus], bool]:
