@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -180,3 +181,27 @@ def test_bad_arguments_are_rejected_by_name():
         run_test_session("pass", [], limits=LIMITS)
     with pytest.raises(ValueError, match="strings"):
         run_test_session("pass", [b"assert True"], limits=LIMITS)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("use_namespaces", [True, False], ids=["namespaces", "fallback"])
+def test_nothing_the_program_started_outlives_the_session(use_namespaces):
+    marker = f"{time.time_ns() % 10**6}.5"  # a unique argument to find the daemons by
+    daemon = (
+        "import os\ndef spawn():\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+        f"            os.execv('/bin/sleep', ['sleep', '{marker}'])\n        os._exit(0)\n    return True\n"
+        "spawn()\n"
+    )
+    session = run_test_session(
+        daemon, ["assert spawn()", "assert spawn()"], limits=LIMITS, use_namespaces=use_namespaces
+    )
+    assert session.statuses == ("ok", "ok"), session.run.stderr
+    time.sleep(0.05)
+    left = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    left.append(entry)
+        except OSError:
+            continue
+    assert left == [], f"processes left behind: {left}"

@@ -261,7 +261,8 @@ _LOUD_MODULES |= {"turtledemo", "idlelib", "pydoc", "test"}
 def _stdlib_module(name: Any) -> Any:
     """The standard-library module ``name``, imported by the harness itself; None for any other name (and for
     :data:`_LOUD_MODULES`)."""
-    if not isinstance(name, str) or name.partition(".")[0] not in sys.stdlib_module_names - _LOUD_MODULES:
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) - _LOUD_MODULES  # Python >= 3.10; none before
+    if not isinstance(name, str) or name.partition(".")[0] not in stdlib:
         return None
     try:
         import importlib
