@@ -205,3 +205,9 @@ def test_nothing_the_program_started_outlives_the_session(use_namespaces):
         except OSError:
             continue
     assert left == [], f"processes left behind: {left}"
+
+
+def test_a_large_program_constant_is_not_copied_to_the_tests():
+    program = "SIEVE = [True] * 10**6\nSMALL = {'a': 1}\ndef first():\n    return SIEVE[0]\n"
+    tests = ["assert SMALL == {'a': 1} and first() is True", "assert 'SIEVE' not in globals()"]
+    assert run_test_session(program, tests, limits=LIMITS).statuses == ("ok", "ok")

@@ -67,8 +67,23 @@ class SolutionError(Exception):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+#: the largest program constant copied to the tests (items of a container, characters of its JSON): a sieve of 10**7
+#: flags must not slow down or overflow the load report
+_MAX_CONSTANT_ITEMS, _MAX_CONSTANT_CHARS = 1000, 1 << 16
+
+
+def _constant(value: Any) -> Any:
+    """``value`` as plain data if it is small; raises :class:`Unencodable` otherwise."""
+    if hasattr(value, "__len__") and len(value) > _MAX_CONSTANT_ITEMS and not isinstance(value, (str, bytes)):
+        raise Unencodable("too many items to copy")
+    data = to_data(value)
+    if len(dumps(data)) > _MAX_CONSTANT_CHARS:
+        raise Unencodable("too large to copy")
+    return data
+
+
 def _describe(namespace: dict[str, Any]) -> dict[str, list[Any]]:
-    """What the harness may use of the program's top-level names: callables, modules (by name), plain values."""
+    """What the harness may use of the program's top-level names: callables, modules (by name), small plain values."""
     names: dict[str, list[Any]] = {}
     for name, value in list(namespace.items()):
         if name.startswith("__"):
@@ -79,8 +94,8 @@ def _describe(namespace: dict[str, Any]) -> dict[str, list[Any]]:
             names[name] = ["callable"]
         else:
             try:
-                names[name] = ["value", to_data(value)]
-            except Exception:  # not plain data: the tests cannot use it
+                names[name] = ["value", _constant(value)]
+            except Exception:  # not plain data, or large: the tests do not get it
                 continue
     return names
 
