@@ -9,29 +9,37 @@ untagged fenced block, else the whole text) with ``extract="last_block"``, or th
 
 - ``tests`` as a list of ``{"input": str, "output": str}`` (stdin/stdout, APPS / CodeContests style; also accepted:
   ``{"inputs": [...], "outputs": [...]}`` and either of them as a JSON string). Each test is one run of the program
-  with ``input`` on stdin; it passes when the run ends with status ``ok`` and the output equals ``output`` line by line
-  after stripping both texts and collapsing the whitespace inside each line.
+  with ``input`` on stdin (:func:`~genalign.rewards.sandbox.run_sandboxed`); it passes when the run ends with status
+  ``ok`` and the output equals ``output`` line by line after stripping both texts and collapsing the whitespace inside
+  each line. The expected output never enters the sandbox and the comparison happens here, so nothing the program
+  prints or does decides it but the output itself (a printed "passed", an early ``exit(0)``: wrong output).
 - ``tests`` as a list of assert statements (MBPP style), or ``test_code`` as one string (HumanEval style; with an
-  ``entry_point`` column, ``check(<entry_point>)`` is called after it). Each assert (or the whole ``test_code``) is
-  one run: the program, then the test, executed in one namespace whose ``__name__`` is ``"__solution__"`` (so an
-  ``if __name__ == "__main__":`` block does not run). The test passes when the run reaches a final line carrying a
-  random token the harness reads from stdin before the program starts, so exiting early with status 0
-  (``exit(0)``, ``os._exit(0)``) does not pass. A program that hunts for the token in its own interpreter's memory
-  could; the tests themselves are visible to the program, as in every same-process harness.
+  ``entry_point`` column, ``check(<entry_point>)`` is called after it). All of a row's tests run in one *test session*
+  (:func:`~genalign.rewards.sandbox.run_test_session`): the test code runs in a harness process of its own, and each
+  call of one of the program's functions goes as plain data (JSON) to a separate process that runs the program, and
+  its return value comes back as plain data; the comparison happens in the harness, which alone decides and reports
+  each verdict, on a pipe the program's process does not hold. The program shares no interpreter, memory or writable
+  file with the tests, so no token, global, patched ``AssertionError``, ``__eq__``, ``atexit`` hook, early exit or
+  printed line can pass a test; it can only return values. Like MBPP's and HumanEval's own harnesses, a row's tests
+  share the program's process while it stays healthy (a test after a crash, timeout or unreadable answer gets a fresh
+  one); the program's ``if __name__ == "__main__":`` block does not run (its ``__name__`` is ``"__solution__"``).
+  Limits are per test, as for one run. What cannot cross (objects of the program's own classes, functions, endless
+  generators) fails the test; see :mod:`genalign.rewards.sandbox.protocol`.
 
 Reward: the fraction of tests passed (``mode="fraction"``) or 1.0 only when all pass (``mode="all_or_nothing"``);
-``None`` for a row without tests. Runs of the whole batch go through a thread pool of ``max_parallel`` workers, each
-run in its own sandbox process. :meth:`CodeExecution.pop_metrics` reports, per test run since the previous call, how
-many were ``ok`` (passed), ``fail`` (ran, wrong output or a failed assert), ``timeout``, ``memory``, ``crash`` and
-``output_limit``, plus ``network_isolated`` (1.0 when every run had no network) and ``rows_without_tests``.
+``None`` for a row without tests. Runs and sessions of the whole batch go through a thread pool of ``max_parallel``
+workers, each waiting on its own sandbox. :meth:`CodeExecution.pop_metrics` reports, per test since the previous call,
+how many were ``ok`` (passed), ``fail`` (ran, wrong output, a failed assert or an answer that cannot cross),
+``timeout``, ``memory``, ``crash`` and ``output_limit``, plus ``network_isolated`` and ``seccomp`` (1.0 when every test
+ran without network / under the system-call filter) and ``rows_without_tests``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import secrets
 import typing
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +47,7 @@ from typing import Any, Literal
 
 from genalign.rewards.base import register_reward
 from genalign.rewards.inputs import completion_text
-from genalign.rewards.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from genalign.rewards.sandbox import SandboxIsolation, SandboxLimits, run_sandboxed, run_test_session
 
 ScoreMode = Literal["fraction", "all_or_nothing"]
 ExtractMode = Literal["last_block", "whole"]
@@ -48,16 +56,8 @@ Language = Literal["python"]
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3"}
 _STATUSES = ("ok", "fail", "timeout", "memory", "crash", "output_limit")
-
-_ASSERT_HARNESS = """\
-import sys as _sys
-_token = _sys.stdin.readline().strip()
-_namespace = {{"__name__": "__solution__", "__builtins__": __builtins__}}
-exec(compile({program!r}, "<solution>", "exec"), _namespace)
-exec(compile({test!r}, "<tests>", "exec"), _namespace)
-_sys.stdout.flush()
-_sys.stdout.write("\\n" + _token + "\\n")
-"""
+#: the most tests of one row in one session (longer lists are split: a session's backstop grows with its tests)
+_SESSION_TESTS = 32
 
 
 def extract_program(text: str, *, extract: ExtractMode = "last_block") -> str:
@@ -80,14 +80,15 @@ def normalize_output(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Run:
-    """One sandbox run: the program text, its stdin, and how to judge the result."""
+class _Job:
+    """One sandbox of a row: a stdin/stdout run (``stdin`` and ``expected_output``) or a test session (``tests``)."""
 
     row: int
     program: str
-    stdin: str
-    expected_output: str | None = None  # stdin/stdout style
-    token: str | None = None  # assert style
+    stdin: str | None = None
+    expected_output: str | None = None
+    tests: tuple[str, ...] = ()
+    entry_point: str | None = None
 
 
 def _parse_tests(value: Any, row: int) -> list[Any]:
@@ -124,12 +125,12 @@ class CodeExecution:
     Args:
         mode: ``"fraction"`` of tests passed, or ``"all_or_nothing"``.
         extract: ``"last_block"`` (the last fenced python block, else the whole text) or ``"whole"``.
-        timeout_s: wall-clock limit of one run, in seconds.
-        cpu_time_s: CPU-time limit of one run, in seconds (None: ``timeout_s``).
-        memory_mb: address-space limit of each process of a run, in MiB.
-        max_output_bytes: stdout (and stderr) beyond this stops the run (status ``output_limit``).
-        max_processes: processes plus threads a run may have at once.
-        max_parallel: runs executed at the same time (threads, each waiting on its own sandbox process).
+        timeout_s: wall-clock limit of one test (a stdin/stdout run, or one test of a session), in seconds.
+        cpu_time_s: CPU-time limit of one test, in seconds (None: ``timeout_s``).
+        memory_mb: address-space limit of each process, in MiB.
+        max_output_bytes: stdout (and stderr) beyond this per test stops the run or session (``output_limit``).
+        max_processes: processes plus threads the program may have at once.
+        max_parallel: sandboxes run at the same time (threads, each waiting on its own sandbox).
         language: only ``"python"``.
         interpreter: the Python that runs the programs (default: see
             :func:`genalign.rewards.sandbox.default_interpreter`).
@@ -177,20 +178,23 @@ class CodeExecution:
         self.interpreter = interpreter
         self._counts: dict[str, int] = {}
         self._isolated: list[bool] = []
+        self._filtered: list[bool] = []
+        self._warned = False
         self._reset_counts()
 
     def _reset_counts(self) -> None:
         self._counts = dict.fromkeys([*_STATUSES, "rows_without_tests"], 0)
         self._isolated = []
+        self._filtered = []
 
-    def _runs(self, row: int, program: str, tests: Any, test_code: Any, entry_point: Any) -> list[_Run]:
-        runs = []
+    def _jobs(self, row: int, program: str, tests: Any, test_code: Any, entry_point: Any) -> list[_Job]:
+        jobs, code_tests = [], []
         if tests is not None:
             for test in _parse_tests(tests, row):
                 if isinstance(test, dict):
-                    runs.append(_Run(row, program, str(test["input"]), expected_output=str(test["output"])))
+                    jobs.append(_Job(row, program, stdin=str(test["input"]), expected_output=str(test["output"])))
                 else:
-                    runs.append(self._assert_run(row, program, test))
+                    code_tests.append(test)
         if test_code:
             if not isinstance(test_code, str):
                 raise ValueError(
@@ -198,38 +202,27 @@ class CodeExecution:
                 )
             if entry_point:
                 test_code = f"{test_code}\n\ncheck({entry_point})\n"
-            runs.append(self._assert_run(row, program, test_code))
-        return runs
+            code_tests.append(test_code)
+        entry = str(entry_point) if entry_point else None
+        for start in range(0, len(code_tests), _SESSION_TESTS):
+            jobs.append(_Job(row, program, tests=tuple(code_tests[start : start + _SESSION_TESTS]), entry_point=entry))
+        return jobs
 
-    @staticmethod
-    def _assert_run(row: int, program: str, test: str) -> _Run:
-        token = secrets.token_hex(16)
-        harness = _ASSERT_HARNESS.format(program=program, test=test)
-        return _Run(row, harness, token + "\n", token=token)
-
-    def _execute(self, run: _Run) -> tuple[SandboxResult, bool]:
+    def _execute(self, job: _Job) -> tuple[list[str], SandboxIsolation]:
+        """The status of each test of ``job`` (``"ok"``: passed) and the isolation it ran under."""
+        if job.tests:
+            session = run_test_session(
+                job.program, job.tests, entry_point=job.entry_point, limits=self.limits, interpreter=self.interpreter
+            )
+            return list(session.statuses), session.run.isolation
+        assert job.stdin is not None and job.expected_output is not None
         result = run_sandboxed(
-            run.program, stdin=run.stdin, language=self.language, limits=self.limits, interpreter=self.interpreter
+            job.program, stdin=job.stdin, language=self.language, limits=self.limits, interpreter=self.interpreter
         )
         if result.status != "ok":
-            return result, False
-        if run.token is not None:
-            lines = result.stdout.rstrip("\n").splitlines()
-            return result, bool(lines) and lines[-1] == run.token
-        assert run.expected_output is not None
-        return result, normalize_output(result.stdout) == normalize_output(run.expected_output)
-
-    def _count(self, run: _Run, result: SandboxResult, passed: bool) -> None:
-        if passed:
-            status = "ok"
-        elif result.status == "ok":
-            status = "fail"  # ran, but wrong output (or the token is missing: an early exit)
-        elif result.status == "crash" and run.token is not None and "AssertionError" in result.stderr[-2000:]:
-            status = "fail"  # a failed assert is a wrong answer, not a crash
-        else:
-            status = result.status
-        self._counts[status] += 1
-        self._isolated.append(result.isolation.network_isolated)
+            return [result.status], result.isolation
+        passed = normalize_output(result.stdout) == normalize_output(job.expected_output)
+        return ["ok" if passed else "fail"], result.isolation  # "fail": ran, wrong output
 
     def __call__(
         self,
@@ -249,24 +242,37 @@ class CodeExecution:
         for name, values in (("tests", tests), ("test_code", test_code), ("entry_point", entry_point)):
             if values is not None and len(values) != count:
                 raise ValueError(f"reward 'code_execution': column {name!r} has {len(values)} values for {count}.")
-        runs: list[_Run] = []
+        jobs: list[_Job] = []
         has_tests = [False] * count
         for row, completion in enumerate(completions):
             row_tests = tests[row] if tests is not None else None
             row_code = test_code[row] if test_code is not None else None
             program = extract_program(completion_text(completion), extract=self.extract)
             row_entry = entry_point[row] if entry_point is not None else None
-            row_runs = self._runs(row, program, row_tests, row_code, row_entry)
-            has_tests[row] = bool(row_runs)
-            runs.extend(row_runs)
+            row_jobs = self._jobs(row, program, row_tests, row_code, row_entry)
+            has_tests[row] = bool(row_jobs)
+            jobs.extend(row_jobs)
         with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
-            outcomes = list(pool.map(self._execute, runs))
+            outcomes = list(pool.map(self._execute, jobs))
+        if not self._warned and any(isolation.uid is None and not isolation.pid_namespace for _, isolation in outcomes):
+            self._warned = True
+            warnings.warn(
+                "code_execution: the sandbox got neither a PID namespace nor a private uid here, so the programs run "
+                "as your uid and can open this process's /proc entries (its memory, its pipes): their rewards can be "
+                "forged. Run as root, or where unprivileged user namespaces are allowed (see "
+                "docs/rewards_code_execution.md).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         passed = [0] * count
         total = [0] * count
-        for run, (result, ok) in zip(runs, outcomes, strict=True):
-            self._count(run, result, ok)
-            total[run.row] += 1
-            passed[run.row] += int(ok)
+        for job, (statuses, isolation) in zip(jobs, outcomes, strict=True):
+            for status in statuses:
+                self._counts[status] += 1
+                self._isolated.append(isolation.network_isolated)
+                self._filtered.append(isolation.seccomp)
+                total[job.row] += 1
+                passed[job.row] += int(status == "ok")
         rewards: list[float | None] = []
         for row in range(count):
             if not has_tests[row]:
@@ -279,10 +285,12 @@ class CodeExecution:
         return rewards
 
     def pop_metrics(self) -> dict[str, float]:
-        """Per-status counts of the test runs since the previous call (module docstring); ``network_isolated`` is 1.0
-        when every one of those runs had no network, 0.0 when one had (absent when nothing ran)."""
+        """Per-status counts of the tests since the previous call (module docstring); ``network_isolated`` is 1.0
+        when every one of those tests ran with no network, 0.0 when one did not, and ``seccomp`` likewise for the
+        system-call filter (both absent when nothing ran)."""
         metrics = {key: float(value) for key, value in self._counts.items()}
         if self._isolated:
             metrics["network_isolated"] = float(all(self._isolated))
+            metrics["seccomp"] = float(all(self._filtered))
         self._reset_counts()
         return metrics

@@ -133,12 +133,21 @@ def check_race_chain(out: str, tmp: Path) -> None:
     assert (tmp / "race.png").stat().st_size > 0
 
 
+def check_code_execution(out: str, tmp: Path) -> None:
+    rows = {row[0]: row for row in _table_rows(out, "") if row[0].startswith(("MBPP", "HumanEval"))}
+    assert set(rows) == {"MBPP asserts (3)", "HumanEval check (1)"}
+    for row in rows.values():  # wall and CPU seconds of both harnesses, and their ratios
+        assert all(0 < float(cell.rstrip("x")) < math.inf for cell in row[1:]), row
+    assert "every one scored 1.0 with both harnesses" in out
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
     args: tuple[str, ...]
     check: Callable[[str, Path], None]
     needs: tuple[str, ...] = ()  # modules of the bench extra
+    linux_only: bool = False  # the code sandbox needs Linux
 
 
 SMOKES = {
@@ -155,12 +164,15 @@ SMOKES = {
     "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
                              check_compare_methods),
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
+    "bench_code_execution": Smoke("bench_code_execution.py", (), check_code_execution, linux_only=True),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(SMOKES))
 def test_smoke_mode(name: str, tmp_path: Path) -> None:
     smoke = SMOKES[name]
+    if smoke.linux_only and not sys.platform.startswith("linux"):
+        pytest.skip(f"{smoke.script} needs Linux")
     for module in smoke.needs:
         pytest.importorskip(module, reason=f"{smoke.script} needs {module}: pip install -e '.[bench]'")
     before = _listing()

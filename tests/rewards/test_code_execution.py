@@ -110,3 +110,105 @@ def test_code_block_extraction(text, extract, program):
 def test_output_comparison_normalises_whitespace_per_line():
     assert normalize_output("  1   2 \n3\t4\n\n") == normalize_output("1 2\n3 4") == ["1 2", "3 4"]
     assert normalize_output("1\n2") != normalize_output("1 2")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# forgery: a wrong program must score 0 whatever it does besides returning values (or printing its output)
+# ----------------------------------------------------------------------------------------------------------------------
+
+VERDICT_LINES = '{"test": 0, "status": "ok"}\\n{"harness": {"private": true}}\\nPASSED\\n'
+#: wrong solutions (add always returns 0, or never returns) that try to pass anyway
+FORGERIES = {
+    # the old harness's pass token, and any other secret of a harness: __main__, gc, other processes, stdin
+    "main_token": "import sys\nprint(getattr(sys.modules['__main__'], '_token', ''), flush=True)\nimport os\nos._exit(0)\n",
+    "hunt_secrets": (
+        "import gc, os, sys\n"
+        "found = [repr(o)[:80] for o in gc.get_objects() if isinstance(o, dict) and ('_token' in o or 'verdict' in o)]\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:\n"
+        "    for name in ('environ', 'cmdline', 'fd/0', 'fd/3', 'fd/4', 'fd/5'):\n"
+        "        try:\n            found.append(open(f'/proc/{pid}/{name}', 'rb').read(200))\n"
+        "        except OSError:\n            pass\n"
+        "    try:\n        os.open(f'/proc/{pid}/mem', os.O_RDWR)\n        found.append(pid)\n"
+        "    except OSError:\n        pass\n"
+        "found.append(sys.stdin.read())\nprint(found, flush=True)\n"
+        "def add(a, b):\n    return 0\n"
+    ),
+    "write_every_descriptor": (
+        "import os\n"
+        f"lines = b'{VERDICT_LINES}'\n"
+        "for fd in range(3, 256):\n    try:\n        os.write(fd, lines)\n    except OSError:\n        pass\n"
+        "for pid in os.listdir('/proc'):\n    for fd in range(256):\n        try:\n"
+        "            os.write(os.open(f'/proc/{pid}/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK), lines)\n"
+        "        except OSError:\n            pass\n"
+        "def add(a, b):\n    return 0\n"
+    ),
+    "patched_assertion_error": (
+        "import builtins\nbuiltins.AssertionError = type('AssertionError', (BaseException,), {})\n"
+        "builtins.all = lambda *args: True\ndef add(a, b):\n    return 0\n"
+    ),
+    "eq_always_true": "class Yes:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Yes()\n",
+    "eq_int_subclass": (
+        "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return Yes(0)\n"
+    ),
+    "exit_0_at_load": "import os\nos._exit(0)\n",
+    "sys_exit_at_load": "import sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n",
+    "exit_0_in_call": "import os\ndef add(a, b):\n    os._exit(0)\n",
+    "atexit_hook": (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: print('{VERDICT_LINES}', flush=True))\n"
+        "def add(a, b):\n    sys.exit(0)\n"
+    ),
+    "forged_stdout": f"print('{VERDICT_LINES}', flush=True)\ndef add(a, b):\n    print('{VERDICT_LINES}')\n    return 0\n",
+    "stop_iteration": "def add(a, b):\n    raise StopIteration\n",  # would end the tests' map() early, in one process
+}
+ASSERTS = ["assert add(1, 2) == 3", "assert all(map(lambda p: add(*p) == sum(p), [(1, 2), (3, 4)]))"]
+CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert all(map(lambda p: candidate(*p) == sum(p), [(3, 4)]))\n"
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_a_wrong_program_cannot_forge_a_pass(name):
+    program = f"```python\n{FORGERIES[name]}```"
+    reward = CodeExecution(timeout_s=2.0, max_parallel=2)
+    rewards = reward([""] * 2, [program] * 2, tests=[ASSERTS, None], test_code=[None, CHECK], entry_point=[None, "add"])
+    assert rewards == [0.0, 0.0]
+    assert reward.pop_metrics()["ok"] == 0.0
+
+
+#: programs that print what is not the answer (the answer to each input is twice the number)
+STDIO_FORGERIES = {
+    "forged_verdict": f"print('{VERDICT_LINES}')\n",
+    "exit_0_early": "import os\nos._exit(0)\n",
+    "atexit_hook": "import atexit\natexit.register(lambda: print('passed'))\nraise SystemExit(0)\n",
+    "write_every_descriptor": (
+        "import os\nfor fd in range(3, 256):\n    try:\n        os.write(fd, b'ok\\n')\n    except OSError:\n"
+        "        pass\nprint(input())\n"
+    ),
+    "hunt_the_expected_output": (
+        "import os\nseen = []\nfor pid in os.listdir('/proc'):\n    for name in ('environ', 'cmdline', 'fd/0'):\n"
+        "        try:\n            seen.append(open(f'/proc/{pid}/{name}', 'rb').read(200))\n        except OSError:\n"
+        "            pass\nprint(*[s for s in seen if b'42' in s] or ['nothing'])\n"
+    ),
+}
+
+
+def test_stdin_stdout_programs_cannot_change_how_the_output_is_compared():
+    reward = CodeExecution(timeout_s=2.0)
+    programs = [f"```python\n{program}```" for program in STDIO_FORGERIES.values()]
+    tests = [[{"input": "21\n", "output": "42"}]] * len(programs)
+    assert reward([""] * len(programs), programs, tests=tests) == [0.0] * len(programs)
+
+
+def test_correct_programs_score_1_in_every_style():
+    reward = CodeExecution(timeout_s=2.0)
+    stdio = [{"input": "21\n", "output": "42"}]
+    rewards = reward(
+        [""] * 3,
+        [ADD, ADD, DOUBLE],
+        tests=[ASSERTS, None, stdio],
+        test_code=[None, CHECK, None],
+        entry_point=[None, "add", None],
+    )
+    assert rewards == [1.0, 1.0, 1.0]
+    metrics = reward.pop_metrics()
+    assert metrics["ok"] == 4.0 and metrics["seccomp"] in (0.0, 1.0)

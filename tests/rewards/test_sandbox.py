@@ -1,10 +1,12 @@
-"""The sandbox stops runaway programs (time, CPU, memory, processes, output), leaves nothing behind, and keeps programs
-away from the network and from files outside their scratch directory, as far as the reported isolation says."""
+"""The sandbox stops runaway programs (time, CPU, memory, processes, output), leaves nothing behind, keeps programs
+away from the network and from files outside their scratch directory, and denies them the system calls of its filter
+(namespaces, ptrace, mounts...), as far as the reported isolation says."""
 
 from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import genalign
-from genalign.rewards.sandbox import SandboxLimits, run_sandboxed
+from genalign.rewards.sandbox import SandboxLimits, run_sandboxed, seccomp
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -198,3 +200,104 @@ def test_bad_arguments_are_rejected_by_name():
         SandboxLimits(memory_mb=8)
     with pytest.raises(ValueError, match="language='c'"):
         run_sandboxed("int main(){}", language="c")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the system-call filter (genalign.rewards.sandbox.seccomp)
+# ----------------------------------------------------------------------------------------------------------------------
+
+#: each line: a name, then ``errno`` of the call made through ctypes (0: it succeeded)
+_DENIED_CALLS = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def report(name, result):
+    print(name, ctypes.get_errno() if result == -1 else 0, flush=True)
+    ctypes.set_errno(0)
+syscall = libc.syscall
+syscall.restype = ctypes.c_long
+report("unshare_user", libc.unshare(0x10000000))
+report("unshare_net", libc.unshare(0x40000000))
+pid = syscall(56, 0x10000000 | 17, 0, 0, 0, 0)  # clone(CLONE_NEWUSER | SIGCHLD): like fork, in a new user namespace
+if pid == 0:
+    os._exit(0)
+report("clone_newuser", pid)
+report("clone3", syscall(435, 0, 0))
+report("setns", libc.setns(os.open("/proc/self/ns/net", os.O_RDONLY), 0))
+report("ptrace", libc.ptrace(0, 0, 0, 0))  # PTRACE_TRACEME, which any process may otherwise do
+buffer = ctypes.create_string_buffer(8)
+local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
+report("process_vm_readv", syscall(310, os.getpid(), local, 1, local, 1, 0))
+report("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+report("keyctl", syscall(250, 0, -3, 0, 0, 0))  # KEYCTL_GET_KEYRING_ID of the session keyring
+report("bpf", syscall(321, 0, 0, 0))
+report("perf_event_open", syscall(298, 0, 0, -1, -1, 0))
+report("io_uring_setup", syscall(425, 1, 0))
+"""
+
+
+def _errnos(result) -> dict[str, int]:
+    return {name: int(code) for name, code in (line.split() for line in result.stdout.splitlines())}
+
+
+def test_the_filter_denies_namespaces_ptrace_mounts_and_kernel_interfaces(isolation):
+    if not isolation.seccomp:
+        pytest.skip("the system-call filter is not installed here (not x86_64, or a kernel without seccomp filters)")
+    result = run_sandboxed(_DENIED_CALLS, limits=LIMITS)
+    assert result.status == "ok", result.stderr
+    errnos = _errnos(result)
+    assert errnos.pop("clone3") == 38  # ENOSYS: the C library falls back to clone, whose flags the filter checks
+    assert errnos == dict.fromkeys(errnos, 1) and len(errnos) == 11, errnos  # EPERM for every one
+
+
+def test_without_the_filter_the_same_program_creates_a_user_namespace(isolation):
+    """The control: what the filter denies is what it denies (the private uid alone would allow it)."""
+    result = run_sandboxed(_DENIED_CALLS, limits=LIMITS, use_seccomp=False)
+    assert not result.isolation.seccomp
+    if _errnos(result)["unshare_user"] != 0:
+        pytest.skip("this kernel refuses unprivileged user namespaces even without the filter")
+    assert _errnos(result)["ptrace"] == 0
+
+
+def test_forks_threads_and_subprocesses_work_under_the_filter(isolation):
+    program = (
+        "import os, subprocess, threading\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint(os.waitpid(pid, 0)[1] >> 8)\n"
+        "box = []\nthread = threading.Thread(target=box.append, args=(1,))\nthread.start()\nthread.join()\nprint(box)\n"
+        "print(subprocess.run(['/bin/echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+    )
+    result = run_sandboxed(program, limits=LIMITS)
+    assert (result.status, result.stdout.split()) == ("ok", ["7", "[1]", "child"]), result.stderr
+    assert result.isolation.seccomp == isolation.seccomp
+
+
+def _run_filter(instructions, nr: int, arch: int = seccomp.AUDIT_ARCH_X86_64, arg0: int = 0) -> int:
+    """Evaluate the classic-BPF ``instructions`` on one ``struct seccomp_data`` (the subset of BPF the filter uses)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = instructions[pc]
+        if code == 0x20:
+            accumulator = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code == 0x06:
+            return k
+        else:
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}[code]
+            pc += 1 + (jt if taken else jf)
+
+
+def test_the_filter_program_decides_by_architecture_number_and_clone_flags():
+    program = seccomp.filter_instructions()
+    allow, eperm, enosys = seccomp.RET_ALLOW, seccomp.RET_ERRNO | 1, seccomp.RET_ERRNO | 38
+    for name, number in seccomp.DENIED.items():
+        assert _run_filter(program, number) == eperm, name
+    assert [_run_filter(program, nr) for nr in (0, 1, 57, 59, 231)] == [allow] * 5  # read write fork execve exit
+    assert _run_filter(program, 56, arg0=0x01200011) == allow  # clone as glibc's fork does it
+    assert _run_filter(program, 56, arg0=0x003D0F00) == allow  # clone as pthread_create does it
+    for flag in (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+        assert _run_filter(program, 56, arg0=flag | 17) == eperm, hex(flag)
+    assert _run_filter(program, seccomp.CLONE3) == enosys
+    assert _run_filter(program, 0, arch=0x40000003) == eperm  # i386 (int 0x80): numbers mean other calls
+    assert _run_filter(program, 0x40000000 | 0) == eperm  # x32
+    assert len(program) * 8 == len(seccomp.filter_program("x86_64"))
+    assert seccomp.filter_program("aarch64") is None  # other numbers there: refused, and reported seccomp=False

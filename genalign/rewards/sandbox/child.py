@@ -1,10 +1,20 @@
-"""The sandbox side of a run: this file, run as a script by :func:`genalign.rewards.sandbox.run_sandboxed`.
+"""The sandbox side of a run: this file, run as a script by :func:`genalign.rewards.sandbox.run_sandboxed` and
+:func:`genalign.rewards.sandbox.run_test_session`.
 
-``python -I -S -B child.py CONFIG`` starts as the caller's user. It is the *runner*: it enters new namespaces where it
-can and forks the sandbox's *init*, which sets up the filesystem, forks the program (limits set, privileges dropped,
-then ``exec`` of the interpreter on ``main.py``), waits for it within the time limit and kills whatever it left.
-Runner and init report on the status pipe (``config["status_fd"]``) as JSON lines: ``isolation``, ``started``,
-``exit`` or ``error``.
+``python -I -S -B child.py CONFIG_FILE`` starts as the caller's user. It is the *runner*: it enters new namespaces where it
+can, makes itself not dumpable, and forks the sandbox's *init*, which sets up the filesystem and then either
+
+- runs one program: forks the program's process (limits set, privileges dropped, system-call filter installed, then
+  ``exec`` of the interpreter on ``main.py``), waits for it within the time limit and kills whatever it left; or
+- serves a test session: forks the *harness* (:mod:`genalign.rewards.sandbox.protocol`, as its own private uid when
+  the caller is root) with the tests on its stdin, the verdict pipe and one socket per test, and on the harness's
+  request starts a fresh *solution* process for each test (the program's uid, the same limits and filter, the other
+  end of that test's socket, nothing else), stops it, and tells the harness how it ended.
+
+Runner and init report on the status pipe (``config["status_fd"]``) as JSON lines: ``isolation``, ``seccomp`` (one per
+process started, measured in it before ``exec``), ``started``, ``exit`` or ``error``. The verdict pipe
+(``config["verdict_fd"]``) and the tests (a memory file, ``config["session"]["spec_fd"]``) of a session reach the
+harness alone: runner and init close their copies once it is started, and no solution process inherits them.
 
 Standard library only, and nothing imported from genalign: in isolated mode the script's directory is not on
 ``sys.path``, so this file must stand alone.
@@ -30,7 +40,8 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_NOATIME, _MS_NODIRATIME, _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 18, 1 << 21
 _MOUNT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC, "noatime": _MS_NOATIME}
 _MOUNT_FLAGS |= {"nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
-_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 36, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_SECCOMP, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
+_SECCOMP_MODE_FILTER = 2
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -59,8 +70,29 @@ def _prctl(libc: Any, option: int, value: int) -> None:
     libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
-def _emit(fd: int, event: str, **values: Any) -> None:
+def emit(fd: int, event: str, **values: Any) -> None:
     os.write(fd, (json.dumps({"event": event, **values}) + "\n").encode())
+
+
+def _install_seccomp(libc: Any, program: bytes) -> bool:
+    """Install the system-call filter ``program`` (a ``struct sock_filter`` array from
+    :mod:`genalign.rewards.sandbox.seccomp`) on this process (``no_new_privs`` must be set); True when
+    ``/proc/self/status`` then reads ``Seccomp: 2`` (measured, not assumed)."""
+    import ctypes
+
+    class _Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    instructions = ctypes.create_string_buffer(program, len(program))
+    fprog = _Program(len(program) // 8, ctypes.addressof(instructions))
+    mode, zero = ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.c_ulong(0)
+    if libc.prctl(_PR_SET_SECCOMP, mode, ctypes.byref(fprog), zero, zero) != 0:
+        return False
+    try:
+        with open("/proc/self/status") as handle:
+            return any(line.split() == ["Seccomp:", "2"] for line in handle)
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -106,8 +138,11 @@ def _setup_filesystem(libc: Any, config: dict[str, Any], namespaces: dict[str, b
         options = f"size={limits['scratch_mb']}m,nr_inodes=4096,mode=0700,uid={owner},gid={owner}"
         done["private_scratch"] = _mount(libc, "tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
         separate = done["private_scratch"] or _mount(libc, scratch, scratch, None, _MS_BIND, None)
-        if namespaces["pid"]:
-            _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+        if namespaces["pid"]:  # hidepid=2: a process sees in /proc only the processes it may trace
+            proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+            _mount(libc, "proc", "/proc", "proc", proc_flags, "hidepid=2") or _mount(
+                libc, "proc", "/proc", "proc", proc_flags, None
+            )
     with open(config["program"], "rb") as handle:
         source = handle.read()
     main = os.path.join(scratch, "main.py")
@@ -121,7 +156,7 @@ def _setup_filesystem(libc: Any, config: dict[str, Any], namespaces: dict[str, b
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# the program's process
+# a sandboxed process: the program, the harness or a solution
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -154,43 +189,68 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
-def _exec_program(config: dict[str, Any], libc: Any, isolation: dict[str, Any], status_fd: int) -> None:
-    """In the program's process: limits, privileges dropped, then exec the interpreter (never returns)."""
+def _close_fds_except(keep: set[int]) -> None:
+    """Close every descriptor but ``keep``."""
+    start = 0
+    for fd in [*sorted(keep), 1 << 20]:
+        if start < fd:  # os.closerange(n, n) would close everything from n on (close_range(n, n - 1) underneath)
+            os.closerange(start, fd)
+        start = fd + 1
+
+
+def exec_sandboxed(
+    config: dict[str, Any],
+    libc: Any,
+    isolation: dict[str, Any],
+    *,
+    uid: int | None,
+    argv: list[str],
+    cwd: str,
+    keep: tuple[int, ...] = (),
+    limits: dict[str, Any] | None = None,
+    sandbox_processes: int = 2,
+) -> None:
+    """In a child of init: limits, privileges dropped, the system-call filter, then ``exec`` of ``argv`` with
+    descriptors 0-2 and ``keep`` only (never returns). ``sandbox_processes``: processes of the sandbox itself that
+    share the program's process count when there is no private uid (runner and init; the harness too in a session)."""
+    status_fd = config["status_fd"]
     try:
         os.setpgid(0, 0)
-        limits = config["limits"]
-        uid = isolation["uid"]
+        limits = limits or config["limits"]
         if uid is not None:  # a private uid: only the program's processes count
             nproc = limits["max_processes"]
-        elif isolation["user_namespace"]:  # counted per user namespace: the runner and init count too (measured)
-            nproc = limits["max_processes"] + 2
+        elif isolation["user_namespace"]:  # counted per user namespace: the sandbox's processes count too (measured)
+            nproc = limits["max_processes"] + sandbox_processes
         else:  # the caller's uid: all its processes count (this one, already counted, is the program's first)
             nproc = limits["max_processes"] + _tasks_of_uid(os.getuid()) - 1
         _set_limits(limits, nproc)
-        os.chdir(config["scratch"])  # before dropping privileges: the uid cannot traverse the 0700 parent directory
+        os.chdir(cwd)  # before dropping privileges: the uid cannot traverse the 0700 parent of the scratch directory
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-        _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # also what an unprivileged seccomp filter needs
         _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
+        program = config["seccomp_filter"]
+        emit(status_fd, "seccomp", installed=bool(program) and _install_seccomp(libc, bytes.fromhex(program)))
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        os.close(status_fd)
-        scratch = config["scratch"]
-        env = {"PATH": SEARCH_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
-        interpreter = config["interpreter"]
-        os.execve(interpreter, [interpreter, "-I", "-S", "-B", "main.py"], env)
-    except BaseException as error:  # report, then leave without running the program
+        for fd in keep:
+            os.set_inheritable(fd, True)
+        _close_fds_except({0, 1, 2, *keep})  # the status pipe and, in a session, the verdict pipe and other sockets
+        home = config["scratch"] if cwd == config["scratch"] else "/"
+        env = {"PATH": SEARCH_PATH, "HOME": home, "TMPDIR": home if home != "/" else "/tmp", "LANG": "C.UTF-8"}
+        os.execve(argv[0], argv, env)
+    except BaseException as error:  # report, then leave without running anything
         try:
-            _emit(status_fd, "error", message=f"{type(error).__name__}: {error}")
+            emit(status_fd, "error", message=f"{type(error).__name__}: {error}")
         finally:
             os._exit(127)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# init: sets the sandbox up, runs the program, cleans up
+# init: sets the sandbox up, runs the program (or a test session), cleans up
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -238,39 +298,44 @@ def _wait_for_program(program: int, deadline: float) -> tuple[tuple[int, Any] | 
     return ended, timed_out, stopped
 
 
-def _kill_descendants(program: int) -> dict[int, tuple[int, Any]]:
-    """Kill the program's process group and, as subreaper, every process re-parented to this one; reap them all.
+def reap(reaped: dict[int, tuple[int, Any]]) -> None:
+    """Reap every child that has ended, into ``reaped`` (``{pid: (wait status, rusage)}``)."""
+    try:
+        while True:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            reaped[pid] = (status, usage)
+    except ChildProcessError:
+        return
 
-    Returns ``{pid: (wait status, rusage)}`` of the reaped processes.
-    """
+
+def kill_descendants(group: int, reaped: dict[int, tuple[int, Any]], spare: int | None = None) -> None:
+    """Kill the process group ``group`` and, as subreaper, every process re-parented to this one except ``spare`` (the
+    harness, while a session runs); reap them all into ``reaped``."""
     me = str(os.getpid())
-    reaped: dict[int, tuple[int, Any]] = {}
     for _ in range(1000):
         with contextlib.suppress(OSError):
-            os.killpg(program, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
+        children = 0  # zombies included: none left means no descendant is alive (orphans come back to this one)
         for entry in os.listdir("/proc"):
-            if entry.isdigit():
+            if entry.isdigit() and int(entry) != spare:
                 try:
                     with open(f"/proc/{entry}/stat") as handle:
                         parent = handle.read().rsplit(")", 1)[1].split()[1]
                     if parent == me:
+                        children += 1
                         os.kill(int(entry), signal.SIGKILL)
                 except OSError:
                     continue
-        try:
-            while True:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                reaped[pid] = (status, usage)
-        except ChildProcessError:
-            return reaped
+        reap(reaped)
+        if children == 0:
+            return
         time.sleep(0.001)
-    return reaped
 
 
-def _exit_report(ended: tuple[int, Any] | None, timed_out: bool, stopped: bool) -> dict[str, Any]:
-    """The ``exit`` event: how the program ended (exit code or signal, CPU time) and whether init stopped it."""
+def exit_report(ended: tuple[int, Any] | None, timed_out: bool, stopped: bool) -> dict[str, Any]:
+    """How a process ended (exit code or signal, CPU time) and whether init stopped it."""
     result: dict[str, Any] = {"timed_out": timed_out, "stopped": stopped, "exit_code": None, "signal": None}
     if ended is not None:
         status, usage = ended
@@ -282,26 +347,49 @@ def _exit_report(ended: tuple[int, Any] | None, timed_out: bool, stopped: bool) 
     return result
 
 
+def _run_program(config: dict[str, Any], libc: Any, isolation: dict[str, Any]) -> dict[str, Any]:
+    """Run ``main.py`` within the time limit; the ``exit`` report."""
+    deadline = time.monotonic() + config["limits"]["timeout_s"]
+    interpreter = config["interpreter"]
+    program = os.fork()
+    if program == 0:
+        argv = [interpreter, "-I", "-S", "-B", "main.py"]
+        exec_sandboxed(config, libc, isolation, uid=isolation["uid"], argv=argv, cwd=config["scratch"])
+    emit(config["status_fd"], "started", pid=program, pgid=program)
+    ended, timed_out, stopped = _wait_for_program(program, deadline)
+    reaped: dict[int, tuple[int, Any]] = {}
+    kill_descendants(program, reaped)  # also reaps orphans re-parented to this subreaper
+    return exit_report(ended or reaped.get(program), timed_out, stopped)
+
+
+def _module_from_code(name: str, code: str) -> Any:
+    """A module made from ``code`` (marshal data in hex, compiled by the parent, which runs this same Python)."""
+    import marshal
+
+    module = type(sys)(name)
+    sys.modules[name] = module
+    exec(marshal.loads(bytes.fromhex(code)), module.__dict__)
+    return module
+
+
 def _init_main(config: dict[str, Any], libc: Any, namespaces: dict[str, bool]) -> None:
-    """The sandbox's init: set up the filesystem, start the program, wait for it (within the time limit), clean up."""
+    """The sandbox's init: set up the filesystem, run the program or serve the session (within the time limits),
+    clean up."""
     status_fd = config["status_fd"]
     try:
         _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
         _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
         isolation = _measure_isolation(config, libc, namespaces)
-        _emit(status_fd, "isolation", **isolation)
-
+        emit(status_fd, "isolation", **isolation)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM})
-        deadline = time.monotonic() + config["limits"]["timeout_s"]
-        program = os.fork()
-        if program == 0:
-            _exec_program(config, libc, isolation, status_fd)
-        _emit(status_fd, "started", pid=program, pgid=program)
-        ended, timed_out, stopped = _wait_for_program(program, deadline)
-        reaped = _kill_descendants(program)  # also reaps orphans re-parented to this subreaper
-        _emit(status_fd, "exit", **_exit_report(ended or reaped.get(program), timed_out, stopped))
+        if config.get("session"):  # init_session.py, shipped compiled: nothing beside this file is importable
+            session = _module_from_code("genalign_sandbox_init_session", config["session"]["sources"]["init_session"])
+            report = session.serve(config, libc, isolation, sys.modules[__name__])
+        else:
+            report = _run_program(config, libc, isolation)
+        emit(status_fd, "exit", **report)
     except BaseException as error:
-        _emit(status_fd, "error", message=f"{type(error).__name__}: {error}")
+        emit(status_fd, "error", message=f"{type(error).__name__}: {error}")
         os._exit(1)
     os._exit(0)
 
@@ -342,12 +430,19 @@ def _runner_main(config: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     libc = _libc()
     namespaces = _enter_namespaces(libc, config["use_namespaces"])
+    # not dumpable (inherited by init): where the program keeps the caller's uid, it cannot open /proc/<pid>/mem or
+    # /proc/<pid>/fd/* of the runner or init (the status and verdict pipes)
+    _prctl(libc, _PR_SET_DUMPABLE, 0)
     init = os.fork()
     if init == 0:
         _init_main(config, libc, namespaces)
+    for fd in (config.get("verdict_fd"), (config.get("session") or {}).get("spec_fd")):
+        if fd is not None:
+            os.close(fd)  # the harness's alone
     signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGTERM))
     os.waitpid(init, 0)
 
 
 if __name__ == "__main__":
-    _runner_main(json.loads(sys.argv[1]))
+    with open(sys.argv[1]) as config_file:
+        _runner_main(json.load(config_file))

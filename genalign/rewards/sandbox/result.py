@@ -22,6 +22,8 @@ class SandboxIsolation:
     user_namespace: bool = False  # namespaces created through an unprivileged user namespace (caller not root)
     uid: int | None = None  # the unprivileged uid the program ran as (caller root), None if it kept the caller's
     process_limit: bool = False  # RLIMIT_NPROC applies (the program does not run as root)
+    seccomp: bool = False  # every process the run started had the system-call filter (sandbox.seccomp) installed
+    harness_private: bool = False  # test sessions: the harness made itself not dumpable (sandbox.protocol)
 
 
 @dataclass(frozen=True)
