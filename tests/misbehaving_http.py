@@ -23,7 +23,9 @@ BEHAVIOURS = {
     "huge": "300 MiB of body without Content-Length (ends when the connection closes), streamed lazily",
     "huge_declared": "Content-Length: 300 MiB, then the body, streamed lazily",
     "deep": "200,000 '[' (JSON nested 200,000 deep)",
-    "redirect_away": "307 to the same path on another port (another origin)",
+    "redirect_away": "302 to the same path on another port (another origin; urllib followed it as a GET, with the "
+    "Authorization header)",
+    "redirect_away_307": "307 to the same path on another port",
     "redirect_home": "307 to /ok on the same origin",
     "redirect_302": "302 to /ok on the same origin",
     "http500": "500 with a JSON error",
@@ -80,8 +82,8 @@ def misbehave(handler: BaseHTTPRequestHandler, behaviour: str, *, stop: threadin
             handler.end_headers()
             handler.wfile.write(data)
         elif behaviour.startswith("redirect"):
-            target = elsewhere + handler.path if behaviour == "redirect_away" else "/ok"
-            handler.send_response(307 if behaviour != "redirect_302" else 302)
+            target = elsewhere + handler.path if behaviour.startswith("redirect_away") else "/ok"
+            handler.send_response(302 if behaviour in ("redirect_away", "redirect_302") else 307)
             handler.send_header("Location", target)
             handler.send_header("Content-Length", "0")
             handler.end_headers()
@@ -92,8 +94,9 @@ def misbehave(handler: BaseHTTPRequestHandler, behaviour: str, *, stop: threadin
 
 
 class RecordingOrigin:
-    """Another origin: answers 200 ``{"rewards": [...]}`` of the right length and records every request's path and
-    ``Authorization`` header (None when absent)."""
+    """Another origin: answers 200 ``{"rewards": [...]}`` of the right length (to a GET too, which is what a POST
+    redirected by 302 becomes in urllib) and records every request's path and ``Authorization`` header (None when
+    absent)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str | None]] = []
@@ -107,6 +110,8 @@ class RecordingOrigin:
                 outer.seen.append((self.path, self.headers.get("Authorization")))
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 send_json(self, 200, {"rewards": [1.0] * len(body.get("completions", []))})
+
+            do_GET = do_POST
 
         self.server, self.url = serve(Handler)
 

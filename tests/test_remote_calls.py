@@ -126,12 +126,17 @@ def test_json_nested_200000_deep_is_a_bad_json_failure_not_a_recursion_error(ser
     assert isinstance(result, CallFailed) and result.kind == "bad_json" and "nests too deeply" in str(result)
 
 
-def test_credentials_never_follow_a_redirect_to_another_origin(server):
+@pytest.mark.parametrize("behaviour", ["redirect_away", "redirect_away_307"])
+def test_credentials_never_follow_a_redirect_to_another_origin(server, behaviour):
     headers = {"Authorization": "Bearer secret"}
-    _, result = timed(lambda: call_json("POST", server.url + "/redirect_away", {}, timeout_s=5, headers=headers))
+    _, result = timed(lambda: call_json("POST", f"{server.url}/{behaviour}", {}, timeout_s=5, headers=headers))
     assert isinstance(result, CallFailed) and result.kind == "redirect_refused" and not result.retryable
     assert server.other.url in str(result)
     assert server.other.seen == []  # not followed at all: no request, no Authorization header, reached the other port
+
+
+def test_a_redirect_within_the_origin(server):
+    headers = {"Authorization": "Bearer secret"}
     # a 307 within the origin is followed, with its credentials; a 302 (which would turn a POST into a GET) is not
     assert call_json("POST", server.url + "/redirect_home", {}, timeout_s=5, headers=headers) == {"ok": True}
     assert server.authorization == ["Bearer secret"]
