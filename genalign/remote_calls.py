@@ -17,7 +17,8 @@ once it passes ``max_response_bytes`` (at once when ``Content-Length`` says so).
 interpreter can recurse is a ``bad_json`` failure, never a RecursionError. Redirects: only 307 and 308 to the same
 scheme, host and port are followed (method, body and headers kept, within the same deadline, at most 5); any other
 redirect is refused, so the ``Authorization`` header never reaches another origin. Proxies come from the environment
-(``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``) as with urllib.
+(``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``) as with urllib. Not under the deadline: resolving a host name
+(``getaddrinfo`` has no timeout; the system resolver's own apply), encoding the payload and decoding the answer.
 
 **Retries** (:func:`call_json`): ``timeout_s`` bounds each attempt, ``total_timeout_s`` (optional) all attempts and the
 waits between them. Retry ``k`` (0-based) waits ``backoff_s * 2**k`` times a random factor in ``[1, 1.5)``, so that
