@@ -22,10 +22,12 @@ one (``chat_template``, as in ``reward_model``), with the generation prompt.
   leading space) that the tokenizer has.
 
 A reply without a verdict scores 0.0 and is counted (``unparsable``), never silently. Local generation is greedy
-(``max_new_tokens``); remote requests use ``temperature: 0``. A request that still fails after ``retries`` (see
+(``max_new_tokens``); remote requests use ``temperature: 0``, each attempt within one deadline (``timeout_s``: connect,
+send and receive) and ``max_response_mb``. A request that still fails after ``retries`` (see
 :mod:`genalign.rewards.remote` for what fails and how retries back off) raises (``on_failure="raise"``) or scores None
 (``on_failure="skip"``); both are counted in ``request_errors``. :meth:`LLMJudge.pop_metrics` reports ``judged``,
-``unparsable``, ``not_applicable``, ``request_errors``, ``retries`` and the failure kinds since the previous call.
+``unparsable``, ``not_applicable``, ``request_errors``, ``requests``, ``retries`` and the failures by kind (as
+``remote_reward``: ``timeouts``, ``too_large_responses``, ...) since the previous call.
 """
 
 from __future__ import annotations
@@ -37,17 +39,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
+from genalign.remote_calls import CallFailed
 from genalign.rewards.base import register_reward
 from genalign.rewards.inputs import completion_text
 from genalign.rewards.preference_models import existing_folder
 from genalign.rewards.remote import (
+    CALL_METRICS,
     Counters,
+    HTTPSettings,
     OnFailure,
-    RequestFailed,
     api_key_headers,
     check_choice,
     check_positive,
-    post_with_retries,
+    is_http_address,
 )
 from genalign.rewards.reward_models import (
     Device,
@@ -72,8 +76,7 @@ DEFAULT_TEMPLATES = {
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
-_METRICS = ("judged", "unparsable", "not_applicable", "request_errors", "requests", "retries", "malformed_responses",
-            "timeouts", "http_errors", "connection_errors")  # fmt: skip
+_METRICS = ("judged", "unparsable", "not_applicable", "request_errors", *CALL_METRICS)
 
 
 def template_fields(template: str) -> list[str]:
@@ -240,9 +243,11 @@ class LLMJudge:
         device: local judge device (``"auto"``, ``"cpu"``, ``"cuda"``).
         dtype: local judge dtype.
         chat_template: use the local tokenizer's chat template (null: when it has one).
-        timeout_s: per-request timeout of the endpoint.
+        timeout_s: deadline of one attempt at the endpoint (connect, send and receive).
         retries: further attempts of a failed request.
-        backoff_s: wait before retry ``k``: ``backoff_s * 2**k`` seconds.
+        backoff_s: wait before retry ``k``: ``backoff_s * 2**k`` seconds, plus up to half as much again.
+        total_timeout_s: deadline of a request's attempts and waits together (None: ``retries + 1`` attempts).
+        max_response_mb: an endpoint answer larger than this (MiB) fails as ``too_large``.
         max_concurrency: requests in flight at once.
         on_failure: a request failing after its retries: ``"raise"``, or ``"skip"`` (the sample scores None).
     """
@@ -269,6 +274,8 @@ class LLMJudge:
         timeout_s: float = 60.0,
         retries: int = 2,
         backoff_s: float = 1.0,
+        total_timeout_s: float | None = None,
+        max_response_mb: float = 16.0,
         max_concurrency: int = 8,
         on_failure: OnFailure = "raise",
     ) -> None:
@@ -283,12 +290,11 @@ class LLMJudge:
         if not min_score < max_score:
             raise ValueError(f"{name}: min_score={min_score} must be below max_score={max_score}.")
         for field, value, minimum in (("max_new_tokens", max_new_tokens, 1), ("batch_size", batch_size, 1),
-                                      ("retries", retries, 0), ("max_concurrency", max_concurrency, 1)):  # fmt: skip
+                                      ("max_concurrency", max_concurrency, 1)):  # fmt: skip
             check_positive(name, field, value, integer=True, minimum=minimum)
         if max_length is not None:
             check_positive(name, "max_length", max_length, integer=True, minimum=1)
-        check_positive(name, "timeout_s", timeout_s, integer=False, minimum=1e-3)
-        check_positive(name, "backoff_s", backoff_s, integer=False)
+        self.http = HTTPSettings(name, timeout_s, total_timeout_s, retries, backoff_s, max_response_mb)
         check_bool_or_none(name, "chat_template", chat_template)
         if template is None:
             template = DEFAULT_TEMPLATES[verdict].format(min_score=min_score, max_score=max_score)
@@ -298,7 +304,6 @@ class LLMJudge:
         self.template, self.verdict, self.yes_no_mode = template, verdict, yes_no_mode
         self.min_score, self.max_score = float(min_score), float(max_score)
         self.max_new_tokens, self.system_prompt = max_new_tokens, system_prompt
-        self.timeout_s, self.retries, self.backoff_s = float(timeout_s), retries, float(backoff_s)
         self.max_concurrency, self.on_failure = max_concurrency, on_failure
         self._counters = Counters(_METRICS)
         self.local: LocalJudge | None = None
@@ -315,7 +320,7 @@ class LLMJudge:
             self._configure_endpoint(base_url, model, api_key_env)
 
     def _configure_endpoint(self, base_url: str, model: str | None, api_key_env: str | None) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        if not is_http_address(base_url):
             raise ValueError(f"llm_judge: base_url={base_url!r} is not valid; use e.g. http://host:8000/v1.")
         if not model:
             raise ValueError("llm_judge: base_url is set but model is not; name the model the endpoint serves.")
@@ -345,14 +350,13 @@ class LLMJudge:
             filled.append(self.template.format_map({key: str(value) for key, value in values.items()}))
         return filled
 
-    def _remote_reply(self, message: str) -> str | RequestFailed:
+    def _remote_reply(self, message: str) -> str | CallFailed:
         chat = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
         payload = {"model": self.model, "messages": [*chat, {"role": "user", "content": message}],
                    "max_tokens": self.max_new_tokens, "temperature": 0}  # fmt: skip
         try:
-            return post_with_retries(self.url, payload, _chat_reply, timeout_s=self.timeout_s, retries=self.retries,
-                                     backoff_s=self.backoff_s, counters=self._counters, headers=self.headers)  # fmt: skip
-        except RequestFailed as failure:
+            return self.http.post(self.url, payload, _chat_reply, self._counters, self.headers)
+        except CallFailed as failure:
             self._counters.add("request_errors")
             return failure
 
@@ -361,20 +365,20 @@ class LLMJudge:
         if self.local is not None and self.verdict == "yes_no" and self.yes_no_mode == "logprob":
             return list(self.local.yes_probabilities(messages))
         if self.local is not None:
-            replies: list[str | RequestFailed] = list(self.local.generate(messages, self.max_new_tokens))
+            replies: list[str | CallFailed] = list(self.local.generate(messages, self.max_new_tokens))
         else:
             with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(len(messages), 1))) as pool:
                 replies = list(pool.map(self._remote_reply, messages))
-        failures = [r for r in replies if isinstance(r, RequestFailed)]
+        failures = [r for r in replies if isinstance(r, CallFailed)]
         if failures and self.on_failure == "raise":
             raise RuntimeError(
                 f"llm_judge: {len(failures)} of {len(replies)} requests to {self.url} failed after retries="
-                f"{self.retries} retries; last error ({failures[-1].kind}): {failures[-1]}. Check the endpoint, raise "
+                f"{self.http.retries} retries; last error ({failures[-1].kind}): {failures[-1]}. Check the endpoint, raise "
                 "timeout_s or retries, or set on_failure: skip to score those samples None (counted)."
             )
         rewards: list[float | None] = []
         for reply in replies:
-            if isinstance(reply, RequestFailed):
+            if isinstance(reply, CallFailed):
                 rewards.append(None)
                 continue
             value = parse_verdict(reply, verdict=self.verdict, min_score=self.min_score, max_score=self.max_score)

@@ -8,41 +8,42 @@ and a video (``[F, H, W, 3]`` uint8) as ``{"$video": ["<base64 PNG>", ...]}``, w
 columns); other numpy arrays and tensors travel as nested lists. ``scripts/reward_server.py`` is a reference server
 that serves any registered genalign reward this way (and decodes images back).
 
-**Errors.** A request fails on a connection error or dropped connection, a timeout (no byte for ``timeout_s``), an
-HTTP status other than 200, or a malformed answer (not JSON, no ``rewards`` list, wrong length, a value that is not a
-finite number or null). Failed requests are retried ``retries`` times after ``backoff_s * 2**k`` seconds (``k`` = 0,
-1, ...), except HTTP 4xx answers other than 408/425/429, which cannot succeed on a retry. A batch still failing then
-raises a RuntimeError (``on_failure="raise"``) or scores ``None`` for its samples (``on_failure="skip"``: excluded
-from the group statistics like any not-applicable reward, and counted). A failure never becomes a silent 0.
+**Errors.** Each attempt has one deadline, ``timeout_s``, for connect, send and receive together (a server that
+trickles bytes fails it as surely as one that never answers), and an answer larger than ``max_response_mb`` is
+abandoned; :mod:`genalign.remote_calls` does the HTTP and says what fails how. An attempt fails on a timeout, a
+refused or dropped connection, an HTTP status other than 2xx, a redirect to another scheme, host or port (refused, so
+an ``Authorization`` header never leaves its origin), an answer too large, an answer that is not JSON (or nests too
+deeply to parse), or a malformed one (no ``rewards`` list, wrong length, a value that is not a finite number or null).
+Failed attempts are retried ``retries`` times after ``backoff_s * 2**k`` seconds (``k`` = 0, 1, ...; plus up to half
+as much again at random), all within ``total_timeout_s`` when set, except HTTP 4xx answers other than 408/425/429, an
+answer too large and a refused redirect, which a retry cannot fix. A batch still failing then raises a RuntimeError
+(``on_failure="raise"``) or scores ``None`` for its samples (``on_failure="skip"``: excluded from the group
+statistics like any not-applicable reward, and counted). A failure never becomes a silent 0.
 :meth:`RemoteReward.pop_metrics` reports ``requests``, ``retries``, ``failed_requests``, ``failed_samples``,
-``malformed_responses``, ``timeouts``, ``http_errors``, ``connection_errors`` and ``null_rewards`` since the previous
+``null_rewards`` and the failures by kind (``timeouts``, ``connection_errors``, ``http_errors``,
+``redirects_refused``, ``too_large_responses``, ``bad_json_responses``, ``malformed_responses``) since the previous
 call.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import json
 import math
 import os
-import socket
 import threading
-import time
 import typing
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from genalign.remote_calls import CallFailed, call_json, origin
 from genalign.rewards.base import register_reward
 
 T = TypeVar("T")
 OnFailure = Literal["raise", "skip"]
-FailureKind = Literal["timeout", "http", "connection", "malformed"]
-_RETRYABLE_4XX = (408, 425, 429)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -69,15 +70,6 @@ class Counters:
         return {key: float(value) for key, value in counts.items()}
 
 
-class RequestFailed(Exception):
-    """One HTTP request that did not give a usable answer; ``kind`` says why, ``retryable`` whether to try again."""
-
-    def __init__(self, kind: FailureKind, message: str, *, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.retryable = retryable
-
-
 def check_positive(reward: str, field: str, value: Any, *, integer: bool, minimum: float = 0.0) -> None:
     """Raise a ValueError naming ``reward``, ``field`` and ``value`` unless ``value`` is a number (an int when
     ``integer``) that is at least ``minimum``."""
@@ -85,6 +77,14 @@ def check_positive(reward: str, field: str, value: Any, *, integer: bool, minimu
     if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
         what = "an integer" if integer else "a number"
         raise ValueError(f"{reward}: {field}={value!r} is not valid; use {what} >= {minimum:g}.")
+
+
+def is_http_address(url: Any) -> bool:
+    """Whether ``url`` is an ``http://`` or ``https://`` address with a host (and a valid port)."""
+    try:
+        return isinstance(url, str) and bool(origin(url))
+    except ValueError:
+        return False
 
 
 def check_choice(reward: str, field: str, value: Any, options: Any) -> None:
@@ -107,71 +107,51 @@ def api_key_headers(reward: str, api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def post_json(url: str, payload: Any, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> Any:
-    """POST ``payload`` as JSON to ``url`` once and return the decoded JSON answer; raise :class:`RequestFailed`."""
-    data = json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, method="POST")
-    request.add_header("Content-Type", "application/json")
-    for key, value in (headers or {}).items():
-        request.add_header(key, value)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read()
-    except urllib.error.HTTPError as error:
-        detail = error.read(300).decode(errors="replace") if error.fp is not None else ""
-        retryable = error.code >= 500 or error.code in _RETRYABLE_4XX
-        raise RequestFailed("http", f"HTTP {error.code} {error.reason}: {detail}", retryable=retryable) from None
-    except TimeoutError as error:
-        raise RequestFailed("timeout", f"no answer within timeout_s={timeout_s}: {error}") from None
-    except urllib.error.URLError as error:
-        if isinstance(error.reason, (TimeoutError, socket.timeout)):
-            raise RequestFailed("timeout", f"no answer within timeout_s={timeout_s}") from None
-        raise RequestFailed("connection", f"cannot reach {url}: {error.reason}") from None
-    except (http.client.HTTPException, OSError) as error:
-        raise RequestFailed("connection", f"connection to {url} failed: {type(error).__name__}: {error}") from None
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestFailed("malformed", f"the answer is not JSON: {body[:200]!r}") from None
+#: The counter of each failure kind of :mod:`genalign.remote_calls` in the HTTP rewards' metrics.
+FAILURE_COUNTERS = {"timeout": "timeouts", "connection": "connection_errors", "http_status": "http_errors",
+                    "redirect_refused": "redirects_refused", "too_large": "too_large_responses",
+                    "bad_json": "bad_json_responses", "malformed": "malformed_responses"}  # fmt: skip
+#: What :meth:`HTTPSettings.post` counts: attempts, retries and failures by kind.
+CALL_METRICS = ("requests", "retries", *FAILURE_COUNTERS.values())
+_EVENT_COUNTERS = {"request": "requests", "retry": "retries"} | FAILURE_COUNTERS
 
 
-_COUNTER_OF_KIND = {"timeout": "timeouts", "http": "http_errors", "connection": "connection_errors",
-                    "malformed": "malformed_responses"}  # fmt: skip
+@dataclass(frozen=True)
+class HTTPSettings:
+    """How an HTTP reward calls its server (module docstring), checked at construction.
 
-
-def post_with_retries(
-    url: str,
-    payload: Any,
-    parse: Callable[[Any], T],
-    *,
-    timeout_s: float,
-    retries: int,
-    backoff_s: float,
-    counters: Counters,
-    headers: Mapping[str, str] | None = None,
-) -> T:
-    """``parse(answer)`` of a POST to ``url``, retried on failure (module docstring); ``parse`` raising ValueError
-    marks the answer malformed. Counts ``requests``, ``retries`` and the failure kinds in ``counters``.
-
-    Raises:
-        RequestFailed: the last failure, when every attempt failed (or one could not succeed on a retry).
+    Args:
+        reward: the reward's name, in error messages.
+        timeout_s: deadline of one attempt (connect, send and receive).
+        total_timeout_s: deadline of all attempts and the waits between them (None: no more than they take).
+        retries: further attempts of a failed request.
+        backoff_s: wait before retry ``k``: ``backoff_s * 2**k``, plus up to half as much again at random.
+        max_response_mb: an answer larger than this many MiB fails (``too_large``) without being read further.
     """
-    attempt = 0
-    while True:
-        counters.add("requests")
-        try:
-            answer = post_json(url, payload, timeout_s=timeout_s, headers=headers)
-            try:
-                return parse(answer)
-            except (ValueError, TypeError, KeyError, IndexError) as error:
-                raise RequestFailed("malformed", f"malformed answer: {error}") from None
-        except RequestFailed as failure:
-            counters.add(_COUNTER_OF_KIND[failure.kind])
-            if not failure.retryable or attempt >= retries:
-                raise
-        counters.add("retries")
-        time.sleep(backoff_s * 2**attempt)
-        attempt += 1
+
+    reward: str
+    timeout_s: float
+    total_timeout_s: float | None
+    retries: int
+    backoff_s: float
+    max_response_mb: float
+
+    def __post_init__(self) -> None:
+        check_positive(self.reward, "timeout_s", self.timeout_s, integer=False, minimum=1e-3)
+        if self.total_timeout_s is not None:
+            check_positive(self.reward, "total_timeout_s", self.total_timeout_s, integer=False, minimum=1e-3)
+        check_positive(self.reward, "retries", self.retries, integer=True)
+        check_positive(self.reward, "backoff_s", self.backoff_s, integer=False)
+        check_positive(self.reward, "max_response_mb", self.max_response_mb, integer=False, minimum=1e-3)
+
+    def post(self, url: str, payload: Any, parse: Callable[[Any], T], counters: Counters,
+             headers: Mapping[str, str]) -> T:  # fmt: skip
+        """``parse(answer)`` of a POST of ``payload`` to ``url``, retried; counts :data:`CALL_METRICS` in
+        ``counters``. Raises :class:`~genalign.remote_calls.CallFailed` when every attempt failed."""
+        return call_json("POST", url, payload, timeout_s=self.timeout_s, retries=self.retries,
+                         backoff_s=self.backoff_s, total_timeout_s=self.total_timeout_s,
+                         max_response_bytes=int(self.max_response_mb * 2**20), headers=headers, parse=parse,
+                         record=lambda event: counters.add(_EVENT_COUNTERS[event]))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -263,8 +243,7 @@ def parse_rewards(answer: Any, count: int) -> list[float | None]:
 # the reward
 # ----------------------------------------------------------------------------------------------------------------------
 
-_METRICS = ("requests", "retries", "failed_requests", "failed_samples", "malformed_responses", "timeouts",
-            "http_errors", "connection_errors", "null_rewards")  # fmt: skip
+_METRICS = (*CALL_METRICS, "failed_requests", "failed_samples", "null_rewards")
 
 
 @register_reward("remote_reward", source="HTTP")
@@ -275,9 +254,11 @@ class RemoteReward:
         url: the endpoint the batches are POSTed to, e.g. ``http://reward-host:8000/score``.
         batch_size: samples per request.
         max_concurrency: requests in flight at once (threads).
-        timeout_s: a request fails when the server sends nothing for this many seconds.
+        timeout_s: deadline of one attempt, connect, send and receive together, in seconds.
         retries: further attempts of a failed request.
-        backoff_s: wait before retry ``k`` (0-based): ``backoff_s * 2**k`` seconds.
+        backoff_s: wait before retry ``k`` (0-based): ``backoff_s * 2**k`` seconds, plus up to half as much again.
+        total_timeout_s: deadline of a request's attempts and waits together (None: ``retries + 1`` attempts).
+        max_response_mb: an answer larger than this (MiB) fails as ``too_large``, read no further.
         on_failure: ``"raise"``: a batch failing after its retries raises RuntimeError; ``"skip"``: its samples score
             None (not applicable) and are counted in ``failed_samples``.
         encode_images: send images and videos as base64 PNG; with false an image in the batch raises.
@@ -294,18 +275,18 @@ class RemoteReward:
         timeout_s: float = 60.0,
         retries: int = 2,
         backoff_s: float = 1.0,
+        total_timeout_s: float | None = None,
+        max_response_mb: float = 16.0,
         on_failure: OnFailure = "raise",
         encode_images: bool = True,
         columns: list[str] | None = None,
         api_key_env: str | None = None,
     ) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        if not is_http_address(url):
             raise ValueError(f"remote_reward: url={url!r} is not valid; use an http:// or https:// address.")
         check_positive("remote_reward", "batch_size", batch_size, integer=True, minimum=1)
         check_positive("remote_reward", "max_concurrency", max_concurrency, integer=True, minimum=1)
-        check_positive("remote_reward", "timeout_s", timeout_s, integer=False, minimum=1e-3)
-        check_positive("remote_reward", "retries", retries, integer=True)
-        check_positive("remote_reward", "backoff_s", backoff_s, integer=False)
+        self.http = HTTPSettings("remote_reward", timeout_s, total_timeout_s, retries, backoff_s, max_response_mb)
         check_choice("remote_reward", "on_failure", on_failure, OnFailure)
         if not isinstance(encode_images, bool):
             raise ValueError(f"remote_reward: encode_images={encode_images!r} must be true or false.")
@@ -314,9 +295,6 @@ class RemoteReward:
         self.url = url
         self.batch_size = batch_size
         self.max_concurrency = max_concurrency
-        self.timeout_s = float(timeout_s)
-        self.retries = retries
-        self.backoff_s = float(backoff_s)
         self.on_failure = on_failure
         self.encode_images = encode_images
         self.columns = columns
@@ -348,20 +326,12 @@ class RemoteReward:
             payloads.append((start, payload))
         return payloads
 
-    def _request(self, payload: dict[str, Any]) -> list[float | None] | RequestFailed:
+    def _request(self, payload: dict[str, Any]) -> list[float | None] | CallFailed:
         count = len(payload["completions"])
         try:
-            return post_with_retries(
-                self.url,
-                payload,
-                lambda answer: parse_rewards(answer, count),
-                timeout_s=self.timeout_s,
-                retries=self.retries,
-                backoff_s=self.backoff_s,
-                counters=self._counters,
-                headers=self.headers,
-            )
-        except RequestFailed as failure:
+            return self.http.post(self.url, payload, lambda answer: parse_rewards(answer, count), self._counters,
+                                  self.headers)  # fmt: skip
+        except CallFailed as failure:
             self._counters.add("failed_requests")
             self._counters.add("failed_samples", count)
             return failure
@@ -374,17 +344,17 @@ class RemoteReward:
         payloads = self._payloads(prompts, completions, columns)
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(len(payloads), 1))) as pool:
             results = list(pool.map(self._request, [payload for _, payload in payloads]))
-        failures = [result for result in results if isinstance(result, RequestFailed)]
+        failures = [result for result in results if isinstance(result, CallFailed)]
         if failures and self.on_failure == "raise":
             raise RuntimeError(
                 f"remote_reward: {len(failures)} of {len(payloads)} requests to {self.url} failed after "
-                f"retries={self.retries} retries; last error ({failures[-1].kind}): {failures[-1]}. Check that the "
+                f"retries={self.http.retries} retries; last error ({failures[-1].kind}): {failures[-1]}. Check that the "
                 "server runs and answers the protocol (docs/reward_models.md), raise timeout_s or retries, or set "
                 "on_failure: skip to score the failed samples None (counted in failed_samples)."
             )
         rewards: list[float | None] = []
         for (_, payload), result in zip(payloads, results, strict=True):
-            if isinstance(result, RequestFailed):
+            if isinstance(result, CallFailed):
                 rewards.extend([None] * len(payload["completions"]))
             else:
                 self._counters.add("null_rewards", sum(value is None for value in result))

@@ -179,3 +179,49 @@ def test_server_started_outside_the_vllm_environment_says_which_python_to_use():
         pytest.skip("vllm is importable here")
     with pytest.raises(SystemExit, match="cannot import vllm: run this server with the vLLM environment's python"):
         main(["--model", "/models/base"])
+
+
+def test_requests_end_within_their_deadline_and_only_get_routes_are_retried(monkeypatch):
+    """A server that trickles, sends 300 MiB or fails: the client's request ends within timeout_s, an answer stops at
+    max_response_mb, and only the GET routes (which change nothing on the server) are retried."""
+    from http.server import BaseHTTPRequestHandler
+
+    from genalign.engines.vllm import client as client_module
+    from tests.misbehaving_http import misbehave, serve
+
+    monkeypatch.setattr(client_module, "GET_BACKOFF_S", 0.01)
+    stop = threading.Event()
+    behaviour = {"POST": "trickle_body", "GET": "http500"}
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append(f"GET {self.path}")
+            misbehave(self, behaviour["GET"], stop=stop, elsewhere="http://127.0.0.1:1")
+
+        def do_POST(self):
+            seen.append(f"POST {self.path}")
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            misbehave(self, behaviour["POST"], stop=stop, elsewhere="http://127.0.0.1:1")
+
+    server, url = serve(Handler)
+    try:
+        client = HTTPServerClient(url, timeout_s=0.5, max_response_mb=4)
+        start = time.perf_counter()
+        with pytest.raises(VLLMServerError, match=r"POST .*/generate failed \(timeout\): no complete answer"):
+            client.generate([[1]], {}, [1])
+        assert time.perf_counter() - start < 0.5 + 0.4 and seen == ["POST /generate"]  # a POST is not retried
+        behaviour["POST"] = "huge"
+        with pytest.raises(VLLMServerError, match=r"failed \(too_large\): the answer passed the limit of 4194304"):
+            client.start_weight_update()
+        seen.clear()
+        with pytest.raises(VLLMServerError, match="/info failed with HTTP 500: overloaded"):
+            client.info()
+        assert seen == ["GET /info"] * 3  # retried twice
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()

@@ -17,6 +17,7 @@ from genalign.policies.lm.tiny import build_tiny_causal_lm, build_tiny_tokenizer
 from genalign.rewards import REWARDS
 from genalign.rewards.judge import LLMJudge, parse_verdict, template_fields
 from genalign.rewards.runner import call_reward
+from tests.misbehaving_http import BEHAVIOURS, RecordingOrigin, misbehave
 
 TEMPLATE = "question : {prompt} answer : {completion} reference : {reference} is it right ?"
 PROMPTS = ["what is 1 + 1", "what is 2 * 3", "the answer"]
@@ -173,6 +174,8 @@ class _ChatServer:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict, dict]] = []
         self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.other = RecordingOrigin()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -184,6 +187,10 @@ class _ChatServer:
                 with outer.lock:
                     outer.requests.append((self.path, body, dict(self.headers)))
                 user = body["messages"][-1]["content"]
+                behaviour = next((b for b in BEHAVIOURS if b in user), None)
+                if behaviour is not None:  # tests/misbehaving_http.py
+                    misbehave(self, behaviour, stop=outer.stop, elsewhere=outer.other.url)
+                    return
                 if "fail" in user:
                     status, answer = 500, {"error": "overloaded"}
                 elif "garbage" in user:
@@ -207,8 +214,10 @@ class _ChatServer:
 def chat_server():
     server = _ChatServer()
     yield server
+    server.stop.set()
     server.server.shutdown()
     server.server.server_close()
+    server.other.close()
 
 
 def test_http_number_verdicts(chat_server, monkeypatch):
@@ -248,3 +257,22 @@ def test_http_yes_no_and_request_errors(chat_server):
         strict(["p", "p"], ["yes", "fail"])
     values, errors = call_reward("judge", skip, ["p"], ["fail"], {})
     assert values != [0.0] and errors == 0  # a failed request is not applicable (NaN), not a silent zero
+
+
+def test_http_misbehaving_endpoint_ends_within_the_deadline_counted_by_kind(chat_server, monkeypatch):
+    """An endpoint that trickles, never answers, sends 300 MiB, deep JSON or a redirect to another origin: each
+    request ends within timeout_s, scores None with on_failure: skip, and is counted by kind."""
+    import time
+
+    monkeypatch.setenv("GENALIGN_TEST_JUDGE_KEY", "secret")
+    judge = LLMJudge(base_url=chat_server.base_url, model="m", verdict="yes_no", template="Judge: {completion}",
+                     timeout_s=0.5, retries=0, on_failure="skip", api_key_env="GENALIGN_TEST_JUDGE_KEY")  # fmt: skip
+    completions = ["yes", "trickle_body", "silent", "huge", "deep", "redirect_away"]
+    start = time.perf_counter()
+    assert judge(["p"] * 6, completions) == [1.0, None, None, None, None, None]
+    assert time.perf_counter() - start < 0.5 + 0.4  # in parallel (max_concurrency 8), each within its deadline
+    metrics = judge.pop_metrics()
+    expected = {"requests": 6, "request_errors": 5, "timeouts": 2, "too_large_responses": 1, "bad_json_responses": 1,
+                "redirects_refused": 1}  # fmt: skip
+    assert {key: metrics[key] for key in expected} == expected
+    assert chat_server.other.seen == []  # the key never went to the other origin

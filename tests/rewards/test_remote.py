@@ -18,13 +18,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from genalign.remote_calls import FAILURE_KINDS
 from genalign.rewards import REWARDS
-from genalign.rewards.remote import RemoteReward, from_json_value, parse_rewards, to_json_value
+from genalign.rewards.remote import FAILURE_COUNTERS, RemoteReward, from_json_value, parse_rewards, to_json_value
 from genalign.rewards.runner import call_reward
+from tests.misbehaving_http import BEHAVIOURS, RecordingOrigin, misbehave
+from tests.reliability.conftest import metrics as toy_metrics
+from tests.reliability.conftest import toy_config, toy_family  # noqa: F401  (the toy policy family)
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS = [f"p{i}" for i in range(5)]
@@ -41,9 +46,13 @@ class _Server(ThreadingHTTPServer):
 class FakeRewardServer:
     """Modes by path: ``/ok`` (reward = len(completion) + bonus column), ``/null``, ``/slow``, ``/malformed``,
     ``/wrong_length``, ``/nonnumeric``, ``/drop``, ``/http500``, ``/http400``, ``/flaky`` (500 for the first two
-    requests), ``/concurrent`` (waits 0.2 s). Counts requests per path and the most requests in flight."""
+    requests), ``/concurrent`` (waits 0.2 s), ``/<behaviour>`` of tests/misbehaving_http.py, and ``/by_completion``
+    (misbehaves as the batch's first completion names, else as ``/ok``). Counts requests per path and the most
+    requests in flight."""
 
     def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.other = RecordingOrigin()  # another origin, for redirects
         self.requests: Counter[str] = Counter()
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
@@ -79,6 +88,12 @@ class FakeRewardServer:
 
     def answer(self, handler, path: str, body: dict, count: int) -> None:
         completions = body["completions"]
+        behaviour = completions[0] if path == "/by_completion" else path.strip("/")
+        if path == "/every_other":  # every second request misbehaves, in turn as each of these
+            behaviour = ("ok", "trickle_body", "ok", "huge", "ok", "deep", "ok", "redirect_away")[(count - 1) % 8]
+        if behaviour in BEHAVIOURS:
+            misbehave(handler, behaviour, stop=self.stop, elsewhere=self.other.url)
+            return
         bonus = body["columns"].get("bonus", [0] * len(completions))
         rewards = [len(c) + b if isinstance(c, str) else 1.0 for c, b in zip(completions, bonus)]
         if path == "/slow":
@@ -110,8 +125,10 @@ class FakeRewardServer:
             handler._send(200, json.dumps({"rewards": rewards}).encode())
 
     def close(self) -> None:
+        self.stop.set()
         self.server.shutdown()
         self.server.server_close()
+        self.other.close()
 
 
 @pytest.fixture
@@ -152,7 +169,7 @@ def test_null_is_not_applicable(server):
 @pytest.mark.parametrize(
     ("path", "counter", "retried"),
     [
-        ("/malformed", "malformed_responses", True),
+        ("/malformed", "bad_json_responses", True),  # truncated: not JSON (JSON of the wrong shape: malformed)
         ("/wrong_length", "malformed_responses", True),
         ("/nonnumeric", "malformed_responses", True),
         ("/drop", "connection_errors", True),
@@ -188,6 +205,83 @@ def test_timeout(server):
     metrics = reward.pop_metrics()
     assert metrics["timeouts"] == 2 and metrics["retries"] == 1 and metrics["failed_samples"] == 5
     assert server.requests["/slow"] == 2
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "counter", "attempts"),
+    [
+        ("trickle_body", "timeouts", 2),  # one byte every 0.1 s, forever
+        ("silent", "timeouts", 2),
+        ("huge", "too_large_responses", 1),  # 300 MiB, no Content-Length; too_large is not retried
+        ("deep", "bad_json_responses", 2),  # 200,000 '['
+        ("redirect_away", "redirects_refused", 1),
+    ],
+)
+def test_misbehaving_servers_end_within_the_deadline_counted_by_kind(server, monkeypatch, behaviour, counter,
+                                                                      attempts):  # fmt: skip
+    monkeypatch.setenv("GENALIGN_TEST_REWARD_KEY", "secret")
+    reward = _reward(server, "/" + behaviour, batch_size=5, timeout_s=0.5, total_timeout_s=0.8, retries=1,
+                     on_failure="skip", api_key_env="GENALIGN_TEST_REWARD_KEY")  # fmt: skip
+    start = time.perf_counter()
+    assert reward(PROMPTS, COMPLETIONS) == [None] * 5
+    assert time.perf_counter() - start < 0.8 + 0.4  # each attempt within timeout_s, all within total_timeout_s
+    metrics = reward.pop_metrics()
+    assert metrics[counter] == attempts and metrics["requests"] == attempts and metrics["retries"] == attempts - 1
+    assert metrics["failed_requests"] == 1 and metrics["failed_samples"] == 5
+    assert server.other.seen == []  # the credentials never went to the other origin
+    assert set(FAILURE_COUNTERS) == set(FAILURE_KINDS)  # every kind of failure has its counter
+
+
+def test_training_continues_through_a_misbehaving_server(server, monkeypatch):
+    """The trainer's RewardSet with a remote reward whose server misbehaves on most requests (one sample per request,
+    each sample naming how its request fails) and on_failure: skip: the step ends within one deadline, the failed
+    samples are not applicable (NaN), the other reward still scores them, the failures are counted by kind, and the
+    next step scores normally."""
+    from genalign.config.schema import RewardSpec
+    from genalign.trainer.rewards import RewardSet
+
+    monkeypatch.setenv("GENALIGN_TEST_REWARD_KEY", "secret")
+    args = {"url": server.url + "/by_completion", "batch_size": 1, "max_concurrency": 8, "timeout_s": 0.5,
+            "retries": 0, "on_failure": "skip", "api_key_env": "GENALIGN_TEST_REWARD_KEY"}  # fmt: skip
+    rewards = RewardSet([RewardSpec(fn="remote_reward", name="remote", args=args),
+                         RewardSpec(fn=lambda prompts, completions, **columns: [0.5] * len(completions),
+                                    name="local")])  # fmt: skip
+    outputs = ["ok", "trickle_body", "silent", "huge", "deep", "redirect_away", "http500", "okay"]
+    rows = [{"prompt": f"p{i}"} for i in range(len(outputs))]
+    start = time.perf_counter()
+    table, errors = rewards(rows, outputs)
+    assert time.perf_counter() - start < 0.5 + 0.4
+    assert torch.equal(table[:, 0].isnan(), torch.tensor([False] + [True] * 6 + [False]))
+    assert table[[0, 7], 0].tolist() == [2.0, 4.0] and table[:, 1].tolist() == [0.5] * 8 and errors.tolist() == [0, 0]
+    assert rewards.table_sum(table)[1].item() == 0.5  # the combined reward of a failed sample: the other reward's
+    metrics = rewards.take_metrics()
+    expected = {"requests": 8, "failed_requests": 6, "failed_samples": 6, "timeouts": 2, "too_large_responses": 1,
+                "bad_json_responses": 1, "redirects_refused": 1, "http_errors": 1}  # fmt: skip
+    assert {key: metrics[f"reward/remote/{key}"] for key in expected} == expected
+    assert server.other.seen == []
+    table, _ = rewards(rows[:2], ["ok", "okay"])  # the next step
+    assert table[:, 0].tolist() == [2.0, 4.0]
+
+
+def test_a_toy_training_run_with_a_misbehaving_remote_reward_runs_to_the_end(server, tmp_path, toy_family):  # noqa: F811
+    """A short training run (the trainer tests' toy policy) whose second reward is a remote one that trickles, sends
+    300 MiB, deep JSON or a redirect on every second request, with on_failure: skip: every step runs, its reward
+    table is NaN where the remote reward failed, the failures are logged by kind."""
+    from genalign.config.schema import RewardSpec
+    from genalign.trainer import train
+
+    config = toy_config(tmp_path, run={"max_steps": 4, "save_every": 100})
+    args = {"url": server.url + "/every_other", "batch_size": 4, "max_concurrency": 4, "timeout_s": 0.5,
+            "retries": 0, "on_failure": "skip"}  # fmt: skip
+    config.rewards.append(RewardSpec(fn="remote_reward", name="remote", args=args, weight=0.0))
+    train(config)
+    records = toy_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert [r["reward/remote/missing"] for r in records] == [8] * 4  # two of the four requests of each step failed
+    total = {key: sum(r.get(f"reward/remote/{key}", 0) for r in records) for key in ("requests", "failed_samples",
+             "timeouts", "too_large_responses", "bad_json_responses", "redirects_refused")}  # fmt: skip
+    assert total == {"requests": 16, "failed_samples": 32, "timeouts": 2, "too_large_responses": 2,
+                     "bad_json_responses": 2, "redirects_refused": 2}  # fmt: skip
 
 
 def test_retries_recover(server):
@@ -266,6 +360,9 @@ def test_api_key_header(server, monkeypatch):
 def test_constructor_errors_name_the_field():
     for bad, match in (
         ({"url": "localhost:8000"}, "url='localhost:8000' is not valid"),
+        ({"url": "http://reward-host:port/score"}, "url='http://reward-host:port/score' is not valid"),
+        ({"total_timeout_s": 0}, "total_timeout_s=0 is not valid"),
+        ({"max_response_mb": -1}, "max_response_mb=-1 is not valid"),
         ({"batch_size": 0}, "batch_size=0 is not valid; use an integer >= 1"),
         ({"max_concurrency": 1.5}, "max_concurrency=1.5"),
         ({"timeout_s": 0}, "timeout_s=0"),

@@ -1,23 +1,34 @@
-"""The trainer's side of the genalign vLLM server protocol over HTTP, with the standard library only.
+"""The trainer's side of the genalign vLLM server protocol over HTTP, through :mod:`genalign.remote_calls`.
 
 :class:`HTTPServerClient` has the same methods as the server's backend (:class:`~genalign.engines.vllm.server.VLLMBackend`),
-so the engine drives a remote server and an in-process (colocated) vLLM alike. Every failure raises
-:class:`VLLMServerError` naming the route, the HTTP status and the server's message.
+so the engine drives a remote server and an in-process (colocated) vLLM alike. Every request has one deadline for
+connect, send and receive (``timeout_s``; a server that trickles bytes fails it too) and a cap on the answer's size.
+Only the GET routes (``/health``, ``/info``), which change nothing on the server, are retried (twice, with backoff):
+a POST repeated after a timeout would queue behind the first on the server's lock, or replay a step of a weight
+update. Every failure raises :class:`VLLMServerError` naming the route, the kind of failure (the HTTP status and the
+server's message for an error answer).
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from genalign.engines.vllm.server import ROUTES
+from genalign.remote_calls import CallFailed, call_json, decode_json
+
+#: Retries of a GET route (the POST routes are not retried), and the base of their backoff.
+GET_RETRIES, GET_BACKOFF_S = 2, 0.5
 
 
 class VLLMServerError(RuntimeError):
     """A request to the genalign vLLM server failed; the message names the route and the server's reason."""
+
+
+def _json_object(answer: Any) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise ValueError(f"expected a JSON object, got {type(answer).__name__}")
+    return answer
 
 
 class HTTPServerClient:
@@ -25,40 +36,42 @@ class HTTPServerClient:
 
     Args:
         url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
-        timeout_s: limit for one request (a generation of a large batch or a full weight update can take minutes).
+        timeout_s: deadline of one request, connect, send and receive together (a generation of a large batch or a
+            full weight update can take minutes).
+        max_response_mb: an answer larger than this (MiB) fails, read no further.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 3600.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 3600.0, max_response_mb: float = 1024.0) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_response_bytes = int(max_response_mb * 2**20)
 
-    def _call(self, route: str, body: dict[str, Any] | None = None, *, timeout_s: float | None = None) -> dict:
+    def _call(self, route: str, body: dict[str, Any] | None = None, *, timeout_s: float | None = None,
+              retries: int | None = None) -> dict:  # fmt: skip
         verb = ROUTES[route][0]
-        data = json.dumps(body or {}).encode() if verb == "POST" else None
-        request = urllib.request.Request(
-            self.url + route, data=data, method=verb, headers={"Content-Type": "application/json"}
-        )
+        if retries is None:
+            retries = GET_RETRIES if verb == "GET" else 0
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as err:
+            return call_json(verb, self.url + route, body or {}, timeout_s=timeout_s or self.timeout_s,
+                             retries=retries, backoff_s=GET_BACKOFF_S, max_response_bytes=self.max_response_bytes,
+                             parse=_json_object)  # fmt: skip
+        except CallFailed as failure:
+            if failure.kind != "http_status":
+                raise VLLMServerError(f"{verb} {self.url}{route} failed ({failure.kind}): {failure}") from None
             try:
-                reason = json.loads(err.read()).get("error", "")
-            except (json.JSONDecodeError, AttributeError):
+                reason = decode_json(failure.body).get("error", "")
+            except (CallFailed, AttributeError):
                 reason = ""
             raise VLLMServerError(
-                f"{verb} {self.url}{route} failed with HTTP {err.code}: {reason or err.reason}"
+                f"{verb} {self.url}{route} failed with HTTP {failure.status}: {reason or failure}"
             ) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
-            reason = getattr(err, "reason", err)
-            raise VLLMServerError(f"{verb} {self.url}{route} failed: {reason}") from None
 
     def wait_until_healthy(self, wait_s: float, *, poll_s: float = 2.0) -> None:
         """Poll ``/health`` until the server answers; after ``wait_s`` seconds (0: one try) raise the last error."""
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                self._call("/health", timeout_s=10.0)
+                self._call("/health", timeout_s=10.0, retries=0)
                 return
             except VLLMServerError:
                 if time.monotonic() >= deadline:

@@ -108,7 +108,9 @@ class VLLMEngine:
             from genalign.engines.vllm.colocated import start_colocated
 
             return start_colocated(options, model_path, lora_rank=lora_rank, device=device)
-        client = HTTPServerClient(options.server_url, timeout_s=options.request_timeout_s)
+        client = HTTPServerClient(
+            options.server_url, timeout_s=options.request_timeout_s, max_response_mb=options.max_response_mb
+        )
         try:
             client.wait_until_healthy(options.server_wait_s)
         except VLLMServerError as err:

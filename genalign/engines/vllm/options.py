@@ -47,7 +47,13 @@ class VLLMOptions:
             "help": "Seconds to wait for the server to answer at start (e.g. 900 when launched together); 0 = once."
         },
     )
-    request_timeout_s: float = field(default=3600.0, metadata={"help": "Limit for one server request, in seconds."})
+    request_timeout_s: float = field(
+        default=3600.0,
+        metadata={"help": "Deadline of one server request (connect, send and receive together), in seconds."},
+    )
+    max_response_mb: float = field(
+        default=1024.0, metadata={"help": "A server answer larger than this many MiB fails the request."}
+    )
     tensor_parallel_size: int = field(
         default=1, metadata={"help": "GPUs vLLM shards the model over (a server with nccl; 1 on the trainer's GPU)."}
     )
@@ -85,6 +91,7 @@ class VLLMOptions:
             ),
             (self.server_wait_s >= 0, f"policy.vllm.server_wait_s={self.server_wait_s} must be >= 0."),
             (self.request_timeout_s > 0, f"policy.vllm.request_timeout_s={self.request_timeout_s} must be > 0."),
+            (self.max_response_mb > 0, f"policy.vllm.max_response_mb={self.max_response_mb} must be > 0."),
             (
                 self.tensor_parallel_size >= 1,
                 f"policy.vllm.tensor_parallel_size={self.tensor_parallel_size} must be >= 1.",
