@@ -135,7 +135,10 @@ def render() -> str:
             tier = "experimental" if meta.get("experimental") else "stable"
             needs = ", ".join(f"`{need}`" for need in meta.get("needs", ())) or "—"
             cells = [registry.kind, f"`{name}`", tier, meta["formula"], _hyperparameters(registry, name), needs]
-            cells += [meta["source"], meta["summary"]]
+            summary = meta["summary"]
+            if meta.get("aggregation"):  # an objective's declared aggregation (its default; others are refused)
+                summary += f" Aggregation: `{meta['aggregation']}` (the default with it; another mode is refused)."
+            cells += [meta["source"], summary]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -15,7 +15,10 @@ Registry meta: ``needs`` (score features the objective reads, checked against th
 ``ratio_level`` and ``clip``, see :func:`objective_hyperparameters`); ``uses_old_logp=False`` for objectives that never
 read ``context.old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
 objectives that weigh samples within their group (every micro-batch must hold whole groups); ``phases=P`` for
-objectives whose update runs ``P`` times over the batch, one phase after the other (``context.phase``, Lopti [219]).
+objectives whose update runs ``P`` times over the batch, one phase after the other (``context.phase``, Lopti [219]);
+``aggregation=mode`` for objectives whose published form needs one aggregation mode (e.g. ``seq_mean_token_mean`` for
+one loss per sample written on its actions): ``algorithm.aggregation`` defaults to it, and another mode is refused at
+config load.
 """
 
 from __future__ import annotations
