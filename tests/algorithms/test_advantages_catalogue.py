@@ -52,9 +52,36 @@ def test_positive_only_and_asymmetric_scaling():
 def test_gaussianized_maps_ranks_to_normal_quantiles():
     q = NormalDist().inv_cdf
     close(adv("gaussianized", [10, 30, 20], [0] * 3), [q(1 / 6), q(5 / 6), 0.0])
-    close(adv("gaussianized", [1, 1, 0, 0], [0] * 4), [q(0.75), q(0.75), q(0.25), q(0.25)])  # mid-ranks for ties
+    # ties share the mean of the normal scores of the positions they span: positions 2, 3 -> (q(5/8) + q(7/8)) / 2
+    tied = (q(5 / 8) + q(7 / 8)) / 2
+    close(adv("gaussianized", [1, 1, 0, 0], [0] * 4), [tied, tied, -tied, -tied])
     close(adv("gaussianized", [1, 1, 0, 0], [0] * 4, standardize=True), [1, 1, -1, -1])
     close(adv("gaussianized", [2, 2, 2], [0] * 3), [0, 0, 0])
+
+
+def test_gaussianized_is_zero_mean_under_uneven_ties():
+    q = NormalDist().inv_cdf
+    # n = 8, scores q((k + 0.5)/8): the 1s span positions 6, 7, the 0s positions 0..5 (q(5/16) + q(11/16) = 0, ...)
+    s = q(13 / 16) + q(15 / 16)  # 2.4213
+    binary = adv("gaussianized", [1, 1, 0, 0, 0, 0, 0, 0], [0] * 8)
+    close(binary, [s / 2] * 2 + [-s / 6] * 6)  # 1.2106, −0.4035 (mid-ranks gave q(7/8), q(3/8): mean +0.049)
+    assert abs(binary.sum().item()) < 1e-12
+    # standardized: mean 0, population std 1 -> √3 and −1/√3, GRPO's (r − p)/√(p(1 − p)) at p = 1/4
+    standardized = adv("gaussianized", [1, 1, 0, 0, 0, 0, 0, 0], [0] * 8, standardize=True)
+    close(standardized, [math.sqrt(3)] * 2 + [-1 / math.sqrt(3)] * 6)
+    assert abs(standardized.sum().item()) < 1e-12
+    # n = 5: 0 at position 0, the three 1s at 1..3 (mean of q(0.3), q(0.5), q(0.7) = 0), 3 at position 4
+    close(adv("gaussianized", [3, 1, 1, 1, 0], [0] * 5), [q(0.9), 0, 0, 0, q(0.1)])
+    # n = 5: the 0s span 0, 1 and the 1s 2..4 (mid-ranks gave q(0.7), q(0.2): mean −0.022)
+    uneven = adv("gaussianized", [1, 1, 1, 0, 0], [0] * 5)
+    close(uneven, [(q(0.7) + q(0.9)) / 3] * 3 + [(q(0.1) + q(0.3)) / 2] * 2)  # 0.6020, −0.9030
+    # a missing reward is left out of the ranks (n = 5) and gets 0; two groups are ranked separately
+    rewards = [1, math.nan, 1, 0, 0, 0, 5, 5, 5, 7]  # groups of 6 and 4
+    mixed = adv("gaussianized", rewards, [0] * 6 + [1] * 4)
+    ones, zeros = (q(0.7) + q(0.9)) / 2, (q(0.1) + q(0.3)) / 3  # 0.9030, −0.6020
+    fives = (q(1 / 8) + q(3 / 8) + q(5 / 8)) / 3
+    close(mixed, [ones, 0, ones, zeros, zeros, zeros] + [fives] * 3 + [q(7 / 8)])
+    assert abs(mixed[:6].sum().item()) < 1e-12 and abs(mixed[6:].sum().item()) < 1e-12
 
 
 def test_quantile_baseline_picks_a_side():
