@@ -104,11 +104,27 @@ def test_noise_aware_weights_shrink_unbalanced_groups():
 
 def test_difficulty_balanced_uses_the_mean_absolute_deviation():
     rewards, groups = [1, 0, 0, 0, 1, 1, 0, 0], [0] * 4 + [1] * 4
-    close(adv("difficulty_balanced", rewards, groups, eps=0.0), [2, -2 / 3, -2 / 3, -2 / 3, 1, 1, -1, -1])
+    close(
+        adv("difficulty_balanced", rewards, groups, eps=0.0, temperature=None),
+        [2, -2 / 3, -2 / 3, -2 / 3, 1, 1, -1, -1],
+    )
     w_hard = 2 / (1 + math.exp(-0.25))  # softmax(−0.25, −0.5) · 2 groups
     w_easy = 2 - w_hard
     got = adv("difficulty_balanced", rewards, groups, eps=0.0, temperature=1.0)
     close(got, [2 * w_hard] + [-2 / 3 * w_hard] * 3 + [w_easy, w_easy, -w_easy, -w_easy])
+
+
+def test_difficulty_balanced_default_is_the_whole_dgpo():
+    # DGAE (MAD) × DQW with the reference's τ = 2 over the B_v = 2 non-constant groups; the all-correct and all-wrong
+    # groups get 0 and stay out of the softmax
+    rewards = [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0]  # four groups of 4
+    groups = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    w_hard = 2 / (1 + math.exp(-0.125))  # 2·softmax(−0.25/2, −0.5/2)[0] = 1.0623
+    w_easy = 2 - w_hard  # 0.9377
+    got = adv("difficulty_balanced", rewards, groups, eps=0.0)
+    close(got, [2 * w_hard] + [-2 / 3 * w_hard] * 3 + [w_easy, w_easy, -w_easy, -w_easy] + [0.0] * 8)
+    # Σ|A| per question: 4·λ (MAD makes it 4 for each; the weights average 1 over the weighed questions)
+    close(got.view(4, 4).abs().sum(1), [4 * w_hard, 4 * w_easy, 0.0, 0.0])
 
 
 def test_zero_variance_groups_get_direct_rewards():
