@@ -131,17 +131,20 @@ def render() -> str:
             tier = "experimental" if meta.get("experimental") else "stable"
             needs = ", ".join(f"`{need}`" for need in meta.get("needs", ())) or "—"
             cells = [registry.kind, f"`{name}`", tier, meta["formula"], _hyperparameters(registry, name), needs]
-            cells += [meta["source"], meta["summary"]]
+            summary = meta["summary"]
+            if meta.get("aggregation"):  # an objective's declared aggregation (its default; others are refused)
+                summary += f" Aggregation: `{meta['aggregation']}` (the default with it; another mode is refused)."
+            cells += [meta["source"], summary]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join([*lines, "", *signal_table()]) + "\n"
 
 
 def signal_table() -> list[str]:
-    """The *Signals* section: every declared signal with its producer, shape, the families whose default options
-    supply it (score and rollout signals) and the options that read it."""
-    from genalign.policies import family_names, load_family
+    """The *Signals* section: every declared signal with its producer, shape, the built-in families whose default
+    options supply it (score and rollout signals) and the options that read it."""
+    from genalign.policies import FAMILY_MODULES, load_family
 
-    supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in family_names()}
+    supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in sorted(FAMILY_MODULES)}
     readers: dict[str, list[str]] = {}
     for registry in SECTIONS:
         for option in registry.names():

@@ -62,6 +62,32 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"algorithm: {err}") from None
     _check_objective_fields(cfg)
+    check_declared_aggregation(cfg)
+
+
+def declared_aggregation(objective: str) -> str | None:
+    """The aggregation mode ``objective`` declares for its published form (registry meta ``aggregation``); None when
+    it declares none or is not registered (validation reports an unknown objective)."""
+    from genalign import algorithms as alg
+
+    return alg.OBJECTIVES.meta(objective).get("aggregation") if objective in alg.OBJECTIVES else None
+
+
+def check_declared_aggregation(cfg: AlgorithmConfig) -> None:
+    """``algorithm.aggregation`` agrees with the mode the objective declares (the default follows it, so only an
+    explicit contradicting choice fails)."""
+    from genalign import algorithms as alg
+
+    declared = declared_aggregation(cfg.objective)
+    if declared is None or cfg.aggregation == declared:
+        return
+    describe = lambda mode: alg.AGGREGATIONS.meta(mode)["summary"].rstrip(".").lower()  # noqa: E731
+    raise ConfigError(
+        f"algorithm.aggregation = {cfg.aggregation!r} contradicts algorithm.objective = {cfg.objective!r}, whose "
+        f"published form needs aggregation {declared!r} ({describe(declared)}; {cfg.aggregation!r}: "
+        f"{describe(cfg.aggregation)}, which changes how its samples are weighed). Remove algorithm.aggregation (the "
+        f"default follows the objective) or set it to {declared!r}."
+    )
 
 
 def check_sample_sources(cfg: AlgorithmConfig) -> None:

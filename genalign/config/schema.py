@@ -19,6 +19,7 @@ from genalign.config.checks import (
     check_capabilities,
     check_reward_args,
     check_reward_count,
+    declared_aggregation,
 )
 from genalign.config.core import ConfigError
 from genalign.config.scale import FSDPConfig, HardwareConfig
@@ -208,7 +209,11 @@ class AlgorithmConfig:
     objective_args: dict[str, Any] = _help(
         "Hyper-parameters of the ratio level and clip form (e.g. eps_low, eps_high).", factory=dict
     )
-    aggregation: str = _help("Loss aggregation (AGGREGATIONS).", "token_mean")
+    aggregation: str | None = _help(
+        "Loss aggregation (AGGREGATIONS); null = the mode the objective declares for its published form (registry "
+        "meta 'aggregation', e.g. seq_mean_token_mean for gvpo, disco, conspo, reg_grpo), else token_mean. Resolved "
+        "when the config is built; a mode that contradicts the objective's is refused."
+    )
     aggregation_args: dict[str, Any] = _help("Hyper-parameters of the aggregation (e.g. max_len).", factory=dict)
     credit: list[str] = _help(
         "Per-action credit rules (CREDIT_RULES), applied in order, e.g. [tree, noise_aware_steps]; [] = every action "
@@ -258,6 +263,10 @@ class AlgorithmConfig:
     async_rollout: AsyncRolloutConfig = _help(
         "Asynchronous off-policy rollouts overlapped with the update.", factory=AsyncRolloutConfig
     )
+
+    def __post_init__(self) -> None:
+        if self.aggregation is None:  # the default follows the objective; every reader sees a registered mode
+            self.aggregation = declared_aggregation(self.objective) or "token_mean"
 
     def prompts_to_sample(self) -> int:
         """Prompts drawn per step (all processes): more than ``prompts_per_step`` with dynamic sampling."""

@@ -52,9 +52,36 @@ def test_positive_only_and_asymmetric_scaling():
 def test_gaussianized_maps_ranks_to_normal_quantiles():
     q = NormalDist().inv_cdf
     close(adv("gaussianized", [10, 30, 20], [0] * 3), [q(1 / 6), q(5 / 6), 0.0])
-    close(adv("gaussianized", [1, 1, 0, 0], [0] * 4), [q(0.75), q(0.75), q(0.25), q(0.25)])  # mid-ranks for ties
+    # ties share the mean of the normal scores of the positions they span: positions 2, 3 -> (q(5/8) + q(7/8)) / 2
+    tied = (q(5 / 8) + q(7 / 8)) / 2
+    close(adv("gaussianized", [1, 1, 0, 0], [0] * 4), [tied, tied, -tied, -tied])
     close(adv("gaussianized", [1, 1, 0, 0], [0] * 4, standardize=True), [1, 1, -1, -1])
     close(adv("gaussianized", [2, 2, 2], [0] * 3), [0, 0, 0])
+
+
+def test_gaussianized_is_zero_mean_under_uneven_ties():
+    q = NormalDist().inv_cdf
+    # n = 8, scores q((k + 0.5)/8): the 1s span positions 6, 7, the 0s positions 0..5 (q(5/16) + q(11/16) = 0, ...)
+    s = q(13 / 16) + q(15 / 16)  # 2.4213
+    binary = adv("gaussianized", [1, 1, 0, 0, 0, 0, 0, 0], [0] * 8)
+    close(binary, [s / 2] * 2 + [-s / 6] * 6)  # 1.2106, −0.4035 (mid-ranks gave q(7/8), q(3/8): mean +0.049)
+    assert abs(binary.sum().item()) < 1e-12
+    # standardized: mean 0, population std 1 -> √3 and −1/√3, GRPO's (r − p)/√(p(1 − p)) at p = 1/4
+    standardized = adv("gaussianized", [1, 1, 0, 0, 0, 0, 0, 0], [0] * 8, standardize=True)
+    close(standardized, [math.sqrt(3)] * 2 + [-1 / math.sqrt(3)] * 6)
+    assert abs(standardized.sum().item()) < 1e-12
+    # n = 5: 0 at position 0, the three 1s at 1..3 (mean of q(0.3), q(0.5), q(0.7) = 0), 3 at position 4
+    close(adv("gaussianized", [3, 1, 1, 1, 0], [0] * 5), [q(0.9), 0, 0, 0, q(0.1)])
+    # n = 5: the 0s span 0, 1 and the 1s 2..4 (mid-ranks gave q(0.7), q(0.2): mean −0.022)
+    uneven = adv("gaussianized", [1, 1, 1, 0, 0], [0] * 5)
+    close(uneven, [(q(0.7) + q(0.9)) / 3] * 3 + [(q(0.1) + q(0.3)) / 2] * 2)  # 0.6020, −0.9030
+    # a missing reward is left out of the ranks (n = 5) and gets 0; two groups are ranked separately
+    rewards = [1, math.nan, 1, 0, 0, 0, 5, 5, 5, 7]  # groups of 6 and 4
+    mixed = adv("gaussianized", rewards, [0] * 6 + [1] * 4)
+    ones, zeros = (q(0.7) + q(0.9)) / 2, (q(0.1) + q(0.3)) / 3  # 0.9030, −0.6020
+    fives = (q(1 / 8) + q(3 / 8) + q(5 / 8)) / 3
+    close(mixed, [ones, 0, ones, zeros, zeros, zeros] + [fives] * 3 + [q(7 / 8)])
+    assert abs(mixed[:6].sum().item()) < 1e-12 and abs(mixed[6:].sum().item()) < 1e-12
 
 
 def test_quantile_baseline_picks_a_side():
@@ -77,11 +104,27 @@ def test_noise_aware_weights_shrink_unbalanced_groups():
 
 def test_difficulty_balanced_uses_the_mean_absolute_deviation():
     rewards, groups = [1, 0, 0, 0, 1, 1, 0, 0], [0] * 4 + [1] * 4
-    close(adv("difficulty_balanced", rewards, groups, eps=0.0), [2, -2 / 3, -2 / 3, -2 / 3, 1, 1, -1, -1])
+    close(
+        adv("difficulty_balanced", rewards, groups, eps=0.0, temperature=None),
+        [2, -2 / 3, -2 / 3, -2 / 3, 1, 1, -1, -1],
+    )
     w_hard = 2 / (1 + math.exp(-0.25))  # softmax(−0.25, −0.5) · 2 groups
     w_easy = 2 - w_hard
     got = adv("difficulty_balanced", rewards, groups, eps=0.0, temperature=1.0)
     close(got, [2 * w_hard] + [-2 / 3 * w_hard] * 3 + [w_easy, w_easy, -w_easy, -w_easy])
+
+
+def test_difficulty_balanced_default_is_the_whole_dgpo():
+    # DGAE (MAD) × DQW with the reference's τ = 2 over the B_v = 2 non-constant groups; the all-correct and all-wrong
+    # groups get 0 and stay out of the softmax
+    rewards = [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0]  # four groups of 4
+    groups = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    w_hard = 2 / (1 + math.exp(-0.125))  # 2·softmax(−0.25/2, −0.5/2)[0] = 1.0623
+    w_easy = 2 - w_hard  # 0.9377
+    got = adv("difficulty_balanced", rewards, groups, eps=0.0)
+    close(got, [2 * w_hard] + [-2 / 3 * w_hard] * 3 + [w_easy, w_easy, -w_easy, -w_easy] + [0.0] * 8)
+    # Σ|A| per question: 4·λ (MAD makes it 4 for each; the weights average 1 over the weighed questions)
+    close(got.view(4, 4).abs().sum(1), [4 * w_hard, 4 * w_easy, 0.0, 0.0])
 
 
 def test_zero_variance_groups_get_direct_rewards():

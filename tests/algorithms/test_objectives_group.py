@@ -160,3 +160,30 @@ def test_group_objectives_need_whole_groups_and_reject_bad_values(name):
     key = {"conspo": "temperature", "disco": "tau", "gvpo": "beta", "reg_grpo": "beta"}[name]
     with pytest.raises(ValueError, match=key):
         _run(name, [[-1.0], [-2.0]], [1.0, -1.0], [0, 0], **{key: 0.0})
+
+
+# ------------------------------------------------------------------------------------------- declared aggregation
+@pytest.mark.parametrize(
+    ("name", "old", "hp", "published", "token_mean"),
+    [
+        # s = (−1, −2): J = softplus(s_1 − s_0) = log(1 + e^{−1}); the positive carries 2J on its 3 actions
+        ("conspo", None, {"margin_end": 0.0}, math.log(1 + math.exp(-1)), 1.5 * math.log(1 + math.exp(-1))),
+        # −J = −(s_0 − τ·log e^{s_1/τ}) = −(s_0 − s_1) = −1; the positive carries −2 on its 3 actions; KL = 0
+        ("disco", None, {}, -1.0, -1.5),
+        # R = 0.1·(−3, −2), centred (−0.05, 0.05); residual (−1.05, 0.55); L = ½·r² = (0.55125, 0.15125)
+        ("gvpo", [[0.0] * 3] * 2, {}, (0.55125 + 0.15125) / 2, (3 * 0.55125 + 0.15125) / 4),
+        # ℓ̄ = (−1, −2), centred (0.5, −0.5); residual (0.5, 0); L = (0.125, 0)
+        ("reg_grpo", [[0.0] * 3] * 2, {}, 0.0625, 3 * 0.125 / 4),
+    ],
+)
+def test_group_objectives_declare_the_aggregation_that_gives_their_published_per_sample_mean(
+    name, old, hp, published, token_mean
+):
+    # one group, A = (1, −0.5), a 3-action sample and a 1-action sample
+    _, mask, loss, _ = _run(
+        name, [[-1.0, -1.0, -1.0], [-2.0, 0.0, 0.0]], [1.0, -0.5], [0, 0], old=old, mask=[[1, 1, 1], [1, 0, 0]], **hp
+    )
+    assert OBJECTIVES.meta(name)["aggregation"] == "seq_mean_token_mean"
+    _close(_aggregated(loss, mask), published)  # mean over samples of the published per-sample loss
+    # token_mean weighs the 3-action sample 3 times: not the published loss (the config refuses it with these)
+    _close(aggregate(loss, mask, "token_mean", loss_normalizer(mask, "token_mean")), token_mean)

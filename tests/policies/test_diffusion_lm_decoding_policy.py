@@ -4,6 +4,7 @@ initial decoding policy, checkpoints, inference decisions and config errors. Use
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,6 +62,29 @@ def test_co_grpo_trains_model_and_schedule_with_one_loss(co_grpo):
     policy.score(rollout).logp.sum().backward()
     assert policy.decoding.module.count_logits.grad.abs().sum() > 0
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.model.parameters())
+
+
+def test_co_grpo_schedule_logp_and_gradient_by_hand(co_grpo):
+    # initial table (Bk = 4, S_b = 2): φ[0] = (0, 3, 0, 0), LLaDA's 2 tokens at logit 3; step 0 allows k ∈ {1, 2, 3}
+    # (one token must stay for step 1): log π(k) = φ[0, k − 1] − log(e³ + 2); step 1 is forced (log π = 0)
+    policy, rollout = co_grpo
+    schedule = policy.decoding.module
+    counts = rollout.per_sample["decoding/count"][:, 0]  # [6] the sampled step-0 counts
+    table = torch.tensor([0.0, 3.0, 0.0, 0.0], dtype=torch.float64)
+    log_z = math.log(math.exp(3.0) + 2.0)
+    expected = table[counts - 1] - log_z  # [6]
+    schedule.zero_grad()
+    logp = policy.score(rollout).logp[:, 1:]  # [6, 2] the count actions
+    torch.testing.assert_close(logp[:, 0].double(), expected, atol=1e-6, rtol=0)
+    assert torch.all(logp[:, 1] == 0)
+    # ∂ Σ log π / ∂φ[0, j] = #(k = j + 1) − 6·p_j with p = (1, e³, 1, 0)/(e³ + 2); row 1 (forced step) gets nothing
+    logp.sum().backward()
+    p = torch.tensor([1.0, math.exp(3.0), 1.0, 0.0], dtype=torch.float64) / (math.exp(3.0) + 2.0)
+    picked = torch.bincount(counts - 1, minlength=4).double()
+    grad = schedule.count_logits.grad.double()
+    torch.testing.assert_close(grad[0], picked - 6 * p, atol=1e-5, rtol=0)
+    assert torch.all(grad[1] == 0)
+    schedule.zero_grad()
 
 
 def test_co_grpo_kl_of_the_schedule_is_to_its_initial_table(co_grpo):

@@ -62,6 +62,39 @@ def test_count_schedule_logp_is_the_masked_softmax_of_its_table():
     assert schedule.count_logits.grad[1].abs().sum() == 0 and schedule.count_logits.grad[0].abs().sum() > 0
 
 
+def test_count_schedule_logp_of_a_two_block_trajectory_by_hand():
+    # Bk = 4, S_b = 3, two blocks (6 steps); a known table φ[s_b, k − 1]
+    schedule = CountSchedule(4, 3)
+    with torch.no_grad():
+        schedule.count_logits.copy_(torch.tensor([[0.0, 1.0, 2.0, 0.5], [0.3, -1.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0]]))
+    # sample 0: block 1 commits 2, 1, 1; block 2 commits 1, 2, 1. sample 1: block 1 commits 1, 1, 2; block 2 2, 1, 1
+    records = {
+        "count": torch.tensor([[2, 1, 1, 1, 2, 1], [1, 1, 2, 2, 1, 1]]),
+        "remaining": torch.tensor([[4, 2, 1, 4, 3, 1], [4, 3, 2, 4, 2, 1]]),
+    }
+    logp, decision = schedule(records)
+    # allowed counts 1 <= k <= r − (steps left after this one): step 0 with r = 4: k ∈ {1, 2} (φ 0, 1); step 1 with
+    # r = 3: k ∈ {1, 2} (φ 0.3, −1); step 1 with r = 2 (k = 1 only) and every last step are forced (log π = 0)
+    z0, z1 = math.log(1 + math.e), math.log(math.exp(0.3) + math.exp(-1.0))
+    expected = [
+        [1.0 - z0, 0.0, 0.0, 0.0 - z0, -1.0 - z1, 0.0],
+        [0.0 - z0, 0.3 - z1, 0.0, 1.0 - z0, 0.0, 0.0],
+    ]
+    torch.testing.assert_close(logp, torch.tensor(expected), atol=1e-6, rtol=0)
+    assert decision.tolist() == [[1.0, 0.0, 0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]]
+    # the trajectory log-probabilities (what the count actions add to the sequence log-prob): −3.1675, −1.8675
+    torch.testing.assert_close(
+        logp.sum(1), torch.tensor([1.0 - 2 * z0 - 1.0 - z1, 1.0 - 2 * z0 + 0.3 - z1]), atol=1e-6, rtol=0
+    )
+    # gradient of sample 0's log-prob: ∂ log softmax_k / ∂φ_j = 1[j = k] − p_j over the allowed counts, 0 elsewhere;
+    # row 0 has k = 2 then k = 1 under p = (1, e)/(1 + e): (1 − 2p_1)·(1, −1) = tanh(½)·(1, −1); row 1 has k = 2 under
+    # q_1 = e^{0.3}/(e^{0.3} + e^{−1}): (−q_1, q_1); row 2 (forced last steps) gets nothing
+    logp[0].sum().backward()
+    q1 = math.exp(0.3) / (math.exp(0.3) + math.exp(-1.0))
+    grad = [[math.tanh(0.5), -math.tanh(0.5), 0.0, 0.0], [-q1, q1, 0.0, 0.0], [0.0] * 4]
+    torch.testing.assert_close(schedule.count_logits.grad, torch.tensor(grad), atol=1e-6, rtol=0)
+
+
 def view_of(token_logp: list[float], candidates: list[bool], step: int, steps: int, vocab: int = 5) -> StepView:
     logits = torch.randn(1, len(token_logp), vocab, generator=torch.Generator().manual_seed(1))
     return StepView(

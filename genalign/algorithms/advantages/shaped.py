@@ -110,20 +110,32 @@ def asymmetric(
 @ADVANTAGE_ESTIMATORS.register(
     "gaussianized",
     experimental=True,
-    formula="A_i = Φ⁻¹((q_i + 0.5)/n), q_i = rank of r_i in its group (ties averaged); optional unit-std rescale",
+    formula="z_k = Φ⁻¹((k + 0.5)/n), k = 0..n−1 (normal scores of the sorted group); A_i = mean of z_k over the "
+    "positions k that r_i's tie block spans (untied: A_i = z_{rank i}); Σ_G A = 0 under any ties; optional unit-std "
+    "rescale",
     source="[65] G²RPO",
-    summary="Non-linear normalisation: within-group ranks mapped to standard-normal quantiles.",
+    summary="Non-linear normalisation: within-group ranks mapped to standard-normal quantiles (tied rewards share "
+    "the mean of the quantiles they span, so every group's advantages sum to 0).",
 )
 def gaussianized(rewards: Tensor, group_ids: Tensor, *, standardize: bool = False) -> Tensor:
     """Gaussianised advantages [65]: each group's advantages are forced onto the quantiles of ``N(0, 1)``, so every
     task contributes the same advantage distribution whatever its reward scale or tails.
 
-    Reading chosen (the index marks it inferred): the rank→Gaussian-quantile map ``Φ⁻¹((q_i + 0.5)/n)`` with
-    mid-ranks for ties (a constant group gets 0); ``standardize`` rescales each group to unit std (its quantiles have
-    std < 1 for small ``n``).
+    Reading chosen (the index marks it inferred): sort the group's ``n`` valid rewards and give position ``k`` the
+    normal score ``z_k = Φ⁻¹((k + 0.5)/n)``; a reward without ties gets the score of its rank. Tied rewards (binary
+    rewards are all ties) share the *mean of the scores of the positions they span* ("average scores"): a block
+    occupying positions ``b .. b+m−1`` gets ``(1/m) Σ_{k=b}^{b+m−1} z_k``. Why: the scores are symmetric
+    (``z_{n−1−k} = −z_k``), so they sum to 0 and averaging within blocks keeps the sum, so every group's
+    advantages have mean exactly 0 under any ties, as the abstract's target ``N(0, 1)`` and its "symmetric update for
+    positive and negative rewards" require. The mid-rank alternative ``Φ⁻¹`` of the averaged quantile is not
+    zero-mean under uneven ties (rewards ``[1, 1, 0, 0, 0, 0, 0, 0]`` gave a group mean of +0.049) because ``Φ⁻¹`` is
+    not linear. It is also the 1-D optimal-transport reading of the method restricted to the n-point grid of normal
+    scores: an atom of mass ``m/n`` goes to the mean of the grid points it covers. A constant group gets 0.
+    ``standardize`` rescales each group to unit std (its scores have std < 1 for small ``n``); with two distinct
+    rewards it then equals GRPO's ``(r − mean)/std`` with the population std.
 
     Args:
-        rewards: ``[N]`` or ``[N, K]``; NaN = missing.
+        rewards: ``[N]`` or ``[N, K]``; NaN = missing (left out of the ranks; its advantage is 0).
         group_ids: ``[N]`` integer group of each sample.
         standardize: rescale to unit (population) std per group.
     """
@@ -131,12 +143,15 @@ def gaussianized(rewards: Tensor, group_ids: Tensor, *, standardize: bool = Fals
     stats = group_stats(columns, groups, unbiased=False)
     padded, _ = padded_by_group(columns, groups)  # [G, S, K]
     peers = padded[groups.index]  # [N, S, K]
-    below = (peers < columns[:, None, :]).sum(1).to(columns.dtype)  # [N, K]
-    ties = (peers == columns[:, None, :]).sum(1).to(columns.dtype) - 1.0  # [N, K]
-    n = stats.count[groups.index].clamp_min(1.0)  # [N, K]
-    quantile = (below + 0.5 * ties + 0.5) / n  # [N, K] in (0, 1)
-    normal = torch.distributions.Normal(torch.zeros((), dtype=columns.dtype), torch.ones((), dtype=columns.dtype))
-    advantages = normal.icdf(quantile.clamp(1e-12, 1 - 1e-12))  # [N, K]
+    below = (peers < columns[:, None, :]).sum(1).to(columns.dtype)  # [N, K] first position of the tie block
+    ties = (peers == columns[:, None, :]).sum(1).to(columns.dtype)  # [N, K] block size m (0 for a missing reward)
+    n = stats.count[groups.index].clamp_min(1.0)[:, None, :]  # [N, 1, K]
+    position = torch.arange(padded.shape[1], dtype=columns.dtype, device=columns.device)[None, :, None]  # [1, S, 1]
+    # z_k = Φ⁻¹((k + 0.5)/n) = √2·erfinv((2k + 1 − n)/n): odd in (2k + 1 − n), so z_{n−1−k} = −z_k exactly
+    centred = torch.where(position < n, (2.0 * position + 1.0 - n) / n, 0.0)  # [N, S, K] in (−1, 1)
+    scores = (2.0**0.5) * torch.special.erfinv(centred)  # [N, S, K]
+    spanned = (position >= below[:, None, :]) & (position < (below + ties)[:, None, :])  # [N, S, K]
+    advantages = torch.where(spanned, scores, 0.0).sum(1) / ties.clamp_min(1.0)  # [N, K] mean score of the block
     advantages = torch.where(valid_mask(columns, groups, stats), advantages, 0.0)
     if standardize:
         square_sum = group_sum(advantages.square(), groups)  # [G, K]

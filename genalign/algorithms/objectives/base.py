@@ -17,7 +17,9 @@ Registry meta: ``needs`` (signals the objective reads, checked against the polic
 read ``old_logp`` (the trainer then skips the scoring pass that would compute it); ``whole_groups=True`` for
 objectives that weigh samples within their group (every micro-batch must hold whole groups); ``phases=P`` for
 objectives whose update runs ``P`` times over the batch, one phase after the other (the batch's ``phase``, Lopti
-[219]).
+[219]); ``aggregation=mode`` for objectives whose published form needs one aggregation mode (e.g.
+``seq_mean_token_mean`` for one loss per sample written on its actions): ``algorithm.aggregation`` defaults to it, and
+another mode is refused at config load.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ squared-hinge KL constraint). Registered in :data:`~genalign.algorithms.objectiv
 Positives and negatives are the samples with ``A > 0`` and ``A < 0`` (for 0/1 rewards and any group-mean baseline:
 exactly the correct and incorrect samples of a mixed group); a group with no positive or no negative has no contrast
 and contributes 0. A group's loss ``J_q`` is spread over its samples so that ``aggregation: seq_mean_token_mean`` gives
-``mean over groups of J_q`` exactly (:mod:`~genalign.algorithms.objectives.group_terms`). Both objectives weigh samples
-within their group (registry meta ``whole_groups``: every micro-batch holds whole groups). ``n`` samples, ``T`` actions.
+``mean over groups of J_q`` exactly (:mod:`~genalign.algorithms.objectives.group_terms`; groups of equal size), the
+published form: both declare it (registry meta ``aggregation``: the default with them; another mode, which would weigh
+samples by their length, is refused at config load). Both objectives weigh samples within their group (registry meta
+``whole_groups``: every micro-batch holds whole groups). ``n`` samples, ``T`` actions.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from genalign.algorithms.scores import ScoreOutput
 @OBJECTIVES.register(
     "conspo",
     whole_groups=True,
+    aggregation="seq_mean_token_mean",
     uses_old_logp=False,
     experimental=True,
     formula="s_i = mean_t logπθ(o_it); positive i: ℓ_i = −log(e^{(s_i−m)/τ} / (e^{(s_i−m)/τ} + Σ_{j∈N_q} e^{s_j/τ})); "
@@ -126,6 +129,7 @@ def _kl_constraint(logp: Tensor, old_logp: Tensor, mask: Tensor, *, delta: float
 @OBJECTIVES.register(
     "disco",
     whole_groups=True,
+    aggregation="seq_mean_token_mean",
     formula="s_i = mean_t logπθ (log_likelihood) or mean_t ρ_it (likelihood_ratio); J_q = mean_{P_q} s − "
     "τ·log Σ_{N_q} e^{s/τ} (dro) or mean_{P_q} s − mean_{N_q} s (basic); L = −mean_q J_q + "
     "sg(max(β(KL − δ), 0))·KL, KL = token mean of k3(π_old‖πθ)",

@@ -4,7 +4,9 @@ log-sum-exps, and the rule that places a per-sample loss on the actions of its s
 Placement rule. A group-level objective produces one loss value ``ℓ_i`` per sample; it is written on every valid action
 of sample ``i`` (0 on padding). With ``aggregation: seq_mean_token_mean`` the aggregated loss is then exactly
 ``mean_i ℓ_i`` over the optimisation batch, whatever the micro-batch split (the normaliser counts sequences); other
-aggregation modes weigh samples by their length. ``n`` samples, ``T`` actions.
+aggregation modes weigh samples by their length (``token_mean``: ``Σ_i |o_i| ℓ_i / Σ_i |o_i|``). The objectives that use
+this rule therefore declare ``aggregation="seq_mean_token_mean"`` in their registry meta: it is the default of
+``algorithm.aggregation`` with them, and another mode is refused at config load. ``n`` samples, ``T`` actions.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ policy has moved exactly as far as the advantages ask, and reverses sign if it m
 
 Both weigh samples within their group (registry meta ``whole_groups``) and write each sample's loss on its valid
 actions (:mod:`~genalign.algorithms.objectives.group_terms`): with ``aggregation: seq_mean_token_mean`` the aggregated
-loss is ``mean_i L_i``. ``n`` samples, ``T`` actions.
+loss is ``mean_i L_i``, the published per-sample mean (registry meta ``aggregation``: the default with them; another
+mode, which would weigh samples by their length, is refused at config load). ``n`` samples, ``T`` actions.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def _log_ratio(logp: Tensor, batch: StepBatch, mask: Tensor, option: str) -> Ten
 @OBJECTIVES.register(
     "gvpo",
     whole_groups=True,
+    aggregation="seq_mean_token_mean",
     formula="R_θ,i = β·Σ_t (logπθ − logπ_old); L_i = ½·((R_θ,i − sg(mean_G R_θ)) − A_i)² / (G − 1), "
     "A_i = r_i − mean_G r (advantage: dr_grpo)",
     source="[139] GVPO (verl recipe/gvpo, compute_policy_loss_gvpo); differs: mean of L_i over samples where the "
@@ -80,6 +82,7 @@ def gvpo(
 @OBJECTIVES.register(
     "reg_grpo",
     whole_groups=True,
+    aggregation="seq_mean_token_mean",
     experimental=True,
     formula="ℓ̄_i = mean_t (logπθ − logπ_old); Â_θ,i = β·(ℓ̄_i − mean_G ℓ̄); L_i = ½·(A_i − Â_θ,i)²",
     source="[177] Reg-GRPO (DeepVideo-R1)",
