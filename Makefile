@@ -44,6 +44,8 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/race_chain.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_plan.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_kill_trials.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lock_trials.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_signal_trials.py --smoke
 
 lint:
 	$(BIN)/ruff check genalign tests benchmarks scripts

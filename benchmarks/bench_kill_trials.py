@@ -91,8 +91,10 @@ def trials(count: int, max_delay: float, seed: int) -> dict:
         print(json.dumps(results["trials"][-1]), flush=True)
     newest = list_checkpoints(output_dir)
     final_steps = int(newest[-1].name.split("-")[1]) + 2 if newest else 2
-    final = subprocess.run(command(output_dir, final_steps, bool(newest)), cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=900)  # fmt: skip
+    final_command = command(output_dir, final_steps, bool(newest))
+    if not newest:  # every kill came before the first checkpoint: start afresh over what the kills left
+        final_command.append("run.overwrite=true")
+    final = subprocess.run(final_command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     results["final_run_exit_code"] = final.returncode
     results["final_temporary_folders"] = temporary_folders(output_dir)
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]

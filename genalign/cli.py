@@ -1,5 +1,9 @@
 """``genalign train | validate | eval | sample | plan CONFIG [key=value ...]``, ``genalign list [KIND]``,
-``genalign export RUN_OR_CHECKPOINT OUT``, ``--version``."""
+``genalign export RUN_OR_CHECKPOINT OUT``, ``--version``.
+
+Exit codes: 0 done; 2 an invalid config or argument, or a damaged checkpoint (eval / sample / export name the file);
+``train`` also 73 (the run directory is held by another trainer), 74 (disk full or read-only) and 75 (stopped by
+SIGTERM / SIGINT after saving a checkpoint): :mod:`genalign.trainer.shutdown`."""
 
 from __future__ import annotations
 
@@ -86,14 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         from genalign.trainer import train
         from genalign.trainer.distributed import rank_and_world
+        from genalign.trainer.shutdown import STOP_ERRORS
 
-        result = train(config)
+        try:
+            result = train(config)
+        except STOP_ERRORS as err:  # interrupted, locked, disk full: one line (main process) and the error's code
+            if rank_and_world()[0] == 0:
+                print(f"genalign: {err}", file=sys.stderr)
+            return err.exit_code
         if rank_and_world()[0] == 0:
             print(json.dumps(result, indent=2, default=str))
         return 0
+    from genalign.trainer.checkpoint import CheckpointError
+
     try:
         checkpoint = resolve_checkpoint(args.checkpoint, output_dir=config.run.output_dir)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, CheckpointError) as err:
         print(f"genalign: {err}", file=sys.stderr)
         return 2
     if args.command == "eval":
@@ -143,7 +155,9 @@ def _eval(config, args, checkpoint: str | None) -> int:
         return 2
     rows = load_rows(config.data.eval)[: config.eval.num_prompts]
     rewards = RewardSet(config.rewards)
-    policy = _load_policy(config, checkpoint)
+    policy = _checkpoint_policy(config, checkpoint)
+    if policy is None:
+        return 2
     result = evaluate(policy, rows, rewards, batch_size=config.eval.batch_size,
                       accuracy_reward=config.eval.accuracy_reward, seed=config.eval.seed)  # fmt: skip
     result["checkpoint"] = checkpoint or "base model"
@@ -152,6 +166,17 @@ def _eval(config, args, checkpoint: str | None) -> int:
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _checkpoint_policy(config, checkpoint: str | None):
+    """The policy with the (verified) checkpoint's weights; None after printing why a checkpoint cannot be loaded."""
+    from genalign.trainer.checkpoint import CheckpointError
+
+    try:
+        return _load_policy(config, checkpoint, verified=True)  # resolve_checkpoint verified it
+    except CheckpointError as err:
+        print(f"genalign: {err}", file=sys.stderr)
+        return None
 
 
 def _sample_rows(config, args) -> list[dict]:
@@ -177,7 +202,9 @@ def _sample(config, args, checkpoint: str | None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"genalign: {err}", file=sys.stderr)
         return 2
-    policy = _load_policy(config, checkpoint)
+    policy = _checkpoint_policy(config, checkpoint)
+    if policy is None:
+        return 2
     for module in policy.modules_to_train():
         module.eval()
     import torch

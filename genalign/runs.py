@@ -2,9 +2,12 @@
 ``genalign eval`` and ``genalign export``.
 
 A command names a checkpoint as a run folder (its newest verified checkpoint), a checkpoint folder
-(``run/checkpoints/step-N``), ``latest`` (the newest of ``run.output_dir``) or ``none`` (the base model). The weights
-are restored with :func:`genalign.trainer.checkpoint.load_policy_weights`, so every checkpoint layout the trainer
-writes (one process, or sharded) loads here in one process.
+(``run/checkpoints/step-N``), ``latest`` (the newest of ``run.output_dir``) or ``none`` (the base model). Every
+checkpoint is verified against its manifest (sizes and SHA-256 of every file) exactly as a resume does: a damaged
+checkpoint folder is refused with a message naming the file, and a run's damaged newest checkpoint is skipped for the
+one before it, saying why (on stderr). The weights are restored with
+:func:`genalign.trainer.checkpoint.load_policy_weights`, so every checkpoint layout the trainer writes (one process,
+or sharded) loads here in one process.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ def resolve_checkpoint(value: str | None, *, output_dir: str | Path) -> str | No
 
     Raises:
         FileNotFoundError: 'latest' without a checkpoint, or a folder that is neither a checkpoint nor a run.
-        genalign.trainer.checkpoint.CheckpointError: a run whose checkpoints all fail verification.
+        genalign.trainer.checkpoint.CheckpointError: a checkpoint folder that fails verification, or a run whose
+            checkpoints all fail it (the message names the file).
     """
-    from genalign.trainer.checkpoint import COMPLETE, find_checkpoint, list_checkpoints
+    from genalign.trainer.checkpoint import COMPLETE, list_checkpoints
 
     if value == "none":
         return None
@@ -39,13 +43,25 @@ def resolve_checkpoint(value: str | None, *, output_dir: str | Path) -> str | No
             if value == "latest":
                 raise FileNotFoundError(f"--checkpoint latest: {run_dir} holds no checkpoint; train first or give one.")
             return None
-        return str(find_checkpoint(run_dir, "latest").path)
+        return _verified(run_dir, "latest")
     path = Path(value)
     if (path / "checkpoints").is_dir():  # a run folder
-        return str(find_checkpoint(path, "latest").path)
+        return _verified(path, "latest")
     if not (path / COMPLETE).exists():
         raise FileNotFoundError(f"--checkpoint {value}: not a checkpoint folder (no COMPLETE marker) nor a run folder.")
-    return str(path)
+    return _verified(path.parent.parent, value)
+
+
+def _verified(output_dir: Path, value: str) -> str:
+    """The checkpoint that a resume with ``run.resume=value`` would take; skipped ones are reported on stderr."""
+    import sys
+
+    from genalign.trainer.checkpoint import find_checkpoint
+
+    found = find_checkpoint(output_dir, value, argument="--checkpoint")
+    for path, reason in found.skipped:
+        print(f"genalign: skipped {path} ({reason}); using {found.path.name}", file=sys.stderr)
+    return str(found.path)
 
 
 def open_run_or_checkpoint(value: str, *, argument: str) -> tuple[TrainConfig, Path]:
@@ -80,9 +96,10 @@ def open_run_or_checkpoint(value: str, *, argument: str) -> tuple[TrainConfig, P
     return load_config(config_file), checkpoint
 
 
-def load_policy(config: TrainConfig, checkpoint: str | Path | None) -> Policy:
+def load_policy(config: TrainConfig, checkpoint: str | Path | None, *, verified: bool = False) -> Policy:
     """The policy of ``config`` on the GPU (CPU with ``run.cpu`` or without a GPU), with ``checkpoint``'s weights
-    and policy state (EMA, ...) when given, else the base model's."""
+    and policy state (EMA, ...) when given, else the base model's. The checkpoint is verified against its manifest
+    first, unless ``verified`` (it came from :func:`resolve_checkpoint`)."""
     import torch
 
     from genalign.trainer.recipe import build_policy
@@ -92,5 +109,5 @@ def load_policy(config: TrainConfig, checkpoint: str | Path | None) -> Policy:
     if checkpoint:
         from genalign.trainer.checkpoint import load_policy_weights
 
-        load_policy_weights(Path(checkpoint), policy)
+        load_policy_weights(Path(checkpoint), policy, verified=verified)
     return policy

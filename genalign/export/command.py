@@ -139,7 +139,7 @@ def _write_atomically(
     if merge_lora:  # merge in float32 (one rounding, to the written dtype), write in the run's dtype by default
         target_dtype = target_dtype or DTYPES[config.policy.dtype]
         config.policy.dtype = "float32"
-    policy = load_policy(config, checkpoint)
+    policy = load_policy(config, checkpoint, verified=True)  # open_run_or_checkpoint verified it
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp, aside = (out.with_name(f".{out.name}.{kind}-{os.getpid()}") for kind in ("tmp", "old"))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -179,7 +179,7 @@ class AsyncRollout:
             self.requests.put(("stop",))
             self.process.join(timeout=10)
             if self.process.is_alive():
-                self.process.terminate()
+                self.process.kill()  # it ignores SIGTERM
         self.process = None
 
     def __enter__(self) -> AsyncRollout:
@@ -201,7 +201,13 @@ def _next_message(requests: Any) -> tuple:
 
 
 def _worker(builder, policy_config, settings, state, buffer, requests, results, copied, seeder) -> None:
-    """The rollout process: build the policy, then copy weights and sample steps as the messages say."""
+    """The rollout process: build the policy, then copy weights and sample steps as the messages say. It ignores
+    SIGINT and SIGTERM (a Ctrl-C reaches every process of the terminal, a scheduler may signal every process of the
+    job): the trainer finishes its step, saves and stops it (genalign.trainer.shutdown)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         torch.set_num_threads(settings["threads"])
         torch.use_deterministic_algorithms(settings["deterministic"], warn_only=True)

@@ -104,6 +104,24 @@ def sum_counters(counters: dict[str, float]) -> dict[str, float]:
     return {k: sum(part.get(k, 0.0) for part in gathered) for k in keys}
 
 
+def all_gather_object(value: object) -> list[object]:
+    """Every process's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+    if not is_distributed():
+        return [value]
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def broadcast_object(value: object) -> object:
+    """The main process's ``value`` (picklable), on every process."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier() -> None:
     """Wait for every process (a no-op for one process)."""
     if is_distributed():

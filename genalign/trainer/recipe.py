@@ -31,17 +31,18 @@ from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import SampleSourceStage, build_rules
 from genalign.trainer.async_rollout import AsyncRollout
 from genalign.trainer.checkpoint import (
+    CheckpointError,
     checkpoint_config,
     find_checkpoint,
     list_checkpoints,
     load_checkpoint,
-    remove_temporary,
     save_checkpoint,
 )
 from genalign.trainer.data_stream import PromptStream
+from genalign.trainer.disk_space import HeldBack, describe_disk_error, explained_disk_errors, is_disk_error
 from genalign.trainer.distributed import (
     all_gather_cat,
-    all_reduce_sum,
+    all_true,
     join_launched_processes,
     rank_and_world,
     sum_counters,
@@ -61,7 +62,15 @@ from genalign.trainer.metrics import (
 from genalign.trainer.optim import build_optimizer, named_trainable_parameters
 from genalign.trainer.parallel import DataParallel, resolve_mixed_precision, resolve_strategy
 from genalign.trainer.rewards import RewardSet, prompt_text
-from genalign.trainer.run_directory import check_resume_compatible, check_steps_left, claim_output_dir
+from genalign.trainer.run_directory import (
+    RunDirectoryError,
+    check_resume_compatible,
+    check_steps_left,
+    claim_output_dir,
+    remove_leftovers,
+)
+from genalign.trainer.run_lock import hold_run_directory, record_holder, release_run_directory, released_at_exit
+from genalign.trainer.shutdown import StopSignals, agree_to_stop, interrupted
 from genalign.trainer.step_batch import build_step_batch
 from genalign.trainer.step_samples import StepSamples, collect_samples
 from genalign.trainer.trackers import Trackers
@@ -135,6 +144,11 @@ class TrainingRun:
 def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = None) -> dict[str, Any]:
     """Run training as configured; return the final evaluation (or last metrics when there is no eval data).
 
+    One trainer writes a run directory (a lock held for the run: :mod:`genalign.trainer.run_lock`). SIGTERM and SIGINT
+    stop the run after the current step with a checkpoint of it and raise
+    :class:`~genalign.trainer.shutdown.TrainingInterrupted` (a second signal stops at once); a full or read-only disk
+    raises :class:`~genalign.trainer.disk_space.StorageError`. Every process of a run takes these decisions alike.
+
     Args:
         rewards: reward callables ``f(prompts, completions, **columns) -> list[float | None]`` to use instead of
             ``config.rewards`` (weight 1 each, named after the function).
@@ -145,39 +159,54 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
             spec.validate()
         config = dataclasses.replace(config, rewards=specs)
         config.validate()
-    run, start_step = start_run(config)
-    if start_step == 0 and config.eval.at_start:
-        run_eval(run, 0)
-    progress = progress_bar(config.run, start_step, run.main)
-    started, last_eval, step = time.monotonic(), {}, start_step
-    with run.rollouts or contextlib.nullcontext():  # stops the rollout process (async mode) however the loop ends
-        for step in range(start_step + 1, config.run.max_steps + 1):
-            record, rollout, batch = training_step(run, step)
-            stop = guard_step(run, step, record)
-            log_step(run, step, record, rollout, batch, progress)
-            if stop is not None:
-                raise stop
-            if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
-                last_eval = run_eval(run, step)
-            limit = config.run.max_time_minutes
-            out_of_time = limit is not None and time.monotonic() - started > 60 * limit
-            out_of_time = bool(all_reduce_sum(torch.tensor([float(out_of_time)])).item())  # all processes stop
-            save_every = config.run.save_every
-            if (save_every and step % save_every == 0) or step == config.run.max_steps or out_of_time:
-                checkpoint(run, step)
-            if out_of_time:  # checkpointed just above
-                run.print(f"run.max_time_minutes = {limit} reached after step {step}")
-                break
-    if progress is not None:
-        progress.close()
-    return finish(run, step, last_eval)
+    out = config.run.output_dir
+    with StopSignals() as signals, released_at_exit(out), explained_disk_errors(out):
+        run, start_step = start_run(config)
+        if start_step == 0 and config.eval.at_start:
+            run_eval(run, 0)
+        progress = progress_bar(config.run, start_step, run.main)
+        started, last_eval, step = time.monotonic(), {}, start_step
+        with run.rollouts or contextlib.nullcontext():  # stops the rollout process (async mode) however the loop ends
+            for step in range(start_step + 1, config.run.max_steps + 1):
+                record, rollout, batch = training_step(run, step)
+                stop = guard_step(run, step, record)
+                with HeldBack() as write_error:  # a full disk stops every process, after the agreement below
+                    log_step(run, step, record, rollout, batch, progress)
+                if stop is not None:
+                    raise stop
+                if config.eval.every and step % config.eval.every == 0 and step < config.run.max_steps:
+                    with write_error:
+                        last_eval = run_eval(run, step)
+                limit = config.run.max_time_minutes
+                out_of_time = limit is not None and time.monotonic() - started > 60 * limit
+                # one collective per step: every process stops after the same step, for the same reason
+                decision = agree_to_stop(out_of_time=out_of_time, signals=signals, failed=write_error.error is not None)
+                if decision.failed:
+                    write_error.raise_for(run.out, step)
+                save_every = config.run.save_every
+                due = (save_every and step % save_every == 0) or step == config.run.max_steps
+                saved = checkpoint(run, step) if due or decision.out_of_time or decision.signal_name else None
+                if decision.signal_name and step < config.run.max_steps:  # (at the last step the run just ends)
+                    if progress is not None:
+                        progress.close()
+                    run.trackers.end()
+                    newest = list_checkpoints(run.out)
+                    raise interrupted(decision.signal_name, step, saved, newest[-1] if newest else None)
+                if decision.out_of_time:  # checkpointed just above
+                    run.print(f"run.max_time_minutes = {limit} reached after step {step}")
+                    break
+        if progress is not None:
+            progress.close()
+        return finish(run, step, last_eval)
 
 
 def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
-    """Everything that can fail runs before anything is written: the output folder is claimed (a previous run there
-    is an error unless resumed or moved aside), the data, rewards, policy and optimizer are built, a resume checkpoint
-    is found, verified and checked against this config. Then the folder, ``config.yaml`` and the logs are written.
-    Returns the run and the step it starts after."""
+    """Everything that can fail runs before anything is written: the main process takes the run directory's lock
+    (another trainer on it is an error naming its PID and host), claims the output folder (a previous run there is an
+    error unless resumed or moved aside) and removes this run's leftovers; the data, rewards, policy and optimizer are
+    built, a resume checkpoint is found, verified and checked against this config. Then the folder, ``config.yaml``
+    and the logs are written. The lock is held until :func:`train` ends (or this process does). Returns the run and
+    the step it starts after."""
     from accelerate import Accelerator
 
     run_cfg, cfg = config.run, config.algorithm
@@ -197,18 +226,38 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
             f"algorithm.prompts_per_step = {cfg.prompts_per_step} must be divisible by the number of processes ({world})."
         )
     out = Path(run_cfg.output_dir)
-    if rank == 0 and not run_cfg.overwrite:
-        claim_output_dir(out, resume=run_cfg.resume, overwrite=False)  # fail before loading anything
-    run = _build_run(config, accelerator, rank, world, out)
-    start_step = resume(run) if run_cfg.resume else 0
-    if run.main:
-        moved = claim_output_dir(out, resume=run_cfg.resume, overwrite=run_cfg.overwrite)
-        if moved is not None:
-            run.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
-        out.mkdir(parents=True, exist_ok=True)
-        remove_temporary(out)
-        (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-        run.trackers.start(to_dict(config))
+    refusal: Exception | None = None
+    if rank == 0:
+        try:
+            hold_run_directory(out)  # before the check below, so that two starts cannot both pass it
+            if not run_cfg.overwrite:
+                claim_output_dir(out, resume=run_cfg.resume, overwrite=False)  # fail before loading anything
+            remove_leftovers(out)  # before anything is written: a full disk may be full of them
+            record_holder(out)  # the PID and host a refused trainer names, if a full disk kept the lock from them
+        except Exception as err:
+            release_run_directory(out)
+            refusal = err
+    if not all_true(refusal is None):  # the other processes stop too when the main one may not start
+        raise refusal or RunDirectoryError(f"the main process may not start in {out}; see its message.")
+    try:
+        run = _build_run(config, accelerator, rank, world, out)
+        try:
+            start_step = resume(run) if run_cfg.resume else 0
+        except (TypeError, KeyError, IndexError, AttributeError) as err:  # extras of a malformed trainer state
+            raise CheckpointError(
+                f"run.resume={run_cfg.resume!r}: the checkpoint's trainer_state.json holds no state this run can "
+                f"restore ({type(err).__name__}: {err})"
+            ) from None
+        if run.main:
+            moved = claim_output_dir(out, resume=run_cfg.resume, overwrite=run_cfg.overwrite)
+            if moved is not None:
+                run.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+            run.trackers.start(to_dict(config))
+    except BaseException:
+        release_run_directory(out)
+        raise
     return run, start_step
 
 
@@ -280,17 +329,23 @@ def resume(run: TrainingRun) -> int:
     return state["step"]
 
 
-def checkpoint(run: TrainingRun, step: int) -> None:
-    """Save a checkpoint (every process writes its shards), unless the weights or the optimizer state hold NaN/inf
-    (then keep the previous ones)."""
+def checkpoint(run: TrainingRun, step: int) -> Path | None:
+    """Save a checkpoint (every process writes its shards) and return it, unless the weights or the optimizer state
+    hold NaN/inf (then keep the previous ones and return None). A full or read-only disk raises a
+    :class:`~genalign.trainer.disk_space.StorageError` on every process (the partial checkpoint is removed)."""
     if not all_finite(run.parameters) or not all_finite(optimizer_state_tensors(run.optimizer)):
         run.print(f"step {step}: not saving a checkpoint: the weights or the optimizer state hold NaN/inf")
-        return
+        return None
     config = to_dict(run.config)
-    save_checkpoint(
-        run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config,
-        named_parameters=run.named_parameters, consolidated=run.parallel.consolidated,
-    )  # fmt: skip
+    try:
+        return save_checkpoint(
+            run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config,
+            named_parameters=run.named_parameters, consolidated=run.parallel.consolidated,
+        )  # fmt: skip
+    except OSError as err:
+        if not is_disk_error(err):
+            raise
+        raise describe_disk_error(err, run.out, f"step {step}: writing checkpoint step-{step}") from err
 
 
 def guard_step(run: TrainingRun, step: int, record: dict[str, Any]) -> NonFiniteTrainingError | None:

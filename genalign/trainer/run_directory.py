@@ -4,6 +4,9 @@ that wrote the checkpoint.
 * Starting without ``run.resume`` in a ``run.output_dir`` that holds a previous run (metrics, evaluations, checkpoints
   or a config) is an error naming the folder and the two choices: ``run.resume=latest``, or a new ``run.output_dir``
   (or ``run.overwrite=true``, which moves the old run aside to ``<dir>.old-<time>``; nothing is ever deleted).
+* The run's leftovers (temporary checkpoint folders of dead writers, half-rewritten logs) are removed before anything
+  is written (:func:`remove_leftovers`); the lock that makes one trainer the only writer is
+  :mod:`genalign.trainer.run_lock`.
 * A resume compares the config saved with the checkpoint against the current one on the fields that change the
   meaning of the saved state (:data:`STATE_DEFINING_FIELDS`) and names the first that differs; ``run.resume_changes``
   lists the fields a user changes deliberately.
@@ -64,6 +67,22 @@ def claim_output_dir(output_dir: Path, *, resume: str | None, overwrite: bool) -
     return aside
 
 
+def remove_leftovers(output_dir: Path) -> list[Path]:
+    """Remove what an interrupted process of this run left behind: temporary checkpoint folders (not those of a live
+    writer) and half-rewritten logs. Called first thing after the run's lock is taken, before anything is written, so
+    that a resume after a full disk is not stopped by its own leftovers. Returns what was removed."""
+    from genalign.trainer.checkpoint import remove_temporary
+    from genalign.trainer.metrics import EVAL_FILE, METRICS_FILE
+
+    removed = remove_temporary(output_dir)
+    for log in (METRICS_FILE, EVAL_FILE):  # JsonlLog.truncate_after writes <name>.tmp, then renames it
+        temporary = output_dir / Path(log).with_suffix(".tmp").name
+        if temporary.is_file() or temporary.is_symlink():
+            temporary.unlink()
+            removed.append(temporary)
+    return removed
+
+
 def _field(config: dict[str, Any], path: str) -> Any:
     value: Any = config
     for part in path.split("."):
@@ -104,4 +123,5 @@ __all__ = [
     "check_steps_left",
     "claim_output_dir",
     "holds_a_run",
+    "remove_leftovers",
 ]

@@ -89,8 +89,10 @@ def save_train_state(
     sharded_policy_state: dict[str, Tensor],
 ) -> None:
     """Write the trainable parameters, the optimizer's tensors and ``sharded_policy_state`` (collective: every
-    process calls it with its shards)."""
+    process calls it with its shards). When a process fails to write (a full disk), every process raises that
+    error (the lowest failing rank's; DCP gathers them)."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     state: dict[str, Tensor] = {f"param/{name}": param.detach() for name, param in named_parameters}
     for name, param in named_parameters:
@@ -98,8 +100,14 @@ def save_train_state(
             if isinstance(value, Tensor):
                 state[f"optim/{name}/{key}"] = value
     state |= sharded_policy_state
-    with _single_process_quietly():
-        dcp.save(state, storage_writer=dcp.HuggingFaceStorageWriter(str(folder), save_distributed=True))
+    try:
+        with _single_process_quietly():
+            dcp.save(state, storage_writer=dcp.HuggingFaceStorageWriter(str(folder), save_distributed=True))
+    except CheckpointException as err:  # a BaseException that hides the error (and its errno) of each process
+        failed = [err.failures[rank][0] for rank in sorted(err.failures)]
+        if failed and isinstance(failed[0], Exception):
+            raise failed[0] from None
+        raise
 
 
 def optimizer_hyperparameters(

@@ -87,10 +87,15 @@ def load_state(stem: Path) -> Any:
     json_path, tensor_path = stem.with_suffix(".json"), stem.with_suffix(".safetensors")
     try:
         structure = json.loads(json_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise StateFormatError(f"{json_path}: unreadable ({err})") from None
     try:
         tensors = load_file(str(tensor_path))
     except Exception as err:  # safetensors raises its own error types for truncated or malformed files
         raise StateFormatError(f"{tensor_path}: unreadable ({err})") from None
-    return _decode(structure, tensors, stem.name)
+    try:
+        return _decode(structure, tensors, stem.name)
+    except StateFormatError as err:
+        raise StateFormatError(f"{json_path}: {err}") from None
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError) as err:  # a structure changed by damage
+        raise StateFormatError(f"{json_path}: malformed ({type(err).__name__}: {err})") from None

@@ -1,7 +1,8 @@
 """Every benchmark's ``--smoke`` mode runs from a checkout in seconds, exits 0, prints a sane result and writes nothing
 into benchmarks/.
 
-Not here (they have their own tests): ``bench_kill_trials.py --smoke`` in tests/integration/test_kill_trials.py and
+Not here (they have their own tests): ``bench_kill_trials.py --smoke``, ``bench_lock_trials.py --smoke`` and
+``bench_signal_trials.py --smoke`` in tests/integration/test_{kill,lock,signal}_trials.py, and
 ``bench_flow_gradient_snr.py`` (its ``measure`` through the trainer) in tests/integration/test_gradient_snr.py.
 """
 

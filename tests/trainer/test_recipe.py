@@ -13,6 +13,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from genalign.trainer.checkpoint import list_checkpoints, verify_checkpoint
 from tests.trainer.toy_policy import toy_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +120,21 @@ def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy):
     assert without_times(metrics(tmp_path / "one" / "run"))[-1]["reward/mean"] == pytest.approx(
         without_times(metrics(tmp_path / "two" / "run"))[-1]["reward/mean"]
     )
+
+
+def test_two_processes_stop_after_the_same_step_when_one_of_them_is_signalled(tmp_path):
+    """Process 1 alone receives SIGTERM during step 3 (its reward's 3rd call): the per-step agreement stops both
+    after step 3 and each writes its part of checkpoint step-3 (resuming N processes from M: tests/parallel)."""
+    config = write_config(tmp_path, run={"max_steps": 8, "distributed": "ddp"}, eval={"at_start": False})
+    proc = run_cli("train", str(config), "rewards.0.args={signal_on_call: 3, signal_rank: 1}", launcher=TORCHRUN,
+                   check=False)  # fmt: skip
+    assert "received SIGTERM at step 3: saved checkpoint step-3; resume with run.resume=latest" in proc.stderr
+    run = tmp_path / "run"
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3]
+    assert [p.name for p in list_checkpoints(run)] == ["step-3"] and verify_checkpoint(
+        run / "checkpoints" / "step-3"
+    ) is None
+    assert (run / "checkpoints" / "step-3" / "rng-rank1.json").exists()  # process 1 wrote its part
 
 
 def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path):

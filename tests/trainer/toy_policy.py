@@ -153,12 +153,32 @@ _CALLS = {"n": 0}
 
 
 @register_reward("toy_letter_match")
-def toy_letter_match(prompts, completions, answer, *, crash_on_call: int | None = None, **unused_columns):
+def toy_letter_match(
+    prompts,
+    completions,
+    answer,
+    *,
+    crash_on_call: int | None = None,
+    signal_on_call: int | None = None,
+    signal_name: str = "SIGTERM",
+    signal_times: int = 1,
+    signal_rank: int = 0,
+    **unused_columns,
+):
     """Fraction of positions where the output letter equals the answer letter.
 
     ``crash_on_call=k`` kills the process (no cleanup, like SIGKILL) on the k-th call: a crash in the middle of a run.
+    ``signal_on_call=k`` sends ``signal_name`` to this process ``signal_times`` times on the k-th call, in the process
+    of rank ``signal_rank`` only (a preemption notice in the middle of a step).
     """
     _CALLS["n"] += 1
     if crash_on_call is not None and _CALLS["n"] == crash_on_call:
         os._exit(17)
+    if signal_on_call == _CALLS["n"] and int(os.environ.get("RANK", "0")) == signal_rank:
+        import signal
+        import time
+
+        for _ in range(signal_times):
+            os.kill(os.getpid(), getattr(signal, signal_name))
+            time.sleep(0.05)  # the handler runs between two signals (signals of one kind pending at once merge)
     return [sum(a == b for a, b in zip(c, t)) / len(t) for c, t in zip(completions, answer)]
