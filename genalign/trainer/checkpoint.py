@@ -42,6 +42,7 @@ import torch
 import yaml
 from torch import nn
 
+from genalign.errors import UserError
 from genalign.policies.base import Policy
 from genalign.trainer.distributed import barrier, rank_and_world
 from genalign.trainer.optim import named_trainable_parameters
@@ -62,7 +63,7 @@ TEMPORARY_PREFIX = ".tmp-"
 LEGACY_PICKLES = ("optimizer.pt", "scheduler.pt", "policy_state.pt", "trainer_extra.pt", "rng.pt")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """No usable checkpoint, or one that cannot be loaded safely; the message says why and what to do."""
 
 

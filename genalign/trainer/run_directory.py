@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from genalign.errors import UserError
+
 #: files and folders that mark a folder as holding a run
 RUN_MARKERS = ("metrics.jsonl", "eval.jsonl", "config.yaml", "checkpoints")
 
@@ -38,7 +40,7 @@ STATE_DEFINING_FIELDS = (
 )
 
 
-class RunDirectoryError(RuntimeError):
+class RunDirectoryError(UserError, RuntimeError):
     """The output folder holds another run, or the checkpoint belongs to a different run; the message says what to
     do."""
 
