@@ -3,7 +3,7 @@
 Each trial starts two ``genalign train`` processes of the LM demo that, once their imports are done, wait for each
 other at a file barrier and then enter ``train()`` together (the gap is measured), in two kinds of pairs: both fresh
 in a new run directory (2 steps), then both with ``run.resume=latest`` on that run (to step 4). Checked: exactly one
-process exits 0, the other exits 73 with the winner's PID and host in its message, ``metrics.jsonl`` holds every
+process exits 0, the other exits 2 with the winner's PID and host in its message, ``metrics.jsonl`` holds every
 step once, and no lock file or temporary folder is left.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_lock_trials.py [--trials 20] [--out benchmarks/lock_trials_results.md]
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CONFIG = ROOT / "configs" / "demo_arith_grpo.yaml"
-LOCKED = 73  # genalign.trainer.run_lock.RunLockedError.exit_code
+LOCKED = 2  # genalign.trainer.run_lock.RunLockedError is a user error: one paragraph, exit code 2
 
 
 def overrides(output_dir: Path, max_steps: int, resume: bool) -> list[str]:

@@ -1,19 +1,28 @@
 """``genalign train | validate | eval | sample | plan CONFIG [key=value ...]``, ``genalign list [KIND]``,
 ``genalign export RUN_OR_CHECKPOINT OUT``, ``--version``.
 
-Exit codes: 0 done; 2 an invalid config or argument, or a damaged checkpoint (eval / sample / export name the file);
-``train`` also 73 (the run directory is held by another trainer), 74 (disk full or read-only) and 75 (stopped by
-SIGTERM / SIGINT after saving a checkpoint): :mod:`genalign.trainer.shutdown`."""
+Every failure the user can fix (a :class:`genalign.errors.UserError`: config, data, model path, run folder, checkpoint;
+or a disk that is full, read-only or forbidden) prints one paragraph naming what, where and the fix, and exits with
+code 2; ``--debug`` (or ``GENALIGN_DEBUG=1``) prints the traceback before it. Any other exception is a bug and keeps
+its traceback.
+Exit codes: 0 done; 2 a failure the user can fix (above: also a run directory held by another trainer, or a full or
+read-only disk); 75 ``train`` stopped by SIGTERM / SIGINT after saving a checkpoint
+(:mod:`genalign.trainer.shutdown`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 
 from genalign import __version__
 from genalign.config import ConfigError, load_config
+from genalign.errors import UserError
 from genalign.runs import load_policy as _load_policy
 from genalign.runs import resolve_checkpoint
 
@@ -30,10 +39,14 @@ def _presets_epilog() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="genalign", description="Align generative models with group-relative RL.")
     parser.add_argument("--version", action="version", version=f"genalign {__version__}")
+    debug_help = "also print the traceback of an expected error (a bad config, data file or path)"
+    parser.add_argument("--debug", action="store_true", default=False, help=debug_help)
+    debug = argparse.ArgumentParser(add_help=False)  # the same flag after the command: genalign train cfg --debug
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text, **kwargs)
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[debug], **kwargs)
         p.add_argument("config", help="YAML config (a preset in configs/, or a run's saved config.yaml)")
         p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. optim.lr=1e-5 run.max_steps=10")
         return p
@@ -52,19 +65,59 @@ def _parser() -> argparse.ArgumentParser:
     p = add("plan", "memory per GPU by component, and whether the config fits (exit 0: fits, 1: does not)")
     p.add_argument("--gpus", type=int, help="GPUs (training processes) in all; default: hardware.gpus of the config")
     p.add_argument("--gpu-memory", type=float, help="memory per GPU in GB; default: hardware.gpu_memory_gb")
-    p = sub.add_parser("list", help="list what a config can name: rewards, methods, families, presets")
+    p = sub.add_parser("list", help="list what a config can name: rewards, methods, families, presets", parents=[debug])
     from genalign.catalog import KINDS
 
     p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: every kind)")
     from genalign.export import add_export_arguments
 
     export_help = "write a checkpoint as a standard transformers / peft / diffusers folder, loadable without genalign"
-    add_export_arguments(sub.add_parser("export", help=export_help, description=export_help))
+    add_export_arguments(sub.add_parser("export", help=export_help, description=export_help, parents=[debug]))
     return parser
+
+
+#: errno -> what an OSError of writing means and what to do (the other OSErrors are bugs or the system's business)
+DISK_ERRORS = {
+    errno.ENOSPC: "no space is left on its disk: free space there, or point run.output_dir (or --out) at another disk; "
+    "a run stopped mid-checkpoint resumes from its last complete checkpoint with run.resume=latest",
+    errno.EDQUOT: "the disk quota is exceeded: free space, or point run.output_dir (or --out) at another disk",
+    errno.EROFS: "it is on a read-only filesystem: point run.output_dir (or --out) at a writable folder",
+    errno.EACCES: "permission denied: point run.output_dir (or --out) at a folder you can write, or fix its permissions",
+    errno.EPERM: "the operation is not permitted there: point run.output_dir (or --out) at a folder you can write",
+}
+
+
+def expected_failure(err: BaseException) -> str | None:
+    """The one-paragraph message of an error the user can fix, or None for a bug (which keeps its traceback)."""
+    import yaml
+
+    if isinstance(err, ConfigError):
+        return f"invalid config: {err}"
+    if isinstance(err, UserError):
+        return str(err)
+    if isinstance(err, yaml.YAMLError):
+        return f"invalid YAML: {' '.join(str(err).split())}"
+    if isinstance(err, OSError) and err.errno in DISK_ERRORS:
+        where = err.filename if err.filename is not None else "a file"
+        return f"cannot write {where} ({errno.errorcode[err.errno]}, {err.strerror}): {DISK_ERRORS[err.errno]}."
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as err:
+        message = expected_failure(err)
+        if message is None:
+            raise
+        if getattr(args, "debug", False) or os.environ.get("GENALIGN_DEBUG", "0") not in ("", "0"):
+            traceback.print_exc()
+        print(f"genalign: {message}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "list":
         return _list(args)
     if args.command == "plan":
@@ -75,9 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_export(args)
     try:
         config = load_config(args.config, args.overrides)
-    except (ConfigError, KeyError, FileNotFoundError) as err:
-        print(f"genalign: invalid config: {err}", file=sys.stderr)
-        return 2
+    except (KeyError, FileNotFoundError) as err:  # raised outside the checks that turn them into ConfigErrors
+        raise ConfigError(str(err)) from err
     if args.command == "validate":
         import yaml
 
@@ -94,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             result = train(config)
-        except STOP_ERRORS as err:  # interrupted, locked, disk full: one line (main process) and the error's code
+        except STOP_ERRORS as err:  # stopped on purpose by a signal: one line (main process) and a distinct code
             if rank_and_world()[0] == 0:
                 print(f"genalign: {err}", file=sys.stderr)
             return err.exit_code
@@ -191,9 +243,11 @@ def _sample_rows(config, args) -> list[dict]:
     for image in args.image:
         if not Path(image).is_file():
             raise FileNotFoundError(f"--image {image}: no such file.")
+    from genalign.data.errors import LOCATION_KEY
+
     column = getattr(config.policy, "image_column", "image")
     images = {column: list(args.image)} if args.image else {}
-    return [{"prompt": prompt, **images} for prompt in args.prompt]
+    return [{"prompt": prompt, LOCATION_KEY: f"--prompt {i}", **images} for i, prompt in enumerate(args.prompt, 1)]
 
 
 def _sample(config, args, checkpoint: str | None) -> int:

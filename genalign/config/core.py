@@ -5,11 +5,17 @@ Rules (shared/STYLE.md): unknown keys are errors with a did-you-mean list; a val
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Literal[...]``, ``X | None``, ``list[X]``,
 ``dict[str, X]``, ``Any`` and nested dataclasses. A field whose metadata holds ``"resolve"`` picks its dataclass at
 load time from the raw value (used for the policy section, whose schema depends on ``family``).
+
+Numbers must be finite: ``inf`` and ``nan`` are refused in every ``float`` field (a field that can be unlimited or
+switched off takes ``null``). YAML is read with a safe loader that also refuses a key written twice in one mapping
+(plain YAML keeps the last silently); a YAML error, a Python tag (``!!python/...``: configs never construct objects) or
+a file that is not UTF-8 is a :class:`ConfigError` naming the file and the line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 from collections.abc import Callable
@@ -18,13 +24,14 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
+from genalign.errors import UserError
 from genalign.registry import did_you_mean
 
 T = TypeVar("T")
 _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value or key is invalid; the message names the field and the fix."""
 
 
@@ -89,18 +96,41 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}.")
+        raise ConfigError(f"{where}: expected an integer, got {value!r}.{_integer_hint(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return _finite(value, where)
         if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
-            return float(value)  # PyYAML reads "1e-5" (no dot) as a string; it is a number to every reader
+            return _finite(value, where)  # PyYAML reads "1e-5" (no dot) as a string; it is a number to every reader
         raise ConfigError(f"{where}: expected a number, got {value!r}.")
     if tp is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{where}: expected a string, got {value!r} (quote it in YAML).")
     raise TypeError(f"unsupported config field type {tp!r} at {where}")
+
+
+def _finite(value: int | float | str, where: str) -> float:
+    """``value`` as a float, refused when it is not finite (inf, nan, or an integer too large for a float)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(
+            f"{where}: {value!r:.40} is not a finite number; give a finite number (a field that can be unlimited or "
+            "switched off takes null, never inf or nan)."
+        )
+    return number
+
+
+def _integer_hint(value: Any) -> str:
+    """For ``1e8`` given where an integer is expected: how to write it (YAML reads ``1e8`` as a string or a float)."""
+    if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return f" Write it in digits: {int(value)}."
+    return ""
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
@@ -167,7 +197,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value (e.g. optim.lr=1e-5).")
         dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.load(raw, Loader=StrictLoader) if raw != "" else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(
+                f"override {item!r}: the value is not valid YAML ({_yaml_problem(err)}); quote it, e.g. "
+                f"{dotted}='\"...\"', or close its brackets."
+            ) from None
         keys = dotted.split(".")
         node: Any = data
         for depth, key in enumerate(keys[:-1]):
@@ -177,6 +213,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if key not in node or node[key] is None:
                 node[key] = {}
             node = node[key]
+            if not isinstance(node, (dict, list)):
+                raise ConfigError(
+                    f"override {item!r}: {'.'.join(keys[: depth + 1])} is the value {node!r:.40}, not a section; "
+                    f"set it with {'.'.join(keys[: depth + 1])}=<value>."
+                )
         last = keys[-1]
         if isinstance(node, list):
             node[_list_index(node, last, keys)] = value
@@ -191,12 +232,60 @@ def _list_index(node: list, key: str, keys: list[str]) -> int:
     return int(key)
 
 
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no Python tags) that also refuses a key written twice in one mapping."""
+
+
+def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' merges keys that may then be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            repeated = key in seen
+        except TypeError:  # an unhashable key: SafeLoader reports it
+            continue
+        first = seen.setdefault(key, key_node.start_mark.line)
+        if repeated:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is written twice in one mapping (first on line {first + 1})",
+                key_node.start_mark,
+            )  # fmt: skip
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What a YAML error says, with its line and column, in one line."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    if "could not determine a constructor for the tag" in problem:
+        tag = problem.split("tag", 1)[1].strip(" '").replace("tag:yaml.org,2002:", "!!")
+        problem = f"the tag {tag!r} is not allowed: configs are plain YAML and never construct Python objects"
+    return f"{problem}, at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``; a missing or unreadable file, invalid YAML, a Python tag or a repeated
+    key is a :class:`ConfigError` naming the file and the line."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {str(path)!r} is a folder; give a YAML file (a preset in configs/).")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist.")
-    with path.open() as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader) or {}
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {str(path)!r}, line {line}: not UTF-8 text (byte {err.object[err.start]:#04x}); save it as "
+            "UTF-8."
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(err)}.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping at top level.")
     return data

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from genalign.config.bounds import check_output_dir, check_seed, check_sizes
 from genalign.config.checks import (
     check_algorithm_options,
     check_async_rollout,
@@ -84,9 +85,13 @@ class RunConfig:
 
     def validate(self) -> None:
         self.fsdp.validate()
+        check_output_dir(self.output_dir, overwrite=self.overwrite)
+        check_seed("run.seed", self.seed)
         for name in ("max_steps", "log_every", "keep_last", "samples_per_dump", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 1.")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ConfigError(f"run.num_threads = {self.num_threads} must be >= 1, or null for torch's default.")
         for name in ("save_every", "sample_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"run.{name} = {getattr(self, name)} must be >= 0 (0 disables).")
@@ -108,6 +113,9 @@ class DataConfig:
     def validate(self) -> None:
         if not self.train.source:
             raise ConfigError("data.train.source is empty; give a file path or 'procedural:<task>'.")
+        self.train.config_path = "data.train"  # named so in the errors of reading it
+        if self.eval is not None:
+            self.eval.config_path = "data.eval"
 
 
 @dataclass
@@ -461,9 +469,11 @@ class EvalConfig:
     )
 
     def validate(self) -> None:
-        for name in ("every", "seed"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"eval.{name} = {getattr(self, name)} must be >= 0.")
+        if self.every < 0:
+            raise ConfigError(f"eval.every = {self.every} must be >= 0.")
+        if self.seed < 0:
+            raise ConfigError(f"eval.seed = {self.seed} must be >= 0.")
+        check_seed("eval.seed", self.seed)
         for name in ("num_prompts", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"eval.{name} = {getattr(self, name)} must be >= 1.")
@@ -503,6 +513,7 @@ class TrainConfig:
         if not self.rewards:
             raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
         check_capabilities(self.algorithm, self.policy)
+        check_sizes(self)
         check_reward_count(self.algorithm, self.rewards)
         from genalign.rewards import reward_factory
 

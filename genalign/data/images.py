@@ -21,11 +21,13 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from genalign.errors import UserError
+
 #: What an image column may hold for one image.
 ImageLike = str | Path | Image.Image | dict[str, Any]
 
 
-class ImageLoadError(ValueError):
+class ImageLoadError(UserError, ValueError):
     """An image of a dataset row is missing, unreadable or of an unsupported type."""
 
 

@@ -17,24 +17,29 @@ Supported sources:
   :mod:`genalign.data.hub`).
 
 A bad row raises :class:`DataError` naming the file, the row (``line N`` for text files, 1-based; ``row N`` for
-Parquet, ``datasets`` folders and Hub datasets, 0-based) and the column.
+Parquet, ``datasets`` folders and Hub datasets, 0-based) and the column; so does a file that is not UTF-8 text (with
+its line) or not a readable Parquet file. Every row keeps where it was read under
+:data:`~genalign.data.errors.LOCATION_KEY`, for errors found later (a prompt too long for the policy, an answer of the
+wrong type).
 """
 
 from __future__ import annotations
 
 import csv
 import inspect
+import io
 import json
 import math
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from genalign.data.errors import DataError
+from genalign.data.errors import LOCATION_KEY, DataError
 from genalign.data.hub import HUB_NAME, HUB_PREFIX, describe, load_hub_splits, rows_of_split, save_to_disk_command
 from genalign.data.procedural import PROCEDURAL_TASKS
+from genalign.errors import UserPathError
 from genalign.registry import did_you_mean
 
 PROCEDURAL_PREFIX = "procedural:"
@@ -44,6 +49,10 @@ FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 @dataclass
 class DataSourceConfig:
     """Where prompts come from and how their columns are named."""
+
+    #: where the config holds this source (``data.train``, ``data.eval``; set by the config's data section), for
+    #: the messages of errors found when it is read
+    config_path: ClassVar[str] = "data"
 
     source: str = field(
         default="",
@@ -166,10 +175,24 @@ class DataSourceConfig:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _decode(path: Path, data: bytes, line_number: int | None = None) -> str:
+    """``data`` (the file, or its line ``line_number``) as UTF-8 text; a DataError naming the file and line if not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = line_number if line_number is not None else data[: error.start].count(b"\n") + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataError(
+            f"{path}, line {line}: not UTF-8 text (byte {data[error.start]:#04x} at column {column}); save the file as "
+            "UTF-8 (e.g. iconv -f latin1 -t utf-8)."
+        ) from None
+
+
 def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            line = _decode(path, raw, line_number)
             if not line.strip():
                 continue
             try:
@@ -186,7 +209,7 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _read_json(path: Path) -> list[tuple[str, dict[str, Any]]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_decode(path, path.read_bytes()))
     except json.JSONDecodeError as error:
         raise DataError(f"{path}: invalid JSON ({error.msg} at line {error.lineno}, column {error.colno}).") from None
     if not isinstance(data, list):
@@ -204,7 +227,7 @@ def _read_json(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _read_csv(path: Path) -> list[tuple[str, dict[str, Any]]]:
     rows = []
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.StringIO(_decode(path, path.read_bytes()), newline="") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
             raise DataError(f"{path}: the CSV file has no header row.")
@@ -224,10 +247,17 @@ def _read_csv(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _read_parquet(path: Path) -> list[tuple[str, dict[str, Any]]]:
     try:
+        import pyarrow
         import pyarrow.parquet as parquet
     except ImportError as error:
         raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from error
-    table = parquet.read_table(path)
+    try:
+        table = parquet.read_table(path)
+    except (OSError, pyarrow.ArrowException) as error:
+        raise DataError(
+            f"{path}: not a readable Parquet file ({str(error).splitlines()[0]}); check the file, or give the rows as "
+            ".jsonl, .json or .csv."
+        ) from None
     return [(f"row {index} (0-based)", row) for index, row in enumerate(table.to_pylist())]
 
 
@@ -238,7 +268,13 @@ def _read_datasets_folder(path: Path, split: str | None) -> list[tuple[str, dict
         raise ImportError(
             f"reading the datasets folder {path} needs the datasets package: pip install datasets"
         ) from error
-    loaded = datasets.load_from_disk(str(path))
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except FileNotFoundError as error:
+        raise DataError(
+            f"{path}: a folder, but not one written by datasets' save_to_disk ({error}); give a .jsonl, .json, .csv "
+            "or .parquet file, or a save_to_disk folder."
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         splits = list(loaded.keys())
         if split is None and len(splits) == 1:
@@ -282,7 +318,7 @@ def read_records(path: str | Path, split: str | None = None) -> list[dict[str, A
     """Raw rows of a local .jsonl/.json/.csv/.parquet file or ``save_to_disk`` folder, without column checks."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"{str(path)!r} does not exist (resolved to {path.resolve()}).")
+        raise UserPathError(f"{str(path)!r} does not exist (resolved to {path.resolve()}).")
     return [row for _, row in _read_path(path, split)]
 
 
@@ -316,7 +352,9 @@ def _read_source(config: DataSourceConfig) -> tuple[str, list[tuple[str, dict[st
             if _looks_like_hub_name(config.source)
             else ""
         )
-        raise FileNotFoundError(f"data.source: {config.source!r} does not exist (resolved to {path.resolve()}).{hint}")
+        raise UserPathError(
+            f"{config.config_path}.source: {config.source!r} does not exist (resolved to {path.resolve()}).{hint}"
+        )
     return str(path), _read_path(path, config.split)
 
 
@@ -374,6 +412,7 @@ def _map_row(raw: dict[str, Any], columns: dict[str, str], required: list[str], 
         if _is_missing(row[ours]):
             raise DataError(f"{where}, column {theirs!r}: the value is empty (null/NaN).")
     _check_prompt(row["prompt"], where, columns.get("prompt", "prompt"))
+    row[LOCATION_KEY] = where
     return row
 
 
@@ -386,12 +425,14 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
             ``answer`` column an exact-match reward reads.
 
     Returns:
-        ``[{"prompt": str | list[dict], <column>: value, ...}, ...]``, shuffled with ``config.seed`` when
+        ``[{"prompt": str | list[dict], <column>: value, ..., "_location": "<file>, line 7"}, ...]`` (where each
+        row was read: :data:`~genalign.data.errors.LOCATION_KEY`), shuffled with ``config.seed`` when
         ``config.shuffle`` and cut to ``config.limit``.
 
     Raises:
         DataError: a bad file or row (message names the file, the row and the column).
-        FileNotFoundError: the file does not exist (a missing ``ORG/NAME`` path suggests ``hf:ORG/NAME``).
+        UserPathError: the file does not exist (a missing ``ORG/NAME`` path suggests ``hf:ORG/NAME``); a
+            FileNotFoundError.
         ImportError: Parquet or ``datasets`` support is not installed (message says what to install).
     """
     config.validate()
@@ -407,4 +448,4 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
     return rows
 
 
-__all__ = ["FILE_SUFFIXES", "HUB_PREFIX", "DataError", "DataSourceConfig", "load_rows", "read_records"]
+__all__ = ["FILE_SUFFIXES", "HUB_PREFIX", "LOCATION_KEY", "DataError", "DataSourceConfig", "load_rows", "read_records"]

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from genalign.config import ConfigError
+from genalign.errors import UserError
 
 ExportDtype = Literal["float32", "bfloat16", "float16"]
 DTYPE_CHOICES: tuple[ExportDtype, ...] = ("float32", "bfloat16", "float16")
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """An argument of ``genalign export`` that cannot be honoured; the message names it, its value and the fix."""
 
 

@@ -10,8 +10,10 @@
 - ``reasoning_gym_score``: the ``reasoning-gym`` package's own checker for rows made by the ``reasoning_gym``
   procedural task.
 
-A completion is a string, or a list of chat messages (the last message's ``content`` is scored). A row whose reference
-column is ``None`` gets ``None`` ("not applicable"). Lengths for the length rewards are counted in ``unit``:
+A completion is a string, or a list of chat messages (the last message's ``content`` is scored). A reference answer is
+text, or a number written out (``4`` -> ``"4"``); a row whose answer is null or not an answer (a list, a dict,
+true/false) gets ``None`` ("not applicable"), and the registered rewards count it as ``bad_answer`` and name the first
+such row once (:class:`genalign.rewards.inputs.AnswerColumn`). Lengths for the length rewards are counted in ``unit``:
 ``"tokens"`` reads the ``completion_ids`` column (token ids per sample) or the ``completion_length`` column (an int per
 sample), which the trainer passes; ``"chars"`` and ``"words"`` (whitespace-separated) need nothing.
 """
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 from genalign.rewards.answers import extract_answer, last_boxed
 from genalign.rewards.base import register_reward
-from genalign.rewards.inputs import check_column, completion_text
+from genalign.rewards.inputs import AnswerColumn, answer_text, check_column, completion_text
 
 LengthUnit = Literal["tokens", "chars", "words"]
 
@@ -51,7 +53,38 @@ def normalize_text(text: str, *, lowercase: bool = False, collapse_whitespace: b
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _exact_scores(completions: Sequence[Any], references: Sequence[str | None], **options: bool) -> list[float | None]:
+    norm = functools.partial(normalize_text, **options)
+    return [
+        None if reference is None else float(norm(completion_text(completion)) == norm(reference))
+        for completion, reference in zip(completions, references, strict=True)
+    ]
+
+
 @register_reward("exact_match", source="rule")
+class ExactMatch:
+    """1.0 where the normalised completion equals the normalised ``answer``, else 0.0; ``None`` where the answer is
+    null or not an answer, counted (:meth:`pop_metrics`: ``bad_answer``) and named once.
+
+    Args:
+        lowercase: compare case-insensitively. collapse_whitespace: runs of whitespace count as one space.
+        strip: ignore whitespace at both ends.
+    """
+
+    def __init__(self, *, lowercase: bool = False, collapse_whitespace: bool = True, strip: bool = True) -> None:
+        self.options = {"lowercase": lowercase, "collapse_whitespace": collapse_whitespace, "strip": strip}
+        self.answers = AnswerColumn("exact_match")
+
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[Any], answer: Sequence[Any] | None = None, **columns: Any
+    ) -> list[float | None]:
+        return _exact_scores(completions, self.answers.read(answer, len(completions), columns), **self.options)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``bad_answer``: rows since the previous call whose answer was not usable."""
+        return self.answers.pop_metrics()
+
+
 def exact_match(
     prompts: Sequence[str],
     completions: Sequence[Any],
@@ -62,13 +95,10 @@ def exact_match(
     strip: bool = True,
     **columns: Any,
 ) -> list[float | None]:
-    """1.0 where the normalised completion equals the normalised ``answer``, else 0.0; ``None`` where answer is None."""
-    answer = check_column("answer", answer, len(completions), "exact_match")
-    norm = functools.partial(normalize_text, lowercase=lowercase, collapse_whitespace=collapse_whitespace, strip=strip)
-    return [
-        None if reference is None else float(norm(completion_text(completion)) == norm(str(reference)))
-        for completion, reference in zip(completions, answer, strict=True)
-    ]
+    """:class:`ExactMatch` as a plain function (no counters, no warning), for direct calls."""
+    references = [answer_text(v) for v in check_column("answer", answer, len(completions), "exact_match")]
+    return _exact_scores(completions, references, lowercase=lowercase, collapse_whitespace=collapse_whitespace,
+                         strip=strip)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from genalign.rewards.answers import extract_answer
 from genalign.rewards.base import register_reward
-from genalign.rewards.inputs import completion_text
+from genalign.rewards.inputs import AnswerColumn, answer_text, completion_text
 from genalign.rewards.math_answers.equivalence import math_answers_equal
 from genalign.rewards.text import normalize_text
 
@@ -231,7 +231,53 @@ class CountAccuracy(_CountedReward):
         return rewards
 
 
+def _answer_scores(
+    completions: Sequence[Any], references: Sequence[str | None], *, mode: str, lowercase: bool, timeout_s: float
+) -> list[float | None]:
+    if mode not in ("exact", "symbolic"):
+        raise ValueError(f"answer_accuracy: mode={mode!r} must be 'exact' or 'symbolic'")
+    norm = functools.partial(normalize_text, lowercase=lowercase)
+    rewards: list[float | None] = []
+    for completion, reference in zip(completions, references, strict=True):
+        if reference is None:
+            rewards.append(None)
+            continue
+        predicted = answer_part(completion_text(completion))
+        if mode == "exact":
+            rewards.append(float(norm(predicted) == norm(reference)))
+        else:
+            rewards.append(float(math_answers_equal(predicted, reference, timeout_s=timeout_s)))
+    return rewards
+
+
 @register_reward("answer_accuracy", source="R1-V (no seed abstract)")
+class AnswerAccuracy:
+    """1.0 where the ``<answer>`` part (or the whole completion without tags) equals ``answer``, else 0.0.
+
+    ``mode="exact"``: equal after whitespace normalisation (and case folding with ``lowercase``), for choices and
+    words; ``mode="symbolic"``: :func:`genalign.rewards.math_answers.equivalence.math_answers_equal` (exact string,
+    rational, sympy). ``None`` where the reference is null or not an answer (a list, a dict, true/false), counted as
+    ``bad_answer`` (:meth:`pop_metrics`) and named once.
+    """
+
+    def __init__(
+        self, *, mode: Literal["exact", "symbolic"] = "symbolic", lowercase: bool = True, timeout_s: float = 5.0
+    ):
+        if mode not in ("exact", "symbolic"):
+            raise ValueError(f"answer_accuracy: mode={mode!r} must be 'exact' or 'symbolic'")
+        self.options = {"mode": mode, "lowercase": lowercase, "timeout_s": timeout_s}
+        self.answers = AnswerColumn("answer_accuracy")
+
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[Any], answer: Sequence[Any] | None = None, **columns: Any
+    ) -> list[float | None]:
+        return _answer_scores(completions, self.answers.read(answer, len(completions), columns), **self.options)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``bad_answer``: rows since the previous call whose answer was not usable."""
+        return self.answers.pop_metrics()
+
+
 def answer_accuracy(
     prompts: Sequence[str],
     completions: Sequence[Any],
@@ -242,30 +288,13 @@ def answer_accuracy(
     timeout_s: float = 5.0,
     **columns: Any,
 ) -> list[float | None]:
-    """1.0 where the ``<answer>`` part (or the whole completion without tags) equals ``answer``, else 0.0.
-
-    ``mode="exact"``: equal after whitespace normalisation (and case folding with ``lowercase``), for choices and
-    words; ``mode="symbolic"``: :func:`genalign.rewards.math_answers.equivalence.math_answers_equal` (exact string, rational, sympy).
-    ``None`` where the reference is None.
-    """
-    if mode not in ("exact", "symbolic"):
-        raise ValueError(f"answer_accuracy: mode={mode!r} must be 'exact' or 'symbolic'")
-    answer = _column("answer", answer, len(completions), "answer_accuracy")
-    norm = functools.partial(normalize_text, lowercase=lowercase)
-    rewards: list[float | None] = []
-    for completion, reference in zip(completions, answer, strict=True):
-        if reference is None:
-            rewards.append(None)
-            continue
-        predicted = answer_part(completion_text(completion))
-        if mode == "exact":
-            rewards.append(float(norm(predicted) == norm(str(reference))))
-        else:
-            rewards.append(float(math_answers_equal(predicted, str(reference), timeout_s=timeout_s)))
-    return rewards
+    """:class:`AnswerAccuracy` as a plain function (no counters, no warning), for direct calls."""
+    references = [answer_text(v) for v in _column("answer", answer, len(completions), "answer_accuracy")]
+    return _answer_scores(completions, references, mode=mode, lowercase=lowercase, timeout_s=timeout_s)
 
 
 __all__ = [
+    "AnswerAccuracy",
     "BoxIoU",
     "CountAccuracy",
     "answer_accuracy",

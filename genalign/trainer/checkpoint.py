@@ -47,6 +47,7 @@ import torch
 import yaml
 from torch import nn
 
+from genalign.errors import UserError
 from genalign.policies.base import Policy
 from genalign.trainer.disk_space import free_bytes, human_bytes
 from genalign.trainer.distributed import all_gather_object, broadcast_object, rank_and_world
@@ -69,7 +70,7 @@ TEMPORARY_PREFIX = ".tmp-"
 LEGACY_PICKLES = ("optimizer.pt", "scheduler.pt", "policy_state.pt", "trainer_extra.pt", "rng.pt")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """No usable checkpoint, or one that cannot be loaded safely; the message says why and what to do."""
 
 

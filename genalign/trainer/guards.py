@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from genalign.errors import UserError
 from genalign.trainer.distributed import all_true, full_value, local_part
 
 
-class NonFiniteTrainingError(FloatingPointError):
+class NonFiniteTrainingError(UserError, FloatingPointError):
     """Training produced NaN/inf where the run cannot continue; the message names the step and what to do."""
 
 

@@ -39,7 +39,8 @@ from genalign.trainer.checkpoint import (
     save_checkpoint,
 )
 from genalign.trainer.data_stream import PromptStream
-from genalign.trainer.disk_space import HeldBack, describe_disk_error, explained_disk_errors, is_disk_error
+from genalign.trainer.disk_errors import HeldBack, describe_disk_error, explained_disk_errors
+from genalign.trainer.disk_space import is_disk_error
 from genalign.trainer.distributed import (
     all_gather_cat,
     all_true,

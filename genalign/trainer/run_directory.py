@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: files and folders that mark a folder as holding a run
-RUN_MARKERS = ("metrics.jsonl", "eval.jsonl", "config.yaml", "checkpoints")
+from genalign.config.bounds import RUN_MARKERS, holds_a_run
+from genalign.errors import UserError
 
 #: config fields whose change makes a checkpoint's state mean something else (weights of another model or adapter,
 #: groups of another size, another data order)
@@ -41,13 +41,9 @@ STATE_DEFINING_FIELDS = (
 )
 
 
-class RunDirectoryError(RuntimeError):
+class RunDirectoryError(UserError, RuntimeError):
     """The output folder holds another run, or the checkpoint belongs to a different run; the message says what to
     do."""
-
-
-def holds_a_run(output_dir: Path) -> bool:
-    return output_dir.is_dir() and any((output_dir / marker).exists() for marker in RUN_MARKERS)
 
 
 def claim_output_dir(output_dir: Path, *, resume: str | None, overwrite: bool) -> Path | None:

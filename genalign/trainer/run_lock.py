@@ -28,11 +28,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from genalign.errors import UserError
 
-class RunLockedError(RuntimeError):
-    """Another trainer holds the run directory; the message names it (PID, host) and what to do."""
 
-    exit_code = 73  # sysexits.h EX_CANTCREAT: the output cannot be created (another process owns it)
+class RunLockedError(UserError, RuntimeError):
+    """Another trainer holds the run directory; the message names it (PID, host) and what to do (CLI exit code 2)."""
 
 
 def host_name() -> str:

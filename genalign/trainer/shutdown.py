@@ -14,9 +14,9 @@ Exit codes of ``genalign train`` (also in README.md):
 
 ====  ===============================================================================================================
 0     finished
-2     invalid config or argument
-73    the run directory is held by another trainer (:class:`~genalign.trainer.run_lock.RunLockedError`)
-74    disk full or read-only (:class:`~genalign.trainer.disk_space.StorageError`)
+2     a failure the user can fix, one paragraph (:class:`genalign.errors.UserError`): an invalid config or argument,
+      the run directory held by another trainer (:class:`~genalign.trainer.run_lock.RunLockedError`), a full or
+      read-only disk (:class:`~genalign.trainer.disk_space.StorageError`), ...
 75    stopped by SIGTERM / SIGINT after saving a checkpoint (:class:`TrainingInterrupted`): resume with
       ``run.resume=latest``
 143   (130) killed by a second SIGTERM (SIGINT), nothing saved at that step: the shell's 128 + signal number
@@ -40,9 +40,7 @@ from typing import Any
 
 import torch
 
-from genalign.trainer.disk_space import StorageError
 from genalign.trainer.distributed import all_reduce_sum
-from genalign.trainer.run_lock import RunLockedError
 
 #: the signals that stop a run gracefully, in the order of the agreement's flags
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -59,7 +57,7 @@ class TrainingInterrupted(RuntimeError):
 
 
 #: the errors that end ``genalign train`` early on purpose, each with its ``exit_code``
-STOP_ERRORS = (TrainingInterrupted, RunLockedError, StorageError)
+STOP_ERRORS = (TrainingInterrupted,)
 
 
 class StopSignals:

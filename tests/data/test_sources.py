@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from genalign.config import from_dict
+from genalign.config.schema import DataConfig
 from genalign.data import DataError, DataSourceConfig, load_rows
+from genalign.data.errors import LOCATION_KEY, row_location
+from genalign.errors import UserPathError
 
 ROWS = [
     {"question": "1+1=", "solution": "2", "level": 1},
@@ -18,6 +22,11 @@ ROWS = [
 ]
 EXPECTED = [{"prompt": r["question"], "answer": r["solution"], "level": r["level"]} for r in ROWS]
 MAPPING = {"prompt": "question", "answer": "solution"}
+
+
+def load(config: DataSourceConfig, **kwargs) -> list[dict]:
+    """The rows' columns, without the location load_rows records in each (tested on its own)."""
+    return [{k: v for k, v in row.items() if k != LOCATION_KEY} for row in load_rows(config, **kwargs)]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -35,18 +44,18 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 
 def test_jsonl_with_column_mapping(tmp_path):
     source = write_jsonl(tmp_path / "data.jsonl", ROWS)
-    assert load_rows(DataSourceConfig(source=str(source), columns=MAPPING), required=["answer"]) == EXPECTED
+    assert load(DataSourceConfig(source=str(source), columns=MAPPING), required=["answer"]) == EXPECTED
 
 
 def test_json_list(tmp_path):
     source = tmp_path / "data.json"
     source.write_text(json.dumps(ROWS))
-    assert load_rows(DataSourceConfig(source=str(source), columns=MAPPING)) == EXPECTED
+    assert load(DataSourceConfig(source=str(source), columns=MAPPING)) == EXPECTED
 
 
 def test_csv_values_are_strings_and_empty_cells_none(tmp_path):
     source = write_csv(tmp_path / "data.csv", ROWS)
-    rows = load_rows(DataSourceConfig(source=str(source), columns=MAPPING))
+    rows = load(DataSourceConfig(source=str(source), columns=MAPPING))
     assert rows == [{**row, "level": str(row["level"])} for row in EXPECTED]
 
 
@@ -137,6 +146,51 @@ def test_csv_row_with_extra_cells(tmp_path):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.jsonl"):
         load_rows(DataSourceConfig(source=str(tmp_path / "nope.jsonl")))
+    data = from_dict(DataConfig, {"train": {"source": str(tmp_path / "nope.jsonl")}})
+    with pytest.raises(UserPathError, match=r"^data\.train\.source: '.*nope\.jsonl' does not exist"):
+        load_rows(data.train)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where"),
+    [
+        ("data.jsonl", b'{"prompt": "a"}\n\n{"prompt": "b\xff"}\n', r"data\.jsonl, line 3: not UTF-8 text \(byte 0xff at "
+         r"column 14\)"),
+        ("data.csv", b"prompt,answer\n1+1=,2\n\xfe+1=,2\n", r"data\.csv, line 3: not UTF-8 text \(byte 0xfe at column 1\)"),
+        ("data.json", b'[{"prompt": "a"},\n {"prompt": "\xe9"}]', r"data\.json, line 2: not UTF-8 text \(byte 0xe9"),
+    ],
+)  # fmt: skip
+def test_invalid_utf8_names_the_file_and_line(tmp_path, name, content, where):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=where + r".*save the file as UTF-8"):
+        load_rows(DataSourceConfig(source=str(tmp_path / name)))
+
+
+def test_unreadable_parquet_and_plain_folders_are_data_errors(tmp_path):
+    pytest.importorskip("pyarrow")
+    (tmp_path / "random.parquet").write_bytes(b"not a parquet file" * 10)
+    with pytest.raises(DataError, match=r"random\.parquet: not a readable Parquet file \(.*\); check the file"):
+        load_rows(DataSourceConfig(source=str(tmp_path / "random.parquet")))
+    pytest.importorskip("datasets")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    with pytest.raises(DataError, match=r"notes: a folder, but not one written by datasets' save_to_disk"):
+        load_rows(DataSourceConfig(source=str(tmp_path / "notes")))
+
+
+def test_rows_record_where_they_were_read(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n')
+    (tmp_path / "d.csv").write_text("prompt\na\nb\n")
+    (tmp_path / "d.json").write_text('[{"prompt": "a"}, {"prompt": "b"}]')
+    expected = {"d.jsonl": ["line 1", "line 3"], "d.csv": ["line 2", "line 3"],
+                "d.json": ["item 0 (0-based)", "item 1 (0-based)"]}  # fmt: skip
+    for name, lines in expected.items():
+        rows = load_rows(DataSourceConfig(source=str(tmp_path / name)))
+        assert [row[LOCATION_KEY] for row in rows] == [f"{tmp_path / name}, {line}" for line in lines]
+        assert row_location(rows[1], 5) == f"{tmp_path / name}, {lines[1]}"
+    rows = load_rows(DataSourceConfig(source="procedural:arithmetic", args={"size": 2}))
+    assert rows[1][LOCATION_KEY] == "procedural:arithmetic, row 1 (0-based)"
+    assert row_location({"prompt": "typed in Python"}, 5) == "row 5 of the batch"
 
 
 @pytest.mark.parametrize(
@@ -169,13 +223,13 @@ def test_parquet(tmp_path):
 
     source = tmp_path / "data.parquet"
     parquet.write_table(pyarrow.Table.from_pylist(ROWS), source)
-    assert load_rows(DataSourceConfig(source=str(source), columns=MAPPING)) == EXPECTED
+    assert load(DataSourceConfig(source=str(source), columns=MAPPING)) == EXPECTED
 
 
 def test_datasets_folder(tmp_path):
     datasets = pytest.importorskip("datasets")
     datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(tmp_path / "ds"))
-    assert load_rows(DataSourceConfig(source=str(tmp_path / "ds"), columns=MAPPING)) == EXPECTED
+    assert load(DataSourceConfig(source=str(tmp_path / "ds"), columns=MAPPING)) == EXPECTED
     with pytest.raises(DataError, match="holds splits"):
         load_rows(DataSourceConfig(source=str(tmp_path / "ds"), columns=MAPPING, split="test"))
 
@@ -234,9 +288,9 @@ def hub_cache(tmp_path, monkeypatch):
 
 def test_hub_dataset_from_the_local_cache(hub_cache):
     config = DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="train", columns=MAPPING)
-    assert load_rows(config, required=["answer"]) == EXPECTED
+    assert load(config, required=["answer"]) == EXPECTED
     config = DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", split="test", columns=MAPPING, limit=1)
-    assert load_rows(config) == EXPECTED[:1]
+    assert load(config) == EXPECTED[:1]
     with pytest.raises(DataError, match=r"holds splits \['test', 'train'\]; set data\.split"):
         load_rows(DataSourceConfig(source="hf:genalign-tests/tiny", subset="main", columns=MAPPING))
     with pytest.raises(DataError, match=r"hf:genalign-tests/tiny \(subset 'main', split 'val'\).*Unknown split"):

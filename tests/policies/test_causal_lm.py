@@ -233,7 +233,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
 
 def test_long_prompts_error_truncate_or_skip_with_counts(model_dirs):
     rows = [{"prompt": "1 + 2 ="}, {"prompt": " ".join("abcdefghij")}]
-    with pytest.raises(ValueError, match=r"row 1: prompt has 10 tokens.*max_prompt_tokens=5"):
+    with pytest.raises(ValueError, match=r"row 1 of the batch: prompt has 10 tokens.*max_prompt_tokens=5"):
         make_policy(model_dirs, max_prompt_tokens=5).rollout(rows, group_size=2)
     truncated = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="truncate_left").rollout(rows, group_size=2)
     assert truncated.info["prompts_truncated"] == 1 and len(truncated) == 4

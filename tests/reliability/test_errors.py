@@ -50,9 +50,20 @@ def test_a_missing_or_empty_model_folder_names_the_field_and_the_fix(family, tmp
         build_policy(family_config(family, str(tmp_path / "other")), torch.device("cpu"))
 
 
-def test_hub_ids_pass_through_and_builtins_resolve():
-    assert model_location("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+def test_hub_ids_pass_through_and_builtins_resolve(monkeypatch):
     assert model_location("builtin:arith-lm").endswith("assets/arith-lm")
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    assert model_location("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline, a hub id that is not cached fails at once, with the fix
+    with pytest.raises(FileNotFoundError, match=r"policy\.model='nobody/nothing'.*not in the local cache.*HF_HUB_OFFLINE"
+                       r"=1.*huggingface-cli download nobody/nothing"):  # fmt: skip
+        model_location("nobody/nothing")
+
+
+def test_a_builtin_of_another_family_names_the_missing_file():
+    with pytest.raises(FileNotFoundError, match=r"policy\.model='builtin:arith-lm' holds no model_index\.json.*family"):
+        model_location("builtin:arith-lm", marker="model_index.json")
 
 
 class Payload:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from genalign.errors import UserError
 from genalign.trainer import train
 from genalign.trainer.checkpoint import list_checkpoints, remove_temporary, save_checkpoint, verify_checkpoint
 from genalign.trainer.run_lock import RunLockedError, lock_path, writer_id
@@ -52,7 +53,7 @@ def test_a_second_trainer_is_refused_naming_the_holder_and_a_killed_holder_never
         who = rf"PID {holder.pid} on host {socket.gethostname()}"
         with pytest.raises(RunLockedError, match=rf"is in use by another trainer: {who}.*run\.resume=latest") as err:
             train(toy_config(tmp_path, run={"max_steps": 4, "resume": "latest"}))
-        assert err.value.exit_code == 73
+        assert isinstance(err.value, UserError)
         with pytest.raises(RunLockedError, match=who):  # a fresh start (run.overwrite too) is refused before its check
             train(toy_config(tmp_path, run={"max_steps": 4, "overwrite": True}))
         assert (run_dir / "metrics.jsonl").read_text() == before and run_dir.is_dir()

@@ -155,6 +155,7 @@ def test_counters_cover_each_outcome_and_reset_after_pop():
         "reference_parse_failures": 1.0,
         "timeouts": 0.0,
         "symbolic_errors": 0.0,
+        "bad_answer": 0.0,
     }
     assert fn.pop_metrics()["scored"] == 0.0
 

@@ -141,3 +141,39 @@ def test_reasoning_gym_score_uses_the_package_checker():
         reasoning_gym_entry=[rows[0]["reasoning_gym_entry"], rows[1]["reasoning_gym_entry"], None],
     )
     assert rewards == [1.0, 0.0, None]
+
+
+def test_answers_of_the_wrong_type_are_not_scored_but_counted_and_named_once(capsys):
+    reward = REWARDS.get("exact_match")()
+    answers = ["4", None, ["4"], {"value": 4}, True, float("nan"), 4, 2.5]
+    completions = ["4"] * 6 + ["4", "2.5"]
+    locations = [f"train.jsonl, line {i + 1}" for i in range(8)]
+    scores = reward([""] * 8, completions, answer=answers, _location=locations)
+    assert scores == [1.0, None, None, None, None, None, 1.0, 1.0]  # numbers are answers, written out
+    assert reward.pop_metrics() == {"bad_answer": 5.0} and reward.pop_metrics() == {"bad_answer": 0.0}
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "reward 'exact_match': train.jsonl, line 2: column 'answer' holds None" in err
+    assert reward([""], ["x"], answer=[[1]]) == [None]  # counted again, not warned again
+    assert reward.pop_metrics() == {"bad_answer": 1.0} and "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "args"), [("math_equivalence", {}), ("answer_accuracy", {"mode": "exact"})])
+def test_math_and_vlm_answer_rewards_count_bad_answers_too(capsys, name, args):
+    reward = REWARDS.get(name)(**args)
+    assert reward(["", ""], ["\\boxed{4} <answer>4</answer>"] * 2, answer=["4", [1, 2]]) == [1.0, None]
+    assert reward.pop_metrics()["bad_answer"] == 1.0
+    assert f"reward {name!r}: row 1 of the batch: column 'answer' holds [1, 2]" in capsys.readouterr().err
+
+
+def test_the_trainer_reports_bad_answers_as_a_metric_naming_the_file_line(capsys):
+    from genalign.config.schema import RewardSpec
+    from genalign.data.errors import LOCATION_KEY
+    from genalign.trainer.rewards import RewardSet
+
+    rewards = RewardSet([RewardSpec(fn="exact_match", name="accuracy")])
+    rows = [{"prompt": "1+1=", "answer": "2", LOCATION_KEY: "d.jsonl, line 1"},
+            {"prompt": "2+2=", "answer": None, LOCATION_KEY: "d.jsonl, line 2"}]  # fmt: skip
+    table, _ = rewards(rows, ["2", "4"])
+    assert table[0, 0] == 1.0 and table[1, 0].isnan()
+    assert rewards.take_metrics() == {"reward/accuracy/bad_answer": 1.0}
+    assert "d.jsonl, line 2: column 'answer' holds None" in capsys.readouterr().err

@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from genalign.errors import UserPathError
+
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 #: The parts of ``tokenizer.json`` that a tokenizer class may rebuild from its own code.
 PIPELINE_PARTS = ("normalizer", "pre_tokenizer", "decoder")
@@ -80,6 +82,12 @@ def load_processor(path: str):
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(path)
+    if not hasattr(processor, "image_processor"):  # AutoProcessor falls back to the tokenizer of a text-only model
+        raise UserPathError(
+            f"{path}: holds a {type(processor).__name__} but no image processor, so it is not a vision-language "
+            "model's folder; for policy.family=vlm give a VLM folder as policy.model (or policy.processor), or use "
+            "policy.family=causal_lm for a text model."
+        )
     tokenizer = load_tokenizer(path) if (Path(path) / "tokenizer_config.json").is_file() else None
     if tokenizer is not None and type(tokenizer) is not type(processor.tokenizer):
         processor = AutoProcessor.from_pretrained(path, tokenizer=tokenizer)

@@ -15,7 +15,7 @@ from typing import Any
 
 from genalign.rewards.answers import NUMBER, AnswerFormat, extract_answer
 from genalign.rewards.base import register_reward
-from genalign.rewards.inputs import check_column, completion_text
+from genalign.rewards.inputs import AnswerColumn, answer_text, check_column, completion_text
 from genalign.rewards.math_answers.sympy_worker import MathOutcome, symbolic_outcome
 
 # what the exact-rational fast path hands to Fraction: plain numbers only (Fraction("1e999999999") alone takes minutes)
@@ -88,9 +88,11 @@ class MathEquivalence:
     """1.0 where the completion's final answer equals ``answer`` mathematically, else 0.0 (also with no answer).
 
     The reference is used as is unless it contains a ``\\boxed{}`` or GSM8K ``####`` marker, in which case that part
-    is extracted. ``None`` where the reference is None. Comparison: :func:`compare_math_answers`; the answer text is
-    never evaluated (:mod:`genalign.rewards.math_answers`). An answer outside the parser's grammar gets 0.0 and is
-    counted; :meth:`pop_metrics` reports the counts since the previous call.
+    is extracted. ``None`` where the reference is null or not an answer (a list, a dict, true/false), counted as
+    ``bad_answer`` and named once (:class:`genalign.rewards.inputs.AnswerColumn`). Comparison:
+    :func:`compare_math_answers`; the answer text is never evaluated (:mod:`genalign.rewards.math_answers`). An
+    answer outside the parser's grammar gets 0.0 and is counted; :meth:`pop_metrics` reports the counts since the
+    previous call.
 
     Args:
         answer_format: where the final answer is in a completion (:func:`extract_answer`).
@@ -112,17 +114,20 @@ class MathEquivalence:
         self.tolerance = tolerance
         self.timeout_s = timeout_s
         self._counts = dict.fromkeys(["scored", *_OUTCOME_COUNTERS.values()], 0)
+        self.answers = AnswerColumn("math_equivalence")
 
     def __call__(
         self, prompts: Sequence[str], completions: Sequence[Any], answer: Sequence[Any] | None = None, **columns: Any
     ) -> list[float | None]:
-        answer = check_column("answer", answer, len(completions), "math_equivalence")
+        return self.score(completions, self.answers.read(answer, len(completions), columns))
+
+    def score(self, completions: Sequence[Any], references: Sequence[str | None]) -> list[float | None]:
+        """Rewards of ``completions`` against reference answers already read as text (None: not applicable)."""
         rewards: list[float | None] = []
-        for completion, reference in zip(completions, answer, strict=True):
+        for completion, reference in zip(completions, references, strict=True):
             if reference is None:
                 rewards.append(None)
                 continue
-            reference = str(reference)
             if "\\boxed" in reference or "####" in reference:
                 reference = extract_answer(reference) or reference
             predicted = extract_answer(completion_text(completion), answer_format=self.answer_format)
@@ -138,9 +143,10 @@ class MathEquivalence:
 
     def pop_metrics(self) -> dict[str, float]:
         """Counts since the previous call: ``scored`` completions, and among them ``no_answer``, ``parse_failures``
-        (prediction outside the grammar), ``reference_parse_failures``, ``timeouts`` and ``symbolic_errors``."""
+        (prediction outside the grammar), ``reference_parse_failures``, ``timeouts`` and ``symbolic_errors``; and
+        ``bad_answer``: rows whose reference answer was not usable (not scored)."""
         counts, self._counts = self._counts, dict.fromkeys(self._counts, 0)
-        return {key: float(value) for key, value in counts.items()}
+        return {key: float(value) for key, value in counts.items()} | self.answers.pop_metrics()
 
 
 def math_equivalence(
@@ -155,4 +161,5 @@ def math_equivalence(
 ) -> list[float | None]:
     """:class:`MathEquivalence` as a plain function (no counters), for direct calls."""
     reward = MathEquivalence(answer_format=answer_format, tolerance=tolerance, timeout_s=timeout_s)
-    return reward(prompts, completions, answer, **columns)
+    references = [answer_text(v) for v in check_column("answer", answer, len(completions), "math_equivalence")]
+    return reward.score(completions, references)
