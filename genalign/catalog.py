@@ -43,7 +43,7 @@ def _summary(registry, name: str) -> str:
     text = meta.get("summary") or (inspect.getdoc(target) or "").split("\n")[0]
     text = text or f"from {getattr(target, '__module__', '?')} (no docstring)"
     details = [meta["source"]] if meta.get("source") else []
-    details += ["experimental"] if meta.get("experimental") else []
+    details += ["experimental"] if registry.tier(name) == "experimental" else []
     details += [f"needs {', '.join(meta['needs'])}"] if meta.get("needs") else []
     return f"{text} ({'; '.join(details)})" if details else text
 

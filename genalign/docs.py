@@ -25,13 +25,13 @@ from genalign.algorithms import (
     SIGNALS,
 )
 from genalign.algorithms.options import accepted_hyperparameters
+from genalign.algorithms.update_schedules import UPDATE_SCHEDULES
 from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
 from genalign.policies.dlm.base import DECODING_POLICIES
 from genalign.registry import Registry
 from genalign.sampling import SAMPLE_SOURCES
 from genalign.schedulers.ode_solvers import ODE_SOLVERS
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
-from genalign.trainer.slow_fast import UPDATE_SCHEDULES
 
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 REQUIRED_META = ("formula", "source", "summary")
@@ -128,7 +128,7 @@ def render() -> str:
                 raise ValueError(
                     f"{registry.kind} {name!r} lacks docs meta {missing}; register it with {REQUIRED_META}"
                 )
-            tier = "experimental" if meta.get("experimental") else "stable"
+            tier = registry.tier(name)
             needs = ", ".join(f"`{need}`" for need in meta.get("needs", ())) or "—"
             cells = [registry.kind, f"`{name}`", tier, meta["formula"], _hyperparameters(registry, name), needs]
             summary = meta["summary"]

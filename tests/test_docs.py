@@ -48,16 +48,32 @@ READING_CHOSEN = re.compile(r"reading chosen|form inferred|genalign's form", re.
 
 
 def test_experimental_tier_is_exactly_the_options_whose_form_genalign_chose():
-    """An option whose docstring says the form was chosen by us from an abstract is in the experimental tier, and only
-    those are; the docs table shows the tier of every option."""
+    """Both directions: an option whose docstring says genalign chose its form from an abstract lives under
+    genalign/experimental (and is shown experimental in docs/algorithms.md), and every option that lives there says
+    so; every other option is shown stable."""
     text = docs.render()
     for registry in docs.SECTIONS:
         for name in registry.names():
-            meta = registry.meta(name)
+            option = registry.get(name)
             chosen = bool(
-                READING_CHOSEN.search(inspect.getdoc(registry.get(name)) or "")
-                or READING_CHOSEN.search(meta.get("source", ""))
+                READING_CHOSEN.search(inspect.getdoc(option) or "")
+                or READING_CHOSEN.search(registry.meta(name).get("source", ""))
             )
-            assert bool(meta.get("experimental")) == chosen, f"{registry.kind} {name!r}: tier and docstring disagree"
-            tier = "experimental" if chosen else "stable"
+            module = getattr(option, "__module__", None) or type(option).__module__
+            lives_there = module.startswith("genalign.experimental.")
+            assert lives_there == chosen, f"{registry.kind} {name!r} ({module}): location and docstring disagree"
+            tier = "experimental" if lives_there else "stable"
+            assert registry.tier(name) == tier
             assert f"| {registry.kind} | `{name}` | {tier} |" in text
+
+
+def test_every_experimental_module_registers_only_experimental_options():
+    """Nothing but experimental options is defined under genalign/experimental (no stable option hides there)."""
+    import genalign.experimental
+
+    genalign.experimental.load_all()
+    for registry in docs.SECTIONS:
+        for name in registry.names():
+            option = registry.get(name)
+            module = getattr(option, "__module__", None) or type(option).__module__
+            assert module.startswith("genalign.experimental.") == (registry.tier(name) == "experimental")

@@ -20,7 +20,6 @@ Formulas: ``shared/reference/formulas.md``; table of every option: ``docs/algori
 (regenerate with ``python -m genalign.docs``).
 """
 
-from genalign.algorithms import reward_combiners_paced, reward_combiners_views  # noqa: F401  (register)
 from genalign.algorithms.advantage_stage import AdvantageStage
 from genalign.algorithms.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from genalign.algorithms.aggregation import AGGREGATIONS, Aggregation, aggregate, loss_normalizer

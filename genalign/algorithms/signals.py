@@ -24,6 +24,7 @@ An empty tuple is a scalar (a Python number, the same for every sample).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -78,8 +79,22 @@ class Signal:
         return len(self.axes) > 1 and self.axes[1] in ("T", "T?")
 
 
-#: name -> declaration, in declaration order
+#: name -> declaration, in declaration order (read it through :func:`declared`, which also loads the signals that
+#: the experimental tier declares)
 SIGNALS: dict[str, Signal] = {}
+
+#: the tier that declares more signals beside its options (named, not imported: it builds on this package)
+EXPERIMENTAL_CATALOGUE = "genalign.experimental"
+_catalogue_loaded = False
+
+
+def declared() -> dict[str, Signal]:
+    """Every declaration, the experimental tier's included (its catalogue is imported on the first call)."""
+    global _catalogue_loaded
+    if not _catalogue_loaded:
+        _catalogue_loaded = True
+        importlib.import_module(EXPERIMENTAL_CATALOGUE).load_all()
+    return SIGNALS
 
 
 def declare_signal(name: str, axes: tuple[str | int, ...], producer: Producer, doc: str, **details: Any) -> Signal:
@@ -94,7 +109,7 @@ def declare_signal(name: str, axes: tuple[str | int, ...], producer: Producer, d
 def signal(name: str) -> Signal:
     """The declaration of ``name``, or a ``KeyError`` listing the declared names."""
     try:
-        return SIGNALS[name]
+        return SIGNALS[name] if name in SIGNALS else declared()[name]
     except KeyError:
         from genalign.registry import UnknownOptionError, did_you_mean
 
@@ -106,8 +121,9 @@ def signal(name: str) -> Signal:
 def names_by(producer: Producer, names: Iterable[str] | None = None) -> frozenset[str]:
     """The declared names (among ``names``, default all) whose producer is ``producer``; undeclared names are
     ignored."""
-    pool = SIGNALS if names is None else [name for name in names if name in SIGNALS]
-    return frozenset(name for name in pool if SIGNALS[name].producer == producer)
+    signals = declared()
+    pool = signals if names is None else [name for name in names if name in signals]
+    return frozenset(name for name in pool if signals[name].producer == producer)
 
 
 def check_value(name: str, value: Any, *, samples: int | None, actions: int | None, where: str) -> int | None:

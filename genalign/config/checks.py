@@ -94,8 +94,8 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
     """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
     ``algorithm.sample_source_args`` only has arguments for listed rules; the rules fit together and the group size."""
     from genalign import algorithms as alg
+    from genalign.experimental.sampling.replay import check_replay_clip
     from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
-    from genalign.sampling.replay import check_replay_clip
 
     repeated = sorted({name for name in cfg.sample_sources if cfg.sample_sources.count(name) > 1})
     if repeated:
@@ -162,9 +162,9 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
             "each step's prompts and samples from the steps before it, but asynchronous rollouts plan their prompts "
             "steps ahead; remove the rules or set algorithm.async_rollout.enabled=false."
         )
-    from genalign.algorithms.signals import SIGNALS
+    from genalign.algorithms.signals import declared
 
-    probed = sorted(name for name in cfg.needs() if name in SIGNALS and SIGNALS[name].needs_rewards)
+    probed = sorted(name for name in cfg.needs() if name in declared() and declared()[name].needs_rewards)
     if probed:
         raise ConfigError(
             f"{', '.join(cfg.needs()[probed[0]])} needs {probed[0]!r}, measured with the trainer's rewards during the "

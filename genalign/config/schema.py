@@ -248,7 +248,7 @@ class AlgorithmConfig:
     regularizer_coef: float = _help("Weight of the regulariser in the per-action loss.", 1.0)
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
     update_schedule: str = _help(
-        "How the passes over a rollout batch are arranged (genalign.trainer.slow_fast.UPDATE_SCHEDULES): 'standard' "
+        "How the passes over a rollout batch are arranged (genalign.algorithms.update_schedules.UPDATE_SCHEDULES): 'standard' "
         "(inner_epochs passes) or 'sfpo' ([222]: fast_steps passes, reposition θ0 + α(θK − θ0), one slow pass).",
         "standard",
     )
@@ -302,7 +302,7 @@ class AlgorithmConfig:
 
     def update_passes(self) -> int:
         """Passes over each rollout batch: ``inner_epochs``, or what ``update_schedule`` sets (SFPO: K + 1)."""
-        from genalign.trainer.slow_fast import schedule_passes
+        from genalign.algorithms.update_schedules import schedule_passes
 
         return schedule_passes(self.update_schedule, self.update_schedule_args, inner_epochs=self.inner_epochs)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from genalign.data.boxed import last_boxed
 from genalign.data.prepare import DatasetSpec, Output, Row
-from genalign.rewards.answers import last_boxed
 
 RAW_GITHUB = "https://raw.githubusercontent.com"
 #: VLM-R1's REC question, with the referring expression appended

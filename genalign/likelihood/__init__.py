@@ -2,11 +2,11 @@
 
 Masked diffusion language models: :mod:`genalign.likelihood.masked_diffusion` (one-step, Monte-Carlo ELBO, coupled
 complementary masks, SPG bounds), :mod:`genalign.likelihood.trace` (decoding-trace replay),
-:mod:`genalign.likelihood.quadrature` (GDPO's quadrature ELBO [36]) and :mod:`genalign.likelihood.left_to_right` (JustGRPO's left-to-right order [35]), all registered in
+:mod:`genalign.experimental.likelihood.quadrature` (GDPO's quadrature ELBO [36]) and :mod:`genalign.experimental.likelihood.left_to_right` (JustGRPO's left-to-right order [35]), all registered in
 :data:`LIKELIHOOD_PROXIES`.
 """
 
-from genalign.likelihood import left_to_right, quadrature, trace  # noqa: F401  (register their proxies)
+from genalign.likelihood import trace  # noqa: F401  (register their proxies)
 from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES, LikelihoodProxy, ProxyOutput
 
 __all__ = ["LIKELIHOOD_PROXIES", "LikelihoodProxy", "ProxyOutput"]

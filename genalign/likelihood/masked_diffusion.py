@@ -72,7 +72,9 @@ class LikelihoodProxy(Protocol):
 
 
 #: name -> proxy with the signature of :class:`LikelihoodProxy`.
-LIKELIHOOD_PROXIES: Registry[LikelihoodProxy] = Registry("likelihood proxy")
+LIKELIHOOD_PROXIES: Registry[LikelihoodProxy] = Registry(
+    "likelihood proxy", catalogue="genalign.experimental.likelihood"
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.signals import SIGNALS, names_by
+from genalign.algorithms.signals import declared, names_by
 from genalign.algorithms.structure import cat_structures, check_structure, pad_cat, select_structure
 
 #: Weight dtypes by their config name (``policy.dtype``), for every family.
@@ -92,7 +92,7 @@ class PolicyCapabilities:
 
     def undeclared(self) -> list[str]:
         """Names in :attr:`signals` that no declaration knows (a typo, or a module that declares them not imported)."""
-        return sorted(name for name in self.signals if name not in SIGNALS)
+        return sorted(name for name in self.signals if name not in declared())
 
 
 @dataclass(frozen=True)

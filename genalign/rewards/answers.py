@@ -6,24 +6,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from genalign.data.boxed import last_boxed
+
+__all__ = ["NUMBER", "AnswerFormat", "extract_answer", "last_boxed"]
+
 AnswerFormat = Literal["auto", "boxed", "answer_tags", "last_number"]
 
 #: a number as written in a final answer: ``-1,234.5``, ``3/4``, ``.5``
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, or None."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    index = text.index("{", start) + 1
-    depth = 1
-    for position in range(index, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[position], 0)
-        if depth == 0:
-            return text[index:position]
-    return None  # unbalanced: the model did not close the box
 
 
 def extract_answer(text: str, *, answer_format: AnswerFormat = "auto") -> str | None:

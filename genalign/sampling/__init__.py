@@ -4,25 +4,18 @@ the rollout that choose the prompts, the samples per prompt, and which samples t
 - :mod:`genalign.sampling.base`: the rule contract (:class:`SampleRule`), the registry :data:`SAMPLE_SOURCES`;
 - :mod:`genalign.sampling.stage`: :class:`SampleSourceStage`, called once before the rollout and once after rewards;
 - :mod:`genalign.sampling.masking`: overlong filtering (DAPO, [125]);
-- :mod:`genalign.sampling.curricula`: prompt selection (DEPO [151], SPO's value tracker [324]);
-- :mod:`genalign.sampling.boundaries`: selection at the learning boundary (AdaGRPO [62], VAS [110]);
-- :mod:`genalign.sampling.residuals`: raised temperature for residual prompts (ERPO [203]);
+- :mod:`genalign.experimental.sampling.curricula`: prompt selection (DEPO [151], SPO's value tracker [324]);
+- :mod:`genalign.experimental.sampling.boundaries`: selection at the learning boundary (AdaGRPO [62], VAS [110]);
+- :mod:`genalign.experimental.sampling.residuals`: raised temperature for residual prompts (ERPO [203]);
 - :mod:`genalign.sampling.budgets`: rollout budgets (GFPO [109], D³S sample level [27]);
-- :mod:`genalign.sampling.guidance`, :mod:`~genalign.sampling.references`: hints, prefixes, reference solutions
+- :mod:`genalign.experimental.sampling.guidance`, :mod:`~genalign.experimental.sampling.references`: hints, prefixes, reference solutions
   (SAGE [69], AdaPrefix [77], Scaf-GRPO [250], GCPO [253], EDGE-GRPO [99]);
-- :mod:`genalign.sampling.allocation`: extra sampling rounds (DARS [192], AERO [234], XRPO [241]).
+- :mod:`genalign.experimental.sampling.allocation`: extra sampling rounds (DARS [192], AERO [234], XRPO [241]).
 """
 
 from genalign.sampling import (  # noqa: F401  (register the rules)
-    allocation,
-    boundaries,
     budgets,
-    curricula,
-    guidance,
     masking,
-    references,
-    replay,
-    residuals,
 )
 from genalign.sampling.base import (
     SAMPLE_SOURCES,

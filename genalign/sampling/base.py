@@ -181,7 +181,7 @@ class RuleDefaults:
 
 
 #: name -> rule class; constructor keywords are the hyper-parameters (``algorithm.sample_source_args``)
-SAMPLE_SOURCES: Registry[type] = Registry("sample source")
+SAMPLE_SOURCES: Registry[type] = Registry("sample source", catalogue="genalign.experimental.sampling")
 
 
 @dataclass

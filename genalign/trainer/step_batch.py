@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from genalign import algorithms as alg
-from genalign.algorithms.signals import SIGNALS
+from genalign.algorithms.signals import signal
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_gather_cat, all_reduce_max, rank_and_world
 from genalign.trainer.update import score_without_grad
@@ -46,7 +46,7 @@ def gather_batch(batch: alg.StepBatch, names: frozenset[str]) -> alg.StepBatch:
     gathered = {}
     for name in sorted(names):
         value = batch.require(name, "the advantage stage")
-        if SIGNALS[name].per_action and value.dim() > 1:
+        if signal(name).per_action and value.dim() > 1:
             width = all_reduce_max(value.shape[1])
             if width > value.shape[1]:
                 value = torch.cat([value, value.new_zeros(value.shape[0], width - value.shape[1], *value.shape[2:])], 1)

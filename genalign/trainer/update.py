@@ -19,11 +19,11 @@ from torch import Tensor, nn
 
 from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.loss import LossPlan
+from genalign.algorithms.update_schedules import build_schedule
 from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_reduce_max, all_reduce_sum, full_value
 from genalign.trainer.guards import check_parameters, update_is_finite
-from genalign.trainer.slow_fast import build_schedule
 
 
 def score_without_grad(

@@ -12,7 +12,7 @@ from genalign.algorithms import (
     REGULARIZERS,
     bind_vocab_term,
 )
-from genalign.algorithms.regularizers.vocabulary import distribution_entropy_term, low_probability_term
+from genalign.experimental.regularizers.vocabulary import distribution_entropy_term, low_probability_term
 from tests.algorithms.regularizer_inputs import regularizer_inputs
 
 F64 = torch.float64

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
+from genalign.experimental.decoding.order import OrderHead, position_features
+from genalign.experimental.decoding.schedule import CountSchedule, count_bounds
 from genalign.likelihood import LIKELIHOOD_PROXIES
 from genalign.policies.dlm.base import StepView, plackett_luce_logp, plackett_luce_sample
 from genalign.policies.dlm.decoding import block_view, generate_with_decoding_policy
-from genalign.policies.dlm.order import OrderHead, position_features
-from genalign.policies.dlm.schedule import CountSchedule, count_bounds
 
 MASK = 0
 

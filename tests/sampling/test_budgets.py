@@ -8,7 +8,8 @@ import itertools
 import pytest
 import torch
 
-from genalign.sampling.budgets import D3SSamples, max_variance_subset
+from genalign.experimental.sampling.budgets import D3SSamples
+from genalign.sampling.budgets import max_variance_subset
 from tests.sampling.test_rules import outcome
 
 

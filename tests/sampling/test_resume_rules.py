@@ -10,7 +10,7 @@ import json
 import pytest
 
 from genalign.trainer import recipe
-from tests.sampling.test_replay_training import config, records, train_killed_in_step
+from tests.experimental.sampling.test_replay_training import config, records, train_killed_in_step
 
 #: rule set -> (sample_source_args, a metrics key that shows the rules acted)
 CASES = {

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from genalign.experimental.sampling.curricula import DEPO, SPOTracker
+from genalign.experimental.sampling.masking import ConditionalOverlongFilter
 from genalign.sampling import Candidate, Outcome, per_prompt
 from genalign.sampling.budgets import GFPO
-from genalign.sampling.curricula import DEPO, SPOTracker
-from genalign.sampling.masking import ConditionalOverlongFilter, OverlongFilter
+from genalign.sampling.masking import OverlongFilter
 
 NAN = float("nan")
 

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from genalign import algorithms as alg
-from genalign.algorithms.reward_shaping import graph_cut_smi
+from genalign.experimental.shaping.diversity import graph_cut_smi
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.data import load_rows

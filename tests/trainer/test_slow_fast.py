@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from genalign.algorithms import StepBatch
+from genalign.algorithms.update_schedules import UPDATE_SCHEDULES
 from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig
+from genalign.experimental.schedules.slow_fast import SlowFastSchedule
 from genalign.policies.base import Policy, PolicyCapabilities, Rollout, ScoreOutput, ScoreRequest
-from genalign.trainer.slow_fast import UPDATE_SCHEDULES, SlowFastSchedule
 from genalign.trainer.update import run_update
 
 X = [1.0, 2.0]  # one action per sample: logπ_w(a_n) = w·x_n (a linear "policy", enough to test the schedule)

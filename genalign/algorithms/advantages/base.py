@@ -35,7 +35,9 @@ AdvantageEstimator = Callable[..., Tensor]
 
 
 #: name -> ``fn(rewards [N] | [N, K], group_ids [N], **hp) -> advantages (same shape as rewards)``
-ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", catalogue="genalign.experimental.advantages"
+)
 
 
 def prepare(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Groups]:

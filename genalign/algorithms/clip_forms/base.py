@@ -42,7 +42,7 @@ class ClippedLogRatio:
 ClipForm = Callable[..., ClippedLogRatio]
 
 
-CLIP_FORMS: Registry[ClipForm] = Registry("clip form")
+CLIP_FORMS: Registry[ClipForm] = Registry("clip form", catalogue="genalign.experimental.clip_forms")
 
 
 # ---------------------------------------------------------------------------------------------------------- clip forms

@@ -4,30 +4,15 @@ See :mod:`genalign.algorithms.credit.base` for the signature and the order rule.
 """
 
 from genalign.algorithms.credit import (  # noqa: F401  (register the rules)
-    blocks,
-    discriminative,
     entropy_dynamics,
     entropy_gates,
-    entropy_softmax,
-    equalizer,
-    prefix,
     probability_damping,
-    response_level,
-    roles,
-    sampling,
-    segments,
-    self_aware,
     shaping,
     steps,
-    subsampling,
     token_statistics,
-    token_trees,
     token_weights,
-    tree_groups,
     trees,
     uncertainty,
-    values,
-    video_tokens,
     vision,
 )
 from genalign.algorithms.credit.base import CREDIT_RULES, apply_credit, check_rule_order, rule_needs

@@ -29,7 +29,7 @@ from genalign.registry import Registry
 CreditRule = Callable[..., Tensor]
 
 #: name -> ``rule(advantages [N, T], batch: StepBatch, **hp) -> [N, T]``
-CREDIT_RULES: Registry[CreditRule] = Registry("credit rule")
+CREDIT_RULES: Registry[CreditRule] = Registry("credit rule", catalogue="genalign.experimental.credit")
 
 
 def apply_credit(

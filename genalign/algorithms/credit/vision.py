@@ -107,7 +107,7 @@ def visual_dependency_scores(logp: Tensor, logp_without_image: Tensor, mask: Ten
     return torch.where(mask > 0, dependency, 0.0)
 
 
-def _top_fraction_per_row(scores: Tensor, valid: Tensor, fraction: float) -> Tensor:
+def top_fraction_per_row(scores: Tensor, valid: Tensor, fraction: float) -> Tensor:
     """``[N, T]`` bool: the ``⌈fraction·|o_i|⌉`` highest ``scores`` of each row's valid entries (ties by position)."""
     count = valid.sum(1)  # [N]
     keep = torch.ceil(count.double() * fraction - 1e-9).long()  # [N]
@@ -184,6 +184,6 @@ def visual_dependency(
     logp = batch.require("behaviour_logp", "visual_dependency").detach().to(device)  # [N, T]
     valid = batch.mask.to(device) > 0  # [N, T]
     dependency = visual_dependency_scores(logp, without_image, valid, cap=max_dependency)  # [N, T]
-    keep = _top_fraction_per_row(dependency, valid, top_fraction)  # [N, T]
+    keep = top_fraction_per_row(dependency, valid, top_fraction)  # [N, T]
     scale = _trajectory_scale(dependency, valid, min_scale)  # [N]
     return advantages * (scale[:, None] * keep).to(advantages.dtype)  # [N, T]

@@ -36,7 +36,7 @@ from genalign.registry import Registry
 Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 #: name -> ``fn(score: ScoreOutput, advantages, batch: StepBatch, **hp) -> (loss [n, T], metrics)``
-OBJECTIVES: Registry[Objective] = Registry("objective")
+OBJECTIVES: Registry[Objective] = Registry("objective", catalogue="genalign.experimental.objectives")
 
 
 def objective_hyperparameters(name: str, *, ratio_level: str, clip: str, args: Mapping[str, Any]) -> dict[str, Any]:

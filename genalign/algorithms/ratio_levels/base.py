@@ -48,7 +48,7 @@ ClipFn = Callable[..., ClippedLogRatio]
 RatioLevel = Callable[..., LevelOutput]
 
 
-RATIO_LEVELS: Registry[RatioLevel] = Registry("ratio level")
+RATIO_LEVELS: Registry[RatioLevel] = Registry("ratio level", catalogue="genalign.experimental.ratio_levels")
 
 
 def action_positions(mask: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """Per-action regularisers, one registry (:data:`REGULARIZERS`): trust-region and vocabulary terms; see
 :mod:`genalign.algorithms.regularizers.base`."""
 
-from genalign.algorithms.regularizers import candidates, entropy_shaping, trust, vocabulary  # noqa: F401  (register)
+from genalign.algorithms.regularizers import candidates, entropy_shaping, trust  # noqa: F401  (register)
 from genalign.algorithms.regularizers.base import (
     REGULARIZERS,
     bind_vocab_term,

@@ -36,7 +36,7 @@ Regularizer = Callable[..., Tensor]
 
 
 #: name -> ``fn(score: ScoreOutput, advantages, batch: StepBatch, **hp) -> per-action loss [N, T]``
-REGULARIZERS: Registry[Regularizer] = Registry("regularizer")
+REGULARIZERS: Registry[Regularizer] = Registry("regularizer", catalogue="genalign.experimental.regularizers")
 
 
 def valid_mask(score: ScoreOutput, batch: StepBatch) -> Tensor:

@@ -1,5 +1,6 @@
 """Reward shaping: the reward-shaper registry (:data:`REWARD_SHAPERS`, a stage between the reward combiner and the
-advantage estimator) with DRA's diversity adjustment [167], and PAPO's outcome + process combiner [320] (registered in
+advantage estimator) (DRA's diversity adjustment [167] is in the experimental tier,
+:mod:`genalign.experimental.shaping.diversity`), and PAPO's outcome + process combiner [320] (registered in
 :data:`~genalign.algorithms.reward_combiners.REWARD_COMBINERS`).
 
 The action-level shapers of the same catalogue item, Miner's intrinsic reward on all-correct groups [28] and OREAL's
@@ -7,12 +8,10 @@ positive / negative reshaping [147], are credit rules (:mod:`genalign.algorithms
 produce per-action advantages.
 """
 
-from genalign.algorithms.reward_shaping import diversity, process  # noqa: F401  (register the options)
 from genalign.algorithms.reward_shaping.base import (
     REWARD_SHAPERS,
     apply_reward_shaping,
     shaper_needs,
 )
-from genalign.algorithms.reward_shaping.diversity import graph_cut_smi
 
-__all__ = ["REWARD_SHAPERS", "apply_reward_shaping", "graph_cut_smi", "shaper_needs"]
+__all__ = ["REWARD_SHAPERS", "apply_reward_shaping", "shaper_needs"]

@@ -24,7 +24,7 @@ from genalign.registry import Registry
 RewardShaper = Callable[..., tuple[Tensor, dict[str, float]]]
 
 #: name -> ``shaper(rewards [N], batch: StepBatch, **hp) -> (rewards [N], stats)``
-REWARD_SHAPERS: Registry[RewardShaper] = Registry("reward shaper")
+REWARD_SHAPERS: Registry[RewardShaper] = Registry("reward shaper", catalogue="genalign.experimental.shaping")
 
 
 def apply_reward_shaping(

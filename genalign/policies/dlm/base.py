@@ -6,8 +6,8 @@ masked position; a *decoding policy* then decides which of the still-masked posi
 The heuristic samplers fix that decision (LLaDA's count schedule and its low-confidence order); the options of
 :data:`DECODING_POLICIES` learn it:
 
-* ``count_schedule`` (Co-GRPO [179], :mod:`genalign.policies.dlm.schedule`): how MANY tokens to commit per step;
-* ``order_head`` (SAS [118], :mod:`genalign.policies.dlm.order`): WHICH positions to commit.
+* ``count_schedule`` (Co-GRPO [179], :mod:`genalign.experimental.decoding.schedule`): how MANY tokens to commit per step;
+* ``order_head`` (SAS [118], :mod:`genalign.experimental.decoding.order`): WHICH positions to commit.
 
 One signature for every option (an ``nn.Module``)::
 
@@ -79,7 +79,7 @@ class DecodingPolicy(Protocol):
 
 
 #: name -> ``cls(block_length, steps_per_block, *, remasking, **hp)`` building a :class:`DecodingPolicy`.
-DECODING_POLICIES: Registry[type] = Registry("decoding policy")
+DECODING_POLICIES: Registry[type] = Registry("decoding policy", catalogue="genalign.experimental.decoding")
 
 
 def masked_categorical_sample(logits: Tensor, *, greedy: bool, generator: torch.Generator | None) -> Tensor:

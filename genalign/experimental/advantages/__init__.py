@@ -1,0 +1,9 @@
+"""Experimental advantage estimators: registered into the core registry under their own names (the registry imports this
+package the first time it is read)."""
+
+from genalign.experimental.advantages import (  # noqa: F401  (register the options)
+    difficulty,
+    fusion,
+    shaped,
+    value_anchored,
+)

@@ -1,0 +1,25 @@
+"""Experimental credit rules: registered into the core registry under their own names (the registry imports this
+package the first time it is read)."""
+
+from genalign.experimental.credit import (  # noqa: F401  (register the options)
+    blocks,
+    discriminative,
+    entropy_gates,
+    entropy_softmax,
+    equalizer,
+    prefix,
+    response_level,
+    roles,
+    sampling,
+    segments,
+    self_aware,
+    shaping,
+    subsampling,
+    token_statistics,
+    token_trees,
+    token_weights,
+    tree_groups,
+    uncertainty,
+    values,
+    video_tokens,
+)

@@ -1,0 +1,7 @@
+"""Experimental objectives: registered into the core registry under their own names (the registry imports this
+package the first time it is read)."""
+
+from genalign.experimental.objectives import (  # noqa: F401  (register the options)
+    contrastive,
+    regression,
+)

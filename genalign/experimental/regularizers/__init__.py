@@ -1,0 +1,8 @@
+"""Experimental regularisers: registered into the core registry under their own names (the registry imports this
+package the first time it is read)."""
+
+from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
+    entropy_shaping,
+    trust,
+    vocabulary,
+)

@@ -1,0 +1,15 @@
+"""Experimental sample-source rules: registered into the core registry under their own names (the registry imports this
+package the first time it is read)."""
+
+from genalign.experimental.sampling import (  # noqa: F401  (register the options)
+    allocation,
+    boundaries,
+    budgets,
+    curricula,
+    guidance,
+    masking,
+    references,
+    replay,
+    replay_buffer,
+    residuals,
+)
