@@ -73,15 +73,13 @@ class LossPlan:
         aggregation: Option = Option("token_mean"),
     ) -> LossPlan:
         """Validate and bind every option. ``ratio_level`` / ``clip`` are those of a ratio objective (objective meta
-        ``ratio``); ``kl_coef`` is the β of a KL *in the loss* (0 when the KL goes in the reward)."""
+        ``ratio``), each with its own keywords (``objective`` holds only the objective's own); ``kl_coef`` is the β of
+        a KL *in the loss* (0 when the KL goes in the reward)."""
         meta = OBJECTIVES.meta(objective.name)
         needs = set(meta.get("needs", ()))
-        args = dict(objective.args)
+        args = objective_hyperparameters(objective, ratio_level=ratio_level, clip=clip)
         if meta.get("ratio", False):
             level, form = ratio_level or Option("token"), clip or Option("ppo")
-            args = objective_hyperparameters(
-                objective.name, ratio_level=level.name, clip=form.name, args={**level.args, **form.args, **args}
-            )
             needs |= set(RATIO_LEVELS.meta(level.name).get("needs", ())) | set(
                 CLIP_FORMS.meta(form.name).get("needs", ())
             )

@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 
-from genalign.registry import Registry
+from genalign.registry import Option, Registry
 
 
 class UpdateSchedule(Protocol):
@@ -154,28 +154,27 @@ def check_slow_fast_args(*, inner_epochs: int, fast_steps: Any, alpha: Any, opti
     if inner_epochs != 1:
         raise ValueError(
             f"algorithm.inner_epochs = {inner_epochs}, but update_schedule = 'sfpo' sets the passes itself "
-            "(update_schedule_args.fast_steps + 1); set algorithm.inner_epochs=1."
+            "(algorithm.update_schedule.fast_steps + 1); set algorithm.inner_epochs=1."
         )
     if isinstance(fast_steps, bool) or not isinstance(fast_steps, int) or fast_steps < 1:
-        raise ValueError(f"algorithm.update_schedule_args.fast_steps = {fast_steps!r} must be an integer >= 1.")
+        raise ValueError(f"algorithm.update_schedule.fast_steps = {fast_steps!r} must be an integer >= 1.")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"algorithm.update_schedule_args.alpha = {alpha!r} must be a number in [0, 1].")
+        raise ValueError(f"algorithm.update_schedule.alpha = {alpha!r} must be a number in [0, 1].")
     if optimizer_state not in ("keep", "restore"):
         raise ValueError(
-            f"algorithm.update_schedule_args.optimizer_state = {optimizer_state!r} must be 'keep' or 'restore'."
+            f"algorithm.update_schedule.optimizer_state = {optimizer_state!r} must be 'keep' or 'restore'."
         )
 
 
 def build_schedule(
-    name: str, args: dict[str, Any], parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer, *,
-    inner_epochs: int,
-) -> UpdateSchedule:  # fmt: skip
-    """The schedule ``name`` of :data:`UPDATE_SCHEDULES` for one update (call it before the first pass: SFPO records
-    θ_0 here)."""
-    return UPDATE_SCHEDULES.get(name)(parameters, optimizer, inner_epochs=inner_epochs, **args)
+    option: Option, parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer, *, inner_epochs: int
+) -> UpdateSchedule:
+    """The schedule ``option`` (``algorithm.update_schedule``) of :data:`UPDATE_SCHEDULES` for one update (call it
+    before the first pass: SFPO records θ_0 here)."""
+    return UPDATE_SCHEDULES.get(option.name)(parameters, optimizer, inner_epochs=inner_epochs, **option.args)
 
 
-def schedule_passes(name: str, args: dict[str, Any], *, inner_epochs: int) -> int:
-    """Passes over each rollout batch of schedule ``name`` (for the optimizer-step count), without building it; raises
-    ValueError / TypeError for a bad hyper-parameter."""
-    return UPDATE_SCHEDULES.get(name).count_passes(inner_epochs=inner_epochs, **args)
+def schedule_passes(option: Option, *, inner_epochs: int) -> int:
+    """Passes over each rollout batch of the schedule ``option`` (for the optimizer-step count), without building it;
+    raises ValueError / TypeError for a bad hyper-parameter."""
+    return UPDATE_SCHEDULES.get(option.name).count_passes(inner_epochs=inner_epochs, **option.args)

@@ -68,7 +68,7 @@ def test_without_shapers_the_stage_changes_nothing():
 
 
 def test_intrinsic_mastery_gives_all_correct_groups_a_signal():
-    config, policy, rollout, table, weights = _setup(credit=["intrinsic_mastery"], credit_args={"intrinsic_mastery": {"calibration": 0.0}})  # fmt: skip
+    config, policy, rollout, table, weights = _setup(credit=[{"name": "intrinsic_mastery", "calibration": 0.0}])
     table = torch.tensor([[1.0]] * 4 + [[1.0], [0.0], [1.0], [0.0]] + [[0.0]] * 4)  # all correct, mixed, all wrong
     batch, _ = step_batch(policy, rollout, table, weights, config.algorithm)
     mask = rollout.action_mask
