@@ -59,7 +59,7 @@ def run_once(mode: str, seed: int, steps: int, out: Path, smoke: bool) -> dict[s
     overrides = [
         *MODES[mode], f"run.seed={seed}", f"run.max_steps={steps}", "run.save_every=0", "run.sample_every=0",
         "run.progress_bar=false", "run.log_every=1000", f"run.output_dir={out}", "eval.every=0", "eval.at_start=false",
-        "algorithm.clip=off_policy",
+        "algorithm.clip.name=off_policy",  # the preset's clip bounds with the off-policy clip form
     ]  # fmt: skip
     if smoke:
         overrides += ["algorithm.prompts_per_step=4", "eval.num_prompts=16", "eval.batch_size=16"]

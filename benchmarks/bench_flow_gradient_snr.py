@@ -81,8 +81,8 @@ DEFAULT_VARIANTS: list[tuple[str, list[str]]] = [
     (
         "demo, Chunk-GRPO (chunks 0-1, 2-4)",
         [
-            "algorithm.ratio_level=chunk",
-            "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
+            "algorithm.ratio_level={name: chunk, chunk_boundaries: [0, 2, 5]}",
+            "algorithm.clip={name: ppo, eps_low: 1.0e-3, eps_high: 1.0e-3}",
         ],
     ),
     ("demo, DiffusionNFT", ["policy.likelihood_free.method=nft"]),

@@ -124,11 +124,10 @@ def random_setup(model: str, name: str, size: int) -> Setup:
 class Method:
     name: str
     policy: dict[str, Any]
-    ratio_level: str = "token"
-    objective_args: dict[str, Any] = field(default_factory=dict)
+    ratio_level: alg.Option = alg.Option("token")
     group_size: int = 8
     credit: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    objective: str = "clipped_ratio"
+    objective: alg.Option = alg.Option("clipped_ratio")
 
 
 def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: int) -> float:
@@ -144,15 +143,13 @@ def train_iteration(policy, rows, method: Method, optimizer, reward_fn, step: in
     for module in policy.modules_to_train():
         module.train()
     optimizer.zero_grad(set_to_none=True)
-    needs = alg.OBJECTIVES.meta(method.objective).get("needs", ())
+    needs = alg.OBJECTIVES.meta(method.objective.name).get("needs", ())
     out = policy.score(rollout, ScoreRequest(alg.names_by("score", needs)))
     mask = rollout.action_mask
     context = alg.StepBatch(old_logp=rollout.old_logp, mask=mask, group_ids=rollout.group_ids)
-    hyperparameters = method.objective_args
-    if method.objective == "clipped_ratio":
-        hyperparameters = {"ratio_level": method.ratio_level, "clip": "ppo", "eps_low": 1e-3, "eps_high": 1e-3}
-        hyperparameters |= method.objective_args
-    per_action, _ = alg.OBJECTIVES.get(method.objective)(out, advantages, context, **hyperparameters)
+    clip = alg.Option("ppo", {"eps_low": 1e-3, "eps_high": 1e-3})
+    hyperparameters = alg.objective_hyperparameters(method.objective, ratio_level=method.ratio_level, clip=clip)
+    per_action, _ = alg.OBJECTIVES.get(method.objective.name)(out, advantages, context, **hyperparameters)
     loss = (per_action * mask).sum() / mask.sum().clamp_min(1.0)  # token mean
     loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
@@ -198,9 +195,11 @@ def reward_race(
             {"tree": TreeRolloutConfig(enabled=True, split_steps=[0, steps // 3, 2 * steps // 3], branching=2)},
             credit=[("tree", {})],
         ),
-        Method("Chunk-GRPO", {}, ratio_level="chunk", objective_args={"chunk_size": 3}),
+        Method("Chunk-GRPO", {}, ratio_level=alg.Option("chunk", {"chunk_size": 3})),
         Method(
-            "DiffusionNFT", {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)}, objective="nft"
+            "DiffusionNFT",
+            {"likelihood_free": LikelihoodFreeConfig(method="nft", num_timesteps=2)},
+            objective=alg.Option("nft"),
         ),
         Method("V-GRPO (ELBO)", {"likelihood_free": LikelihoodFreeConfig(method="elbo", num_timesteps=2)}),
     ]

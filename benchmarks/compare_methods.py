@@ -60,39 +60,38 @@ FALLBACK_PRESET: dict[str, Any] = {
     "run": {"max_steps": 100, "progress_bar": False, "num_threads": 1, "sample_every": 0},
 }
 
-#: LM method -> ``algorithm.*`` overrides (the rest of the preset is shared; every method sets its own objective_args,
-#: so that the preset's clip-higher bounds never leak into "grpo")
+#: LM method -> ``algorithm.*`` overrides (the rest of the preset is shared; every method sets its own clip form with
+#: its keywords, so that the preset's clip-higher bounds never leak into "grpo")
 LM_ALGORITHMS: dict[str, list[str]] = {
     "grpo": [
-        "advantage=grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "advantage=grpo", "ratio_level=token", "clip={name: ppo, eps_low: 0.2, eps_high: 0.2}",
         "aggregation=seq_mean_token_mean",
     ],
     "dr_grpo": [
-        "advantage=dr_grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
-        "aggregation=seq_mean_token_sum_norm",
-        "aggregation_args={max_len: 5}",
+        "advantage=dr_grpo", "ratio_level=token", "clip={name: ppo, eps_low: 0.2, eps_high: 0.2}",
+        "aggregation={name: seq_mean_token_sum_norm, max_len: 5}",
     ],
     "gspo": [
-        "advantage=grpo", "ratio_level=sequence", "clip=ppo", "objective_args={eps_low: 0.0003, eps_high: 0.0004}",
+        "advantage=grpo", "ratio_level=sequence", "clip={name: ppo, eps_low: 0.0003, eps_high: 0.0004}",
         "aggregation=seq_mean_token_mean",
     ],
     "cispo": [
-        "advantage=grpo", "ratio_level=token", "clip=cispo", "objective_args={eps_high: 0.28}", "aggregation=token_mean",
+        "advantage=grpo", "ratio_level=token", "clip={name: cispo, eps_high: 0.28}", "aggregation=token_mean",
     ],
     "clip_higher": [
-        "advantage=grpo", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.28}",
+        "advantage=grpo", "ratio_level=token", "clip={name: ppo, eps_low: 0.2, eps_high: 0.28}",
         "aggregation=token_mean",
     ],
     "cumulative_ratio": [
-        "advantage=grpo", "ratio_level=cumulative", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "advantage=grpo", "ratio_level=cumulative", "clip={name: ppo, eps_low: 0.2, eps_high: 0.2}",
         "aggregation=token_mean",
     ],
     "quantile_baseline": [
-        "advantage=quantile", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "advantage=quantile", "ratio_level=token", "clip={name: ppo, eps_low: 0.2, eps_high: 0.2}",
         "aggregation=token_mean",
     ],
     "empirical_bayes": [
-        "advantage=empirical_bayes", "ratio_level=token", "clip=ppo", "objective_args={eps_low: 0.2, eps_high: 0.2}",
+        "advantage=empirical_bayes", "ratio_level=token", "clip={name: ppo, eps_low: 0.2, eps_high: 0.2}",
         "aggregation=token_mean",
     ],
 }  # fmt: skip
@@ -100,9 +99,9 @@ LM_ALGORITHMS: dict[str, list[str]] = {
 #: Chunk-GRPO [70]'s chunk-level ratio with 2 optimizer steps per batch (with 1, fully on-policy, chunk ratios give
 #: Flow-GRPO's gradient)
 CHUNK_RATIO = [
-    "algorithm.ratio_level=chunk",
+    "algorithm.ratio_level={name: chunk, chunk_boundaries: [0, 2, 5]}",
     "algorithm.minibatches=2",
-    "algorithm.objective_args={chunk_boundaries: [0, 2, 5], eps_low: 1.0e-3, eps_high: 1.0e-3}",
+    "algorithm.clip={name: ppo, eps_low: 1.0e-3, eps_high: 1.0e-3}",
 ]
 #: 8 steps with 2nd-order ODE steps after the SDE window (MixGRPO-Flash)
 AB2_8 = ["policy.ode_solver=ab2", "policy.num_steps=8"]

@@ -56,16 +56,16 @@ MAX_NEW_TOKENS = 96  # the preset's policy.max_new_tokens (Dr. GRPO's constant n
 METHODS: dict[str, list[str]] = {
     "grpo": [],
     # sample-level estimators, ratios, clipping and aggregation
-    "dr_grpo": ["advantage=dr_grpo", "aggregation=seq_mean_token_sum_norm", f"aggregation_args={{max_len: {MAX_NEW_TOKENS}}}"],  # [31]
-    "clip_higher": ["objective_args={eps_low: 0.2, eps_high: 0.28}"],  # DAPO's decoupled clip only
-    "dapo": ["objective_args={eps_low: 0.2, eps_high: 0.28}", "aggregation=token_mean", "dynamic_sampling={enabled: true}"],
-    "gspo": ["ratio_level=sequence", "objective_args={eps_low: 0.0003, eps_high: 0.0004}"],  # [293]
-    "cispo": ["clip=cispo", "objective_args={eps_high: 0.28}", "aggregation=token_mean"],
+    "dr_grpo": ["advantage=dr_grpo", f"aggregation={{name: seq_mean_token_sum_norm, max_len: {MAX_NEW_TOKENS}}}"],  # [31]
+    "clip_higher": ["clip={name: ppo, eps_low: 0.2, eps_high: 0.28}"],  # DAPO's decoupled clip only
+    "dapo": ["clip={name: ppo, eps_low: 0.2, eps_high: 0.28}", "aggregation=token_mean", "dynamic_sampling={enabled: true}"],
+    "gspo": ["ratio_level=sequence", "clip={name: ppo, eps_low: 0.0003, eps_high: 0.0004}"],  # [293]
+    "cispo": ["clip={name: cispo, eps_high: 0.28}", "aggregation=token_mean"],
     "rloo": ["advantage=rloo"],  # [3]
     "sspo": ["ratio_level=sentence"],  # [15], sentences = step lines
     "fipo": ["ratio_level=future_influence"],  # [316]
-    "gvpo": ["objective=gvpo", "advantage=dr_grpo", "objective_args={beta: 0.1}"],  # [139]
-    "disco": ["objective=disco", "objective_args={}"],  # [289]
+    "gvpo": ["objective={name: gvpo, beta: 0.1}", "clip=ppo", "advantage=dr_grpo"],  # [139] (clip=ppo: not a ratio objective)
+    "disco": ["objective=disco", "clip=ppo"],  # [289]
     "lopti": ["objective=lopti"],  # [219]
     # token, segment and sequence credit
     "high_entropy_tokens": ["credit=[high_entropy_tokens]"],  # [200] top-20 % entropy tokens
@@ -97,8 +97,8 @@ METHODS: dict[str, list[str]] = {
     "d3s": ["sample_sources=[d3s_samples]"],  # [27] sample level
     "gcpo": ["sample_sources=[gcpo]"],  # [253] reference solution in all-wrong groups
     "adaprefix": ["sample_sources=[adaprefix]"],  # [77] reference prefix toward 50 % success
-    "edge_gec": ["sample_sources=[edge_gec]", "sample_source_args={edge_gec: {tokenizer: 'builtin:chain-lm'}}"],  # [99]
-    "ar3po": ["sample_sources=[ar3po]", "clip=off_policy"],  # [106] staged rollouts + reuse
+    "edge_gec": ["sample_sources=[{name: edge_gec, tokenizer: 'builtin:chain-lm'}]"],  # [99]
+    "ar3po": ["sample_sources=[ar3po]", "clip.name=off_policy"],  # [106] staged rollouts + reuse (the preset's bounds)
 }  # fmt: skip
 
 #: ``--smoke``: these methods, 2 training steps each, small batches and evaluations

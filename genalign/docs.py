@@ -58,10 +58,10 @@ SECTIONS: tuple[Registry, ...] = (
 
 #: registries chosen outside ``algorithm.<kind>``: the config key that picks an option
 CHOSEN_BY = {
-    UPDATE_SCHEDULES.kind: "algorithm.update_schedule (+ update_schedule_args)",
+    UPDATE_SCHEDULES.kind: "algorithm.update_schedule",
     SDE_DYNAMICS.kind: "policy.dynamics (flow)",
     ODE_SOLVERS.kind: "policy.ode_solver (flow)",
-    LIKELIHOOD_PROXIES.kind: "policy.likelihood_proxy (+ proxy_args; diffusion_lm)",
+    LIKELIHOOD_PROXIES.kind: "policy.likelihood_proxy (diffusion_lm)",
     DECODING_POLICIES.kind: "policy.decoding_policy (diffusion_lm)",
 }
 
@@ -77,6 +77,13 @@ Every option of the shared optimisation backend (`genalign.algorithms`). Numbers
 `shared/seeds/abstracts.md`; `formulas.md §n` refers to `shared/reference/formulas.md`. Notation: `r` reward,
 `G` group, `m` action mask, `|o_i|` valid actions of sequence i, `ρ = exp(logπθ − logπold)`, `sg` stop-gradient.
 Multi-reward GDPO = `normalize_then_sum` combiner + `reinforce_pp_baseline` estimator.
+
+**In a config.** An option is written as its name or as a mapping of its name and the hyper-parameters of its row:
+`algorithm.advantage: grpo` or `algorithm.advantage: {{name: grpo, eps: 1.0e-6}}`. Chains (sample sources, reward
+shaping, credit) are lists of options, e.g. `algorithm.credit: [{{name: tree, width_keep_fraction: 0.5}},
+noise_aware_steps]`; a ratio objective's level and clip form carry their own keywords
+(`algorithm.clip: {{name: ppo, eps_low: 0.2, eps_high: 0.28}}`), the objective its own
+(`algorithm.objective: {{name: lopti, threshold: 0.5}}`).
 
 **Tiers.** *stable*: the form is the published one (paper formula or public implementation). *experimental*: the
 abstract leaves the form open and genalign chose a reading (the docstring says "Reading chosen" and why); such an

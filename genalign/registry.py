@@ -2,7 +2,8 @@
 
 Every pluggable family in genalign (advantage estimators, objectives, aggregation modes, SDE dynamics, likelihood
 proxies, reward functions, ...) lives in one :class:`Registry`. A registry enforces the rule of
-``shared/ARCHITECTURE.md``: one fixed call signature per family, so callers never special-case a name.
+``shared/ARCHITECTURE.md``: one fixed call signature per family, so callers never special-case a name. A configured
+choice of a registry is an :class:`Option`: a name and its keyword hyper-parameters.
 
 A registry may name a *catalogue*: a module (the registry's sub-package of ``genalign.experimental``) that registers
 more options into it. It is imported the first time the registry is read (a name looked up, listed or counted), so
@@ -14,10 +15,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+#: how an option is written, for messages
+OPTION_FORMS = "an option name, or a mapping of its name and keyword hyper-parameters ({name: NAME, KEYWORD: VALUE})"
 
 
 class UnknownOptionError(KeyError, ValueError):
@@ -33,6 +38,48 @@ def did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
     if not close:
         return ""
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One configured option: ``name`` in its registry and its keyword hyper-parameters ``args`` (a plain dict).
+
+    A config writes it as the bare name, or as a mapping of the name and the hyper-parameters:
+    ``advantage: grpo`` is ``Option("grpo")``, ``advantage: {name: grpo, eps: 1.0e-6}`` is
+    ``Option("grpo", {"eps": 1.0e-6})`` (:meth:`to_config` gives the written form back).
+    """
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", dict(self.args))
+
+    def to_config(self) -> str | dict[str, Any]:
+        """The form a config writes: the bare name without hyper-parameters, else ``{name, **args}``."""
+        return {"name": self.name, **self.args} if self.args else self.name
+
+    @classmethod
+    def parse(cls, value: Any, where: str = "option") -> Option:
+        """The option written as ``value``: an ``Option``, its name, or a mapping of ``name`` and its keyword
+        hyper-parameters. Anything else raises ``ValueError`` naming ``where`` (the field), the value and the forms."""
+        if isinstance(value, Option):
+            return value
+        if isinstance(value, str) and value:
+            return cls(value)
+        if isinstance(value, Mapping):
+            if "name" not in value:
+                keywords = ", ".join(f"{key}: ..." for key in value) or "KEYWORD: VALUE"
+                raise ValueError(
+                    f"{where}: the mapping {dict(value)!r} has no 'name'; an option is {OPTION_FORMS}, e.g. "
+                    f"{where}: {{name: NAME, {keywords}}}."
+                )
+            if not isinstance(value["name"], str) or not value["name"]:
+                raise ValueError(f"{where}.name: expected the option's name (a string), got {value['name']!r}.")
+            return cls(value["name"], {str(key): v for key, v in value.items() if key != "name"})
+        if isinstance(value, list | tuple):
+            raise ValueError(f"{where}: expected one option, got the list {list(value)!r}; give {OPTION_FORMS}.")
+        raise ValueError(f"{where}: expected {OPTION_FORMS}, got {value!r}.")
 
 
 class Registry(Generic[T]):

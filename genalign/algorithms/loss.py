@@ -40,7 +40,7 @@ class LossPlan:
         kl_coef, kl_estimator, kl_importance: the KL term of the loss (``kl_coef = 0``: none).
         regularizer, regularizer_coef, vocab_term: a per-action regulariser and the vocabulary term it reads.
         entropy_coef: the entropy bonus.
-        aggregation, aggregation_args: the aggregation mode and its keywords.
+        aggregation: the aggregation mode with its keywords.
     """
 
     objective: Callable[..., tuple[Tensor, dict[str, Tensor]]]
@@ -54,8 +54,7 @@ class LossPlan:
     regularizer_coef: float = 1.0
     vocab_term: Callable[[Tensor], Tensor] | None = None
     entropy_coef: float = 0.0
-    aggregation: str = "token_mean"
-    aggregation_args: dict[str, Any] = field(default_factory=dict)
+    aggregation: Option = field(default_factory=lambda: Option("token_mean"))
 
     @classmethod
     def build(
@@ -73,15 +72,13 @@ class LossPlan:
         aggregation: Option = Option("token_mean"),
     ) -> LossPlan:
         """Validate and bind every option. ``ratio_level`` / ``clip`` are those of a ratio objective (objective meta
-        ``ratio``); ``kl_coef`` is the β of a KL *in the loss* (0 when the KL goes in the reward)."""
+        ``ratio``), each with its own keywords (``objective`` holds only the objective's own); ``kl_coef`` is the β of
+        a KL *in the loss* (0 when the KL goes in the reward)."""
         meta = OBJECTIVES.meta(objective.name)
         needs = set(meta.get("needs", ()))
-        args = dict(objective.args)
+        args = objective_hyperparameters(objective, ratio_level=ratio_level, clip=clip)
         if meta.get("ratio", False):
             level, form = ratio_level or Option("token"), clip or Option("ppo")
-            args = objective_hyperparameters(
-                objective.name, ratio_level=level.name, clip=form.name, args={**level.args, **form.args, **args}
-            )
             needs |= set(RATIO_LEVELS.meta(level.name).get("needs", ())) | set(
                 CLIP_FORMS.meta(form.name).get("needs", ())
             )
@@ -104,8 +101,7 @@ class LossPlan:
             regularizer_coef=regularizer_coef,
             vocab_term=vocab,
             entropy_coef=entropy_coef,
-            aggregation=aggregation.name,
-            aggregation_args=dict(aggregation.args),
+            aggregation=aggregation,
         )
 
     def score_request(self, supplied: frozenset[str]) -> ScoreRequest:
@@ -126,7 +122,7 @@ class LossPlan:
     def normalizer(self, mask: Tensor, advantages: Tensor) -> Tensor:
         """The additive statistics ``[S]`` of one micro-batch's ``mask`` ``[n, T]`` for the aggregation (sum them over
         the optimisation batch and all processes)."""
-        return loss_normalizer(mask, self.aggregation, advantages=advantages, **self.aggregation_args)
+        return loss_normalizer(mask, self.aggregation.name, advantages=advantages, **self.aggregation.args)
 
     def __call__(self, score: ScoreOutput, batch: StepBatch, normalizer: Tensor) -> tuple[Tensor, dict[str, Any]]:
         """The aggregated loss of one micro-batch (to backpropagate) and its metrics.
@@ -159,7 +155,12 @@ class LossPlan:
         if self.entropy_coef and "entropy" in score:
             per_action = per_action - self.entropy_coef * score["entropy"].float()  # [m, T]
         loss = aggregate(
-            per_action, mask, self.aggregation, normalizer.to(device), advantages=advantages, **self.aggregation_args
+            per_action,
+            mask,
+            self.aggregation.name,
+            normalizer.to(device),
+            advantages=advantages,
+            **self.aggregation.args,
         )
         weight = mask.sum().clamp_min(1.0)
         for name in ("entropy", "kl"):

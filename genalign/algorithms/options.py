@@ -5,7 +5,8 @@ Every choice of the backend is an option of one registry, written in a config as
 when the config loads (:func:`bind_option`): the trainer then calls the bound option with the registry's positional
 arguments only, and nothing is inspected per micro-batch. A registered *class* is instantiated with its
 hyper-parameters; an instance that keeps statistics across steps offers the state protocol
-(:class:`Stateful`) and is checkpointed with the run.
+(:class:`Stateful`) and is checkpointed with the run. (:class:`Option` itself lives in :mod:`genalign.registry`, which
+the config machinery reads without importing torch.)
 """
 
 from __future__ import annotations
@@ -13,21 +14,9 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from genalign.registry import Registry, did_you_mean
-
-
-@dataclass(frozen=True)
-class Option:
-    """One configured option: ``name`` in its registry and its keyword hyper-parameters ``args``."""
-
-    name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", dict(self.args))
+from genalign.registry import Option, Registry, did_you_mean
 
 
 class HyperparameterError(TypeError, ValueError):
@@ -93,3 +82,13 @@ class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+__all__ = [
+    "HyperparameterError",
+    "Option",
+    "Stateful",
+    "accepted_hyperparameters",
+    "bind_option",
+    "check_hyperparameters",
+]

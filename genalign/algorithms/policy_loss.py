@@ -26,7 +26,8 @@ form but ``sapo``, whose gate is ``2/τ`` at ρ = 1.
 The levels live in :mod:`genalign.algorithms.ratio_levels`, the clip forms in :mod:`genalign.algorithms.clip_forms`.
 Both families take the step batch (:class:`~genalign.algorithms.batch.StepBatch`)
 (entropy, rollout-engine log-probs, sentence ids, group reward std, training progress) as a fixed positional
-argument; ``objective_args`` hold the keywords of the level and of the clip form together
+argument. A config gives each its own keywords (``algorithm.ratio_level: {name: chunk, chunk_boundaries: [...]}``,
+``algorithm.clip: {name: ppo, eps_high: 0.28}``); :func:`bind_policy_loss` takes them together and splits them
 (:func:`split_objective_hyperparameters`).
 """
 
@@ -75,7 +76,7 @@ def _policy_metrics(out: LevelOutput, log_ratio: Tensor, valid: Tensor) -> dict[
 def split_objective_hyperparameters(
     ratio_level: str, clip: str, hp: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split ``hp`` (a config's ``objective_args``) into the keywords of the ratio level and of the clip form.
+    """Split ``hp`` (the keywords of a ratio level and a clip form, together) into those of each.
 
     Raises ``UnknownOptionError`` for an unknown name and :class:`HyperparameterError` for a keyword that neither
     option takes (with a did-you-mean hint).

@@ -8,12 +8,12 @@ persists between updates, so a schedule adds no checkpoint state.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from genalign.registry import Registry
+from genalign.registry import Option, Registry
 
 
 class UpdateSchedule(Protocol):
@@ -58,15 +58,14 @@ class StandardSchedule:
 
 
 def build_schedule(
-    name: str, args: dict[str, Any], parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer, *,
-    inner_epochs: int,
-) -> UpdateSchedule:  # fmt: skip
-    """The schedule ``name`` of :data:`UPDATE_SCHEDULES` for one update (call it before the first pass: SFPO records
-    θ_0 here)."""
-    return UPDATE_SCHEDULES.get(name)(parameters, optimizer, inner_epochs=inner_epochs, **args)
+    option: Option, parameters: list[nn.Parameter], optimizer: torch.optim.Optimizer, *, inner_epochs: int
+) -> UpdateSchedule:
+    """The schedule ``option`` (``algorithm.update_schedule``) of :data:`UPDATE_SCHEDULES` for one update (call it
+    before the first pass: SFPO records θ_0 here)."""
+    return UPDATE_SCHEDULES.get(option.name)(parameters, optimizer, inner_epochs=inner_epochs, **option.args)
 
 
-def schedule_passes(name: str, args: dict[str, Any], *, inner_epochs: int) -> int:
-    """Passes over each rollout batch of schedule ``name`` (for the optimizer-step count), without building it; raises
-    ValueError / TypeError for a bad hyper-parameter."""
-    return UPDATE_SCHEDULES.get(name).count_passes(inner_epochs=inner_epochs, **args)
+def schedule_passes(option: Option, *, inner_epochs: int) -> int:
+    """Passes over each rollout batch of the schedule ``option`` (for the optimizer-step count), without building it;
+    raises ValueError / TypeError for a bad hyper-parameter."""
+    return UPDATE_SCHEDULES.get(option.name).count_passes(inner_epochs=inner_epochs, **option.args)

@@ -18,45 +18,41 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
     from genalign import algorithms as alg
 
     checks = [
-        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage, cfg.advantage_args),
-        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination, cfg.reward_combination_args),
-        ("aggregation", alg.AGGREGATIONS, cfg.aggregation, cfg.aggregation_args),
+        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage),
+        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination),
+        ("aggregation", alg.AGGREGATIONS, cfg.aggregation),
     ]
-    checks += [("credit", alg.CREDIT_RULES, name, args) for name, args in cfg.credit_rules()]
-    checks += [("reward_shaping", alg.REWARD_SHAPERS, name, args) for name, args in cfg.reward_shaping_rules()]
+    checks += [("credit", alg.CREDIT_RULES, rule) for rule in cfg.credit]
+    checks += [("reward_shaping", alg.REWARD_SHAPERS, shaper) for shaper in cfg.reward_shaping]
     if cfg.regularizer is not None:
-        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer, cfg.regularizer_args))
-    for section, registry, name, args in checks:
-        try:
-            alg.check_hyperparameters(registry, name, args)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.{section}: {err}") from None
-    for section, names in (("credit", cfg.credit), ("reward_shaping", cfg.reward_shaping)):
-        unused = sorted(set(getattr(cfg, f"{section}_args")) - set(names))
-        if unused:
-            raise ConfigError(
-                f"algorithm.{section}_args has arguments for {unused}, which are not in algorithm.{section} = {names}; "
-                f"add them to algorithm.{section} or remove their arguments."
-            )
-    check_sample_sources(cfg)
+        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer))
     try:
-        alg.check_rule_order(cfg.credit)
-    except ValueError as err:
-        raise ConfigError(f"algorithm.credit: {err}") from None
-    if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer).get("needs", ()):
-        try:
-            alg.bind_vocab_term(cfg.regularizer, **cfg.regularizer_args)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.regularizer_args: {err}") from None
-    try:
-        ratio = alg.OBJECTIVES.meta(cfg.objective).get("ratio", False)
+        ratio = cfg.is_ratio_objective()
     except KeyError as err:
         raise ConfigError(f"algorithm.objective: {err}") from None
+    if ratio:
+        checks += [("ratio_level", alg.RATIO_LEVELS, cfg.ratio_level), ("clip", alg.CLIP_FORMS, cfg.clip)]
+    for section, registry, option in checks:
+        try:
+            alg.check_hyperparameters(registry, option.name, option.args)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.{section}: {err}") from None
+    check_sample_sources(cfg)
+    try:
+        alg.check_rule_order([rule.name for rule in cfg.credit])
+    except ValueError as err:
+        raise ConfigError(f"algorithm.credit: {err}") from None
+    if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer.name).get("needs", ()):
+        try:
+            alg.bind_vocab_term(cfg.regularizer.name, **cfg.regularizer.args)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.regularizer: {err}") from None
     try:
         cfg.loss_plan()
     except (KeyError, TypeError, ValueError) as err:
-        where = "algorithm.ratio_level/clip/objective_args" if ratio else "algorithm.objective_args"
-        raise ConfigError(f"{where}: {err}") from None
+        raise ConfigError(
+            f"{'algorithm.objective/ratio_level/clip' if ratio else 'algorithm.objective'}: {err}"
+        ) from None
     try:
         cfg.advantage_stage()
     except (KeyError, TypeError, ValueError) as err:
@@ -78,44 +74,38 @@ def check_declared_aggregation(cfg: AlgorithmConfig) -> None:
     explicit contradicting choice fails)."""
     from genalign import algorithms as alg
 
-    declared = declared_aggregation(cfg.objective)
-    if declared is None or cfg.aggregation == declared:
+    declared = declared_aggregation(cfg.objective.name)
+    mode = cfg.aggregation.name
+    if declared is None or mode == declared:
         return
     describe = lambda mode: alg.AGGREGATIONS.meta(mode)["summary"].rstrip(".").lower()  # noqa: E731
     raise ConfigError(
-        f"algorithm.aggregation = {cfg.aggregation!r} contradicts algorithm.objective = {cfg.objective!r}, whose "
-        f"published form needs aggregation {declared!r} ({describe(declared)}; {cfg.aggregation!r}: "
-        f"{describe(cfg.aggregation)}, which changes how its samples are weighed). Remove algorithm.aggregation (the "
+        f"algorithm.aggregation = {mode!r} contradicts algorithm.objective = {cfg.objective.name!r}, whose "
+        f"published form needs aggregation {declared!r} ({describe(declared)}; {mode!r}: "
+        f"{describe(mode)}, which changes how its samples are weighed). Remove algorithm.aggregation (the "
         f"default follows the objective) or set it to {declared!r}."
     )
 
 
 def check_sample_sources(cfg: AlgorithmConfig) -> None:
     """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
-    ``algorithm.sample_source_args`` only has arguments for listed rules; the rules fit together and the group size."""
+    the rules fit together and the group size."""
     from genalign import algorithms as alg
     from genalign.experimental.sampling.replay import check_replay_clip
     from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
 
-    repeated = sorted({name for name in cfg.sample_sources if cfg.sample_sources.count(name) > 1})
+    names = [rule.name for rule in cfg.sample_sources]
+    repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ConfigError(
-            f"algorithm.sample_sources = {cfg.sample_sources} lists {repeated} more than once; list each rule once."
-        )
-    unused = sorted(set(cfg.sample_source_args) - set(cfg.sample_sources))
-    if unused:
-        raise ConfigError(
-            f"algorithm.sample_source_args has arguments for {unused}, which are not in algorithm.sample_sources = "
-            f"{cfg.sample_sources}; add them to algorithm.sample_sources or remove their arguments."
-        )
-    for name, args in cfg.sample_source_rules():
+        raise ConfigError(f"algorithm.sample_sources = {names} lists {repeated} more than once; list each rule once.")
+    for rule in cfg.sample_sources:
         try:
-            alg.check_hyperparameters(SAMPLE_SOURCES, name, args)
-            build_rules([(name, args)])
+            alg.check_hyperparameters(SAMPLE_SOURCES, rule.name, rule.args)
+            build_rules([rule])
         except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.sample_sources rule {name!r}: {err}") from None
+            raise ConfigError(f"algorithm.sample_sources rule {rule.name!r}: {err}") from None
     try:
-        SampleSourceStage(build_rules(cfg.sample_source_rules()), seed=0, group_size=cfg.group_size)
+        SampleSourceStage(build_rules(cfg.sample_sources), seed=0, group_size=cfg.group_size)
         check_replay_clip(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm.sample_sources: {err}") from None
@@ -126,18 +116,22 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
     groups in every micro-batch."""
     from genalign import algorithms as alg
 
-    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False):
+    if not cfg.is_ratio_objective():
+        from genalign.config.migrate import yaml_text
+
         defaults = type(cfg)()
         changed = [name for name in ("ratio_level", "clip") if getattr(cfg, name) != getattr(defaults, name)]
         if changed:
+            name, default = changed[0], getattr(defaults, changed[0]).name
             raise ConfigError(
-                f"algorithm.{changed[0]} = {getattr(cfg, changed[0])!r} has no effect with algorithm.objective = "
-                f"{cfg.objective!r}, which is not a ratio objective; remove it (the objective's own options go in "
-                "algorithm.objective_args)."
+                f"algorithm.{name} = {yaml_text(getattr(cfg, name).to_config())} has no effect with "
+                f"algorithm.objective = {cfg.objective.name!r}, which is not a ratio objective; remove it (or reset "
+                f"it with algorithm.{name}={default} when a preset sets it). The objective's own hyper-parameters go "
+                f"with it: algorithm.objective: {{name: {cfg.objective.name}, KEYWORD: VALUE}}."
             )
-    if alg.OBJECTIVES.meta(cfg.objective).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
+    if alg.OBJECTIVES.meta(cfg.objective.name).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
         raise ConfigError(
-            f"algorithm.objective = {cfg.objective!r} weighs samples within their group, so every micro-batch must "
+            f"algorithm.objective = {cfg.objective.name!r} weighs samples within their group, so every micro-batch must "
             f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
             f"{cfg.group_size}."
         )
@@ -147,18 +141,19 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
     """Asynchronous rollouts train on samples of an older policy: the off-policy clip of [323] must correct for it;
     prompts are planned steps ahead (no sample-source rules) and rewards are computed after the rollout (no reward
     probe inside it)."""
-    from genalign import algorithms as alg
 
-    if not alg.OBJECTIVES.meta(cfg.objective).get("ratio", False) or cfg.clip != "off_policy":
+    if not cfg.is_ratio_objective() or cfg.clip.name != "off_policy":
         raise ConfigError(
             f"algorithm.async_rollout.enabled trains on samples up to {cfg.async_rollout.max_staleness} policy "
-            f"version(s) old, but algorithm.objective = {cfg.objective!r} with clip = {cfg.clip!r} does not correct "
+            f"version(s) old, but algorithm.objective = {cfg.objective.name!r} with clip = {cfg.clip.name!r} does "
+            "not correct "
             "for it; set algorithm.objective=clipped_ratio and algorithm.clip=off_policy ([323]: ratio to the "
             "behaviour policy, trust region around the current weights)."
         )
     if cfg.sample_sources:
         raise ConfigError(
-            f"algorithm.sample_sources = {cfg.sample_sources} with algorithm.async_rollout.enabled: the rules choose "
+            f"algorithm.sample_sources = {[rule.name for rule in cfg.sample_sources]} with "
+            "algorithm.async_rollout.enabled: the rules choose "
             "each step's prompts and samples from the steps before it, but asynchronous rollouts plan their prompts "
             "steps ahead; remove the rules or set algorithm.async_rollout.enabled=false."
         )
@@ -212,7 +207,7 @@ def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) 
     completions need ``forced_completions``; guidance keys must be ones the family honours."""
     from genalign.sampling import build_rules
 
-    for name, rule in build_rules(cfg.sample_source_rules()):
+    for name, rule in build_rules(cfg.sample_sources):
         label = f"algorithm.sample_sources rule {name!r}"
         if (rule.rounds > 1 or rule.forces) and capabilities.group_size is not None:
             raise ConfigError(
@@ -272,10 +267,10 @@ def check_reward_count(cfg: AlgorithmConfig, rewards: list) -> None:
     """A reward combiner that reads several reward columns (meta ``min_rewards``) gets at least that many."""
     from genalign import algorithms as alg
 
-    need = alg.REWARD_COMBINERS.meta(cfg.reward_combination).get("min_rewards", 1)
+    need = alg.REWARD_COMBINERS.meta(cfg.reward_combination.name).get("min_rewards", 1)
     if len(rewards) < need:
         raise ConfigError(
-            f"algorithm.reward_combination = {cfg.reward_combination!r} combines at least {need} reward columns, but "
+            f"algorithm.reward_combination = {cfg.reward_combination.name!r} combines at least {need} reward columns, but "
             f"rewards lists {len(rewards)}; add the missing reward(s) (see its docs row) or choose another combiner."
         )
 

@@ -3,8 +3,18 @@
 Rules (shared/STYLE.md): unknown keys are errors with a did-you-mean list; a value of the wrong type or outside a
 ``Literal`` names the field, the value and the fix; each dataclass may define ``validate()`` for checks that need logic.
 Supported field types: ``str``, ``int``, ``float``, ``bool``, ``Literal[...]``, ``X | None``, ``list[X]``,
-``dict[str, X]``, ``Any`` and nested dataclasses. A field whose metadata holds ``"resolve"`` picks its dataclass at
-load time from the raw value (used for the policy section, whose schema depends on ``family``).
+``dict[str, X]``, ``Any``, :class:`~genalign.registry.Option` and nested dataclasses. A field whose metadata holds
+``"resolve"`` picks its dataclass at load time from the raw value (used for the policy section, whose schema depends
+on ``family``).
+
+An ``Option`` field (a choice from a registry) takes the option's name, or a mapping of its name and its keyword
+hyper-parameters: ``advantage: grpo`` or ``advantage: {name: grpo, eps: 1.0e-6}``; ``list[Option]`` is a chain of them,
+e.g. ``credit: [tree, {name: noise_aware_steps}]``. Saved configs (:func:`to_dict`) write an option without
+hyper-parameters as its bare name. An override reaches an option's keyword through its field, and a list item through
+its index: ``algorithm.clip.eps_high=0.28``, ``algorithm.credit.0.width_keep_fraction=0.5`` (an option given as a bare
+name, or not given at all, becomes the mapping form with that name or the field's default). A field whose metadata
+holds ``"replaces"`` names the key of an older form (a separate ``*_args`` mapping); a config that still has that key
+is refused with the new form computed from it (:mod:`genalign.config.migrate`).
 
 Numbers must be finite: ``inf`` and ``nan`` are refused in every ``float`` field (a field that can be unlimited or
 switched off takes ``null``). YAML is read with a safe loader that also refuses a key written twice in one mapping
@@ -25,7 +35,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import yaml
 
 from genalign.errors import UserError
-from genalign.registry import did_you_mean
+from genalign.registry import OPTION_FORMS, Option, did_you_mean
 
 T = TypeVar("T")
 _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -36,6 +46,8 @@ class ConfigError(UserError, ValueError):
 
 
 def _describe(tp: Any) -> str:
+    if tp is Option:
+        return OPTION_FORMS
     origin = get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
@@ -53,6 +65,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
+    if tp is Option:
+        return _convert_option(value, where)
     if origin is Literal:
         if value in get_args(tp):
             return value
@@ -80,9 +94,14 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}.")
         return from_dict(tp, value, where)
     if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}.")
         (item_tp,) = get_args(tp) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            if item_tp is Option:
+                raise ConfigError(
+                    f"{where}: expected a list of options (each {OPTION_FORMS}), got {value!r}; write it in "
+                    f"brackets, e.g. [{value if isinstance(value, str) else 'NAME'}]."
+                )
+            raise ConfigError(f"{where}: expected a list, got {value!r}.")
         return [_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
@@ -108,6 +127,29 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected a string, got {value!r} (quote it in YAML).")
     raise TypeError(f"unsupported config field type {tp!r} at {where}")
+
+
+def _convert_option(value: Any, where: str) -> Option:
+    """An option from its name or from a mapping of its name and keyword hyper-parameters."""
+    try:
+        return Option.parse(value, where)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def convert_options(obj: Any, where: str) -> None:
+    """Convert, in place, the option fields of the dataclass ``obj`` that were given as names or mappings (a config
+    built in Python, e.g. ``AlgorithmConfig(clip="dual_clip")``); ``from_dict`` has converted them already."""
+    hints = get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, tp = getattr(obj, f.name), hints[f.name]
+        if value is not None and _holds_options(tp):
+            setattr(obj, f.name, _convert(value, tp, f"{where}.{f.name}" if where else f.name))
+
+
+def _holds_options(tp: Any) -> bool:
+    """``tp`` is ``Option`` or is built of it (``Option | None``, ``list[Option]``)."""
+    return tp is Option or any(_holds_options(arg) for arg in get_args(tp))
 
 
 def _finite(value: int | float | str, where: str) -> float:
@@ -140,6 +182,10 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = get_type_hints(cls)
     unknown = [k for k in data if k not in fields]
+    if any(f.metadata.get("replaces") in data for f in fields.values()):  # a key of the older form
+        from genalign.config.migrate import old_form_message
+
+        raise ConfigError(old_form_message(cls, data, where))
     if unknown:
         key = unknown[0]
         prefix = f"{where}." if where else ""
@@ -176,8 +222,11 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
 
 
 def to_dict(obj: Any) -> Any:
-    """Plain-python view of a config (for saving the resolved config); a callable (a reward passed from Python) is
+    """Plain-python view of a config (for saving the resolved config); an option is written as its bare name when it
+    has no hyper-parameters, else as ``{name, **hyper-parameters}``; a callable (a reward passed from Python) is
     written as its import path when it has one."""
+    if isinstance(obj, Option):
+        return to_dict(obj.to_config())
     if callable(obj) and not isinstance(obj, type | str) and not dataclasses.is_dataclass(obj):
         from genalign.rewards.base import callable_reference
 
@@ -191,8 +240,13 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML; list items addressed by index) to a raw config dict."""
+def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type | None = None) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML; list items addressed by index) to a raw config dict.
+
+    With ``schema`` (the dataclass ``data`` is for), a path through an option field reaches the option's keywords:
+    ``algorithm.clip.eps_high=0.28`` turns ``clip: ppo`` (or the field's default when ``clip`` is not given) into
+    ``clip: {name: ppo, eps_high: 0.28}``, and ``algorithm.credit.0.width_keep_fraction=0.5`` does so for the first
+    rule of the list."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key.path=value (e.g. optim.lr=1e-5).")
@@ -206,13 +260,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             ) from None
         keys = dotted.split(".")
         node: Any = data
+        node_tp: Any = schema
         for depth, key in enumerate(keys[:-1]):
             if isinstance(node, list):
-                node = node[_list_index(node, key, keys[: depth + 1])]
-                continue
-            if key not in node or node[key] is None:
+                key = _list_index(node, key, keys[: depth + 1])
+            child_tp = _child_type(node_tp, node, key, ".".join(keys[: depth + 1]))
+            if _is_option(child_tp):  # an option given by name (or by its default) gets the mapping form
+                node[key] = _option_mapping(node[key] if _present(node, key) else _default(node_tp, key))
+            elif isinstance(node, dict) and (key not in node or node[key] is None):
                 node[key] = {}
-            node = node[key]
+            node, node_tp = node[key], child_tp
             if not isinstance(node, (dict, list)):
                 raise ConfigError(
                     f"override {item!r}: {'.'.join(keys[: depth + 1])} is the value {node!r:.40}, not a section; "
@@ -224,6 +281,60 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         else:
             node[last] = value
     return data
+
+
+def _child_type(tp: Any, node: Any, key: str | int, path: str) -> Any:
+    """The schema type of ``node[key]`` for a node of type ``tp`` (None when unknown)."""
+    tp = _non_null(tp)
+    if dataclasses.is_dataclass(tp) and tp is not Option and isinstance(key, str):
+        field = {f.name: f for f in dataclasses.fields(tp)}.get(key)
+        if field is None:
+            return None
+        resolve = field.metadata.get("resolve")
+        if resolve is None:
+            return get_type_hints(tp)[key]
+        try:
+            return resolve(node.get(key), path)
+        except ConfigError:
+            return None
+    if get_origin(tp) is list:
+        return (get_args(tp) or (None,))[0]
+    if get_origin(tp) is dict:
+        return (get_args(tp) or (None, None))[1]
+    return None
+
+
+def _non_null(tp: Any) -> Any:
+    """``X`` for ``X | None``."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else None
+    return tp
+
+
+def _is_option(tp: Any) -> bool:
+    return _non_null(tp) is Option
+
+
+def _present(node: Any, key: str | int) -> bool:
+    return isinstance(node, list) or (key in node and node[key] is not None)
+
+
+def _default(tp: Any, key: str | int) -> Any:
+    """The default of field ``key`` of the dataclass ``tp`` (None when it has none)."""
+    field = {f.name: f for f in dataclasses.fields(_non_null(tp))}[key]
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _option_mapping(value: Any) -> Any:
+    """The mapping form of an option written as a name (other values are left for the type check to report)."""
+    if isinstance(value, Option):
+        return {"name": value.name, **value.args}
+    if isinstance(value, str):
+        return {"name": value}
+    return {} if value is None else value
 
 
 def _list_index(node: list, key: str, keys: list[str]) -> int:
@@ -301,8 +412,9 @@ def help_text(cls: type) -> str:
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
         )
+        default = to_dict(default) if isinstance(default, Option) else default
         lines.append(f"{f.name}: {_describe(hints[f.name])} = {default!r}  # {f.metadata.get('help', '')}")
     return "\n".join(lines)
 
 
-__all__ = ["ConfigError", "apply_overrides", "from_dict", "help_text", "load_yaml", "to_dict"]
+__all__ = ["ConfigError", "apply_overrides", "convert_options", "from_dict", "help_text", "load_yaml", "to_dict"]

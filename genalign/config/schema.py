@@ -1,8 +1,10 @@
 """The training config: one dataclass per YAML section.
 
 The ``policy`` section's schema depends on ``policy.family`` (see :mod:`genalign.policies`); every other section is
-shared by all model families. Option names inside ``algorithm`` are checked against the registries of
-:mod:`genalign.algorithms`, and their ``*_args`` against the chosen function's keyword arguments, at load time.
+shared by all model families. Every registry choice inside ``algorithm`` is an :class:`~genalign.registry.Option`,
+written as its name or as ``{name: ..., **hyper-parameters}`` (:mod:`genalign.config.core`); names are checked against
+the registries of :mod:`genalign.algorithms`, and hyper-parameters against the chosen function's keyword arguments,
+at load time, and bound once (:meth:`AlgorithmConfig.advantage_stage`, :meth:`AlgorithmConfig.loss_plan`).
 """
 
 from __future__ import annotations
@@ -22,18 +24,28 @@ from genalign.config.checks import (
     check_reward_count,
     declared_aggregation,
 )
-from genalign.config.core import ConfigError
+from genalign.config.core import ConfigError, convert_options
 from genalign.config.scale import FSDPConfig, HardwareConfig
 from genalign.data.sources import DataSourceConfig
+from genalign.registry import Option
 
 #: experiment tracker -> the package it needs (the extra of the same name installs it)
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
-def _help(text: str, default: Any = None, factory: Any = None):
+def _help(text: str, default: Any = None, factory: Any = None, replaces: str | None = None):
+    """A field with help text; ``replaces``: the key of the older form this field took over (genalign.config.migrate)."""
+    metadata = {"help": text} | ({"replaces": replaces} if replaces else {})
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _option(text: str, name: str | None, replaces: str | None = None):
+    """An option field (a name or ``{name, **hyper-parameters}``) whose default is ``name`` without hyper-parameters."""
+    if name is None:
+        return _help(text, None, replaces=replaces)
+    return _help(text, factory=lambda: Option(name), replaces=replaces)
 
 
 @dataclass
@@ -200,36 +212,52 @@ class AsyncRolloutConfig:
 class AlgorithmConfig:
     group_size: int = _help("G: samples per prompt.", 8)
     prompts_per_step: int = _help("Prompts per training step (across all processes).", 16)
-    advantage: str = _help("Advantage estimator (genalign.algorithms.ADVANTAGE_ESTIMATORS).", "grpo")
-    advantage_args: dict[str, Any] = _help("Keyword hyper-parameters of the estimator.", factory=dict)
+    advantage: Option = _option(
+        "Advantage estimator (genalign.algorithms.ADVANTAGE_ESTIMATORS): a name or {name, **hyper-parameters}, e.g. "
+        "{name: grpo, eps: 1.0e-6}.",
+        "grpo",
+        replaces="advantage_args",
+    )
     advantage_clip: float | None = _help("Clip advantages to [-c, c] (flow models often use 5).")
-    reward_combination: str = _help("How several rewards combine (REWARD_COMBINERS).", "weighted_sum")
-    reward_combination_args: dict[str, Any] = _help("Keyword hyper-parameters of the combiner.", factory=dict)
-    reward_shaping: list[str] = _help("Reward shapers (REWARD_SHAPERS), in order, before the estimator.", factory=list)
-    reward_shaping_args: dict[str, dict[str, Any]] = _help("Hyper-parameters of each shaper, by name.", factory=dict)
-    objective: str = _help(
-        "Training objective (OBJECTIVES): 'clipped_ratio' (ratio_level × clip, the GRPO family), a likelihood-weighted "
-        "one (wd1, spg) or a likelihood-free one (nft); its hyper-parameters go in objective_args.",
-        "clipped_ratio",
+    reward_combination: Option = _option(
+        "How several rewards combine (REWARD_COMBINERS): a name or {name, **hyper-parameters}.",
+        "weighted_sum",
+        replaces="reward_combination_args",
     )
-    ratio_level: str = _help("Importance-ratio level (RATIO_LEVELS): token, sequence, ...", "token")
-    clip: str = _help("Clip form (CLIP_FORMS; see docs/algorithms.md): ppo, dual_clip, cispo, sapo, none, ...", "ppo")
-    objective_args: dict[str, Any] = _help(
-        "Hyper-parameters of the ratio level and clip form (e.g. eps_low, eps_high).", factory=dict
-    )
-    aggregation: str | None = _help(
-        "Loss aggregation (AGGREGATIONS); null = the mode the objective declares for its published form (registry "
-        "meta 'aggregation', e.g. seq_mean_token_mean for gvpo, disco, conspo, reg_grpo), else token_mean. Resolved "
-        "when the config is built; a mode that contradicts the objective's is refused."
-    )
-    aggregation_args: dict[str, Any] = _help("Hyper-parameters of the aggregation (e.g. max_len).", factory=dict)
-    credit: list[str] = _help(
-        "Per-action credit rules (CREDIT_RULES), applied in order, e.g. [tree, noise_aware_steps]; [] = every action "
-        "gets its sample's advantage.",
+    reward_shaping: list[Option] = _help(
+        "Reward shapers (REWARD_SHAPERS), in order, before the estimator; each a name or {name, **hyper-parameters}.",
         factory=list,
+        replaces="reward_shaping_args",
     )
-    credit_args: dict[str, dict[str, Any]] = _help(
-        "Hyper-parameters of each credit rule, by rule name, e.g. {entropy_weighted: {alpha: 0.5}}.", factory=dict
+    objective: Option = _option(
+        "Training objective (OBJECTIVES): 'clipped_ratio' (ratio_level × clip, the GRPO family), a likelihood-weighted "
+        "one (wd1, spg) or a likelihood-free one (nft); its own hyper-parameters go with it, e.g. "
+        "{name: nft, beta: 1.0} (those of the ratio level and the clip form go with ratio_level and clip).",
+        "clipped_ratio",
+        replaces="objective_args",
+    )
+    ratio_level: Option = _option(
+        "Importance-ratio level (RATIO_LEVELS) of a ratio objective: token, sequence, ..., or {name, "
+        "**hyper-parameters}, e.g. {name: chunk, chunk_boundaries: [0, 2, 5]}.",
+        "token",
+    )
+    clip: Option = _option(
+        "Clip form (CLIP_FORMS; see docs/algorithms.md) of a ratio objective: ppo, dual_clip, cispo, sapo, none, ..., "
+        "or {name, **hyper-parameters}, e.g. {name: ppo, eps_low: 0.2, eps_high: 0.28}.",
+        "ppo",
+    )
+    aggregation: Option | None = _help(
+        "Loss aggregation (AGGREGATIONS): a name or {name, **hyper-parameters}, e.g. {name: seq_mean_token_sum_norm, "
+        "max_len: 3000}; null = the mode the objective declares for its published form (registry meta "
+        "'aggregation', e.g. seq_mean_token_mean for gvpo, disco, conspo, reg_grpo), else token_mean. Resolved when "
+        "the config is built; a mode that contradicts the objective's is refused.",
+        replaces="aggregation_args",
+    )
+    credit: list[Option] = _help(
+        "Per-action credit rules (CREDIT_RULES), applied in order, each a name or {name, **hyper-parameters}, e.g. "
+        "[{name: tree, width_keep_fraction: 0.5}, noise_aware_steps]; [] = every action gets its sample's advantage.",
+        factory=list,
+        replaces="credit_args",
     )
     kl_coef: float = _help("β of the KL penalty to the reference policy; 0 = no reference model is loaded.", 0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = _help("KL estimator.", "k3")
@@ -243,28 +271,28 @@ class AlgorithmConfig:
         "none",
     )
     entropy_coef: float = _help("Entropy bonus coefficient c (loss −= c·H).", 0.0)
-    regularizer: str | None = _help("Extra per-action regulariser (REGULARIZERS), added with regularizer_coef.")
-    regularizer_args: dict[str, Any] = _help("Hyper-parameters of the regulariser.", factory=dict)
+    regularizer: Option | None = _help(
+        "Extra per-action regulariser (REGULARIZERS), added with regularizer_coef: a name or {name, "
+        "**hyper-parameters}.",
+        replaces="regularizer_args",
+    )
     regularizer_coef: float = _help("Weight of the regulariser in the per-action loss.", 1.0)
     inner_epochs: int = _help("μ: passes over each rollout batch.", 1)
-    update_schedule: str = _help(
+    update_schedule: Option = _option(
         "How the passes over a rollout batch are arranged (genalign.algorithms.update_schedules.UPDATE_SCHEDULES): 'standard' "
-        "(inner_epochs passes) or 'sfpo' ([222]: fast_steps passes, reposition θ0 + α(θK − θ0), one slow pass).",
+        "(inner_epochs passes) or SFPO ([222]: fast_steps passes, reposition θ0 + α(θK − θ0), one slow pass), e.g. "
+        "{name: sfpo, fast_steps: 3, alpha: 0.8, optimizer_state: keep}.",
         "standard",
-    )
-    update_schedule_args: dict[str, Any] = _help(
-        "Hyper-parameters of the update schedule, e.g. {fast_steps: 3, alpha: 0.8, optimizer_state: keep}.",
-        factory=dict,
+        replaces="update_schedule_args",
     )
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
-    sample_sources: list[str] = _help(
+    sample_sources: list[Option] = _help(
         "Sample-source rules (genalign.sampling.SAMPLE_SOURCES), applied in order between the prompt stream and the "
-        "rollout, e.g. [depo, overlong_filter]: which prompts, how many samples each, which samples are trained on.",
+        "rollout, each a name or {name, **hyper-parameters}, e.g. [depo, {name: gfpo, samples: 16}]: which prompts, "
+        "how many samples each, which samples are trained on.",
         factory=list,
-    )
-    sample_source_args: dict[str, dict[str, Any]] = _help(
-        "Hyper-parameters of each sample-source rule, by rule name, e.g. {gfpo: {samples: 16}}.", factory=dict
+        replaces="sample_source_args",
     )
     drop_zero_std_groups: bool = _help("Leave groups whose rewards all agree out of the update.", False)
     dynamic_sampling: DynamicSamplingConfig = _help("DAPO dynamic sampling.", factory=DynamicSamplingConfig)
@@ -273,8 +301,9 @@ class AlgorithmConfig:
     )
 
     def __post_init__(self) -> None:
+        convert_options(self, "algorithm")  # options given in Python as names or mappings
         if self.aggregation is None:  # the default follows the objective; every reader sees a registered mode
-            self.aggregation = declared_aggregation(self.objective) or "token_mean"
+            self.aggregation = Option(declared_aggregation(self.objective.name) or "token_mean")
 
     def prompts_to_sample(self) -> int:
         """Prompts drawn per step (all processes): more than ``prompts_per_step`` with dynamic sampling."""
@@ -282,41 +311,33 @@ class AlgorithmConfig:
             return self.prompts_per_step
         return math.ceil(self.prompts_per_step * self.dynamic_sampling.oversample)
 
-    def credit_rules(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(name, hyper-parameters)`` of each configured credit rule, in order."""
-        return [(name, dict(self.credit_args.get(name, {}))) for name in self.credit]
-
-    def sample_source_rules(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(name, hyper-parameters)`` of each configured sample-source rule, in order."""
-        return [(name, dict(self.sample_source_args.get(name, {}))) for name in self.sample_sources]
-
-    def reward_shaping_rules(self) -> list[tuple[str, dict[str, Any]]]:
-        """``(name, hyper-parameters)`` of each configured reward shaper, in order."""
-        return [(name, dict(self.reward_shaping_args.get(name, {}))) for name in self.reward_shaping]
-
     def update_phases(self) -> int:
         """How many times the update runs its epochs × minibatches over a rollout batch (objective meta ``phases``)."""
         from genalign import algorithms as alg
 
-        return int(alg.OBJECTIVES.meta(self.objective).get("phases", 1))
+        return int(alg.OBJECTIVES.meta(self.objective.name).get("phases", 1))
 
     def update_passes(self) -> int:
         """Passes over each rollout batch: ``inner_epochs``, or what ``update_schedule`` sets (SFPO: K + 1)."""
         from genalign.algorithms.update_schedules import schedule_passes
 
-        return schedule_passes(self.update_schedule, self.update_schedule_args, inner_epochs=self.inner_epochs)
+        return schedule_passes(self.update_schedule, inner_epochs=self.inner_epochs)
 
     def optimizer_steps_per_update(self) -> int:
         """Optimizer steps per rollout batch: phases × passes (inner epochs) × minibatches."""
         return self.update_phases() * self.update_passes() * self.minibatches
 
-    def objective_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of the objective (ratio level and clip form included for ratio objectives)."""
+    def is_ratio_objective(self) -> bool:
+        """The objective is a ratio level × a clip form (objective meta ``ratio``): ``ratio_level`` and ``clip`` apply."""
         from genalign import algorithms as alg
 
-        return alg.objective_hyperparameters(
-            self.objective, ratio_level=self.ratio_level, clip=self.clip, args=self.objective_args
-        )
+        return bool(alg.OBJECTIVES.meta(self.objective.name).get("ratio", False))
+
+    def objective_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments the objective is bound with (ratio level and clip form included for ratio objectives)."""
+        from genalign import algorithms as alg
+
+        return alg.objective_hyperparameters(self.objective, ratio_level=self.ratio_level, clip=self.clip)
 
     def advantage_stage(self) -> Any:
         """The :class:`~genalign.algorithms.AdvantageStage` of these options: combiner, KL in the reward, shapers,
@@ -324,10 +345,10 @@ class AlgorithmConfig:
         from genalign import algorithms as alg
 
         return alg.AdvantageStage.build(
-            combiner=alg.Option(self.reward_combination, self.reward_combination_args),
-            estimator=alg.Option(self.advantage, self.advantage_args),
-            shapers=[alg.Option(name, args) for name, args in self.reward_shaping_rules()],
-            credit=[alg.Option(name, args) for name, args in self.credit_rules()],
+            combiner=self.reward_combination,
+            estimator=self.advantage,
+            shapers=self.reward_shaping,
+            credit=self.credit,
             advantage_clip=self.advantage_clip,
             kl_in_reward=self.kl_coef if self.kl_placement == "reward" else 0.0,
             kl_estimator=self.kl_estimator,
@@ -340,16 +361,16 @@ class AlgorithmConfig:
         from genalign import algorithms as alg
 
         return alg.LossPlan.build(
-            objective=alg.Option(self.objective, self.objective_args),
-            ratio_level=alg.Option(self.ratio_level),
-            clip=alg.Option(self.clip),
-            regularizer=None if self.regularizer is None else alg.Option(self.regularizer, self.regularizer_args),
+            objective=self.objective,
+            ratio_level=self.ratio_level,
+            clip=self.clip,
+            regularizer=self.regularizer,
             regularizer_coef=self.regularizer_coef,
             kl_coef=self.kl_coef if self.kl_placement == "loss" else 0.0,
             kl_estimator=self.kl_estimator,
             kl_importance=self.kl_importance_correction,
             entropy_coef=self.entropy_coef,
-            aggregation=alg.Option(self.aggregation, self.aggregation_args),
+            aggregation=self.aggregation,
         )
 
     def needs(self) -> dict[str, list[str]]:
@@ -359,17 +380,17 @@ class AlgorithmConfig:
         from genalign.sampling import SAMPLE_SOURCES
 
         wanted: dict[str, list[str]] = {}
-        options = [(f"algorithm.credit rule {name!r}", alg.CREDIT_RULES, name) for name in self.credit]
-        options += [(f"algorithm.reward_shaping {name!r}", alg.REWARD_SHAPERS, name) for name in self.reward_shaping]
-        options.append((f"algorithm.objective = {self.objective!r}", alg.OBJECTIVES, self.objective))
-        options += [(f"algorithm.sample_sources rule {name!r}", SAMPLE_SOURCES, name) for name in self.sample_sources]
+        options = [(f"algorithm.credit rule {o.name!r}", alg.CREDIT_RULES, o) for o in self.credit]
+        options += [(f"algorithm.reward_shaping {o.name!r}", alg.REWARD_SHAPERS, o) for o in self.reward_shaping]
+        options.append((f"algorithm.objective = {self.objective.name!r}", alg.OBJECTIVES, self.objective))
+        options += [(f"algorithm.sample_sources rule {o.name!r}", SAMPLE_SOURCES, o) for o in self.sample_sources]
         if self.regularizer is not None:
-            options.append((f"algorithm.regularizer = {self.regularizer!r}", alg.REGULARIZERS, self.regularizer))
-        if alg.OBJECTIVES.meta(self.objective).get("ratio", False):  # the ratio level and clip form read inputs too
-            options.append((f"algorithm.ratio_level = {self.ratio_level!r}", alg.RATIO_LEVELS, self.ratio_level))
-            options.append((f"algorithm.clip = {self.clip!r}", alg.CLIP_FORMS, self.clip))
-        for label, registry, name in options:
-            for need in registry.meta(name).get("needs", ()):
+            options.append((f"algorithm.regularizer = {self.regularizer.name!r}", alg.REGULARIZERS, self.regularizer))
+        if self.is_ratio_objective():  # the ratio level and clip form read inputs too
+            options.append((f"algorithm.ratio_level = {self.ratio_level.name!r}", alg.RATIO_LEVELS, self.ratio_level))
+            options.append((f"algorithm.clip = {self.clip.name!r}", alg.CLIP_FORMS, self.clip))
+        for label, registry, option in options:
+            for need in registry.meta(option.name).get("needs", ()):
                 wanted.setdefault(need, []).append(label)
         if self.kl_coef > 0:
             wanted.setdefault("kl", []).append(f"algorithm.kl_coef = {self.kl_coef}")
@@ -402,10 +423,11 @@ class AlgorithmConfig:
             self.update_passes()
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.update_schedule: {err}") from None
-        if self.update_schedule != "standard" and self.update_phases() > 1:
+        if self.update_schedule.name != "standard" and self.update_phases() > 1:
             raise ConfigError(
-                f"algorithm.update_schedule = {self.update_schedule!r} with algorithm.objective = {self.objective!r}, "
-                f"which updates in {self.update_phases()} phases; use update_schedule='standard' with it."
+                f"algorithm.update_schedule = {self.update_schedule.name!r} with algorithm.objective = "
+                f"{self.objective.name!r}, which updates in {self.update_phases()} phases; use "
+                "update_schedule='standard' with it."
             )
 
     @property

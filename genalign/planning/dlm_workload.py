@@ -39,10 +39,10 @@ def forwards_per_sample(policy_cfg) -> int:
 
     length = policy_cfg.gen_length  # the copies of some proxies (left_to_right) grow with the answer length
     completion = torch.zeros(1, length, dtype=torch.long)
-    LIKELIHOOD_PROXIES.get(policy_cfg.likelihood_proxy)(
+    LIKELIHOOD_PROXIES.get(policy_cfg.likelihood_proxy.name)(
         recording_model, torch.zeros(1, 2, dtype=torch.long), completion, torch.ones(1, length),
         mask_id=7, seeds=torch.zeros(1, dtype=torch.long), prompt_attention_mask=None,
-        decode_step=torch.zeros(1, length, dtype=torch.long), **policy_cfg.proxy_args,
+        decode_step=torch.zeros(1, length, dtype=torch.long), **policy_cfg.likelihood_proxy.args,
     )  # fmt: skip
     return sum(rows)
 
@@ -136,7 +136,7 @@ def dlm_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workload
     workload.rollout = max(sampling, old_logp, key=lambda traced: traced.peak)
     workload.assumptions += [
         f"update micro-batch: {shape.micro_batch} samples x {copies} noisy copies (policy.likelihood_proxy="
-        f"{policy_cfg.likelihood_proxy!r}) of {prompt} prompt + {answer} answer tokens, full-vocabulary logits; "
+        f"{policy_cfg.likelihood_proxy.name!r}) of {prompt} prompt + {answer} answer tokens, full-vocabulary logits; "
         f"activations {how}",
         f"rollout: {shape.samples} samples unmasked and scored at once ({prompt + answer} tokens, float64 Gumbel "
         "sampling, full-vocabulary logits)",

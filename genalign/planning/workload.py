@@ -36,9 +36,7 @@ class BatchShape:
 def samples_per_prompt(cfg) -> int:
     """Samples the rollout draws per prompt: ``group_size``, or more when a sample-source rule asks for it (GFPO
     samples more and trains on a filtered subset; the plan sizes the rollout, its largest batch)."""
-    return SampleSourceStage(
-        build_rules(cfg.sample_source_rules()), seed=0, group_size=cfg.group_size
-    ).samples_per_prompt
+    return SampleSourceStage(build_rules(cfg.sample_sources), seed=0, group_size=cfg.group_size).samples_per_prompt
 
 
 def batch_shape(config, gpus: int) -> BatchShape:

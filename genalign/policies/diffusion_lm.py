@@ -99,14 +99,14 @@ class DiffusionLMPolicy(TokenLMPolicy):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         if self.pad_id is None:
             raise ValueError(f"the tokenizer of {model_path!r} has neither a pad nor an EOS token; set one of them.")
-        self.proxy = LIKELIHOOD_PROXIES.get(config.likelihood_proxy)
+        self.proxy = LIKELIHOOD_PROXIES.get(config.likelihood_proxy.name)
         self.seed_generator = torch.Generator().manual_seed(config.seed + 1)
         self.inner_epoch = 0
         self.decoding: TrainedDecoding | None = None  # the trainable decoding policy (Co-GRPO [179], SAS [118])
         if config.decoding_policy is not None:
             self.decoding = TrainedDecoding(
-                config.decoding_policy,
-                config.decoding_policy_args,
+                config.decoding_policy.name,
+                config.decoding_policy.args,
                 gen_length=config.gen_length,
                 block_length=config.block_length,
                 steps=config.steps,
@@ -253,7 +253,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
             seeds=self.epoch_seeds(data["mask_seed"], epoch),
             prompt_attention_mask=data["prompt_mask"],
             decode_step=data["decode_step"],
-            **self.config.proxy_args,
+            **self.config.likelihood_proxy.args,
         )
 
     def _actions(

@@ -4,9 +4,9 @@ its likelihood proxy and the optional trainable decoding policy (:mod:`genalign.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from genalign.algorithms.options import check_hyperparameters
+from genalign.algorithms.options import Option, check_hyperparameters
 from genalign.likelihood import LIKELIHOOD_PROXIES
 from genalign.policies.base import PolicyCapabilities
 from genalign.policies.dlm import DECODING_POLICIES
@@ -65,16 +65,14 @@ class DiffusionLMPolicyConfig:
     confidence_threshold: float = field(
         default=0.9, metadata={"help": "For remasking='threshold': commit every token above this confidence."}
     )
-    likelihood_proxy: str = field(
-        default="one_step",
+    likelihood_proxy: Option = field(
+        default_factory=lambda: Option("one_step"),
         metadata={
             "help": "Name in LIKELIHOOD_PROXIES: one_step (d1), mc_elbo, coupled (coupled-GRPO/ESPO), spg, trace, "
-            "gdpo_quadrature (GDPO [36]), left_to_right (JustGRPO [35])."
+            "gdpo_quadrature (GDPO [36]), left_to_right (JustGRPO [35]); or {name, **hyper-parameters}, e.g. "
+            "{name: mc_elbo, num_samples: 2, level: sequence}.",
+            "replaces": "proxy_args",
         },
-    )
-    proxy_args: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Keyword hyper-parameters of the proxy, e.g. {num_samples: 2, level: sequence}."},
     )
     mask_seeds: Literal["per_inner_epoch", "per_rollout"] = field(
         default="per_inner_epoch",
@@ -84,15 +82,14 @@ class DiffusionLMPolicyConfig:
         default="through_first_eos",
         metadata={"help": "Trained answer tokens: up to and including the first EOS, or all gen_length tokens."},
     )
-    decoding_policy: str | None = field(
+    decoding_policy: Option | None = field(
         default=None,
         metadata={
             "help": "Trainable decoding policy (genalign.policies.dlm.DECODING_POLICIES): 'count_schedule' (Co-GRPO "
-            "[179], tokens per step) or 'order_head' (SAS [118], which positions); None = the heuristic sampler."
+            "[179], tokens per step) or 'order_head' (SAS [118], which positions), or {name, **hyper-parameters}, e.g. "
+            "{name: count_schedule, init_logit: 3.0}; None = the heuristic sampler.",
+            "replaces": "decoding_policy_args",
         },
-    )
-    decoding_policy_args: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "Keyword hyper-parameters of the decoding policy."}
     )
     decoding_policy_eval: Literal["argmax", "sample"] = field(
         default="argmax", metadata={"help": "Evaluation rollouts take the decoding policy's most likely decision."}
@@ -111,12 +108,18 @@ class DiffusionLMPolicyConfig:
     )
     seed: int = field(default=0, metadata={"help": "Seed of the sampler and of the mask seeds."})
 
+    def __post_init__(self) -> None:  # options given in Python as names or mappings
+        self.likelihood_proxy = Option.parse(self.likelihood_proxy, "policy.likelihood_proxy")
+        if self.decoding_policy is not None:
+            self.decoding_policy = Option.parse(self.decoding_policy, "policy.decoding_policy")
+
     def validate(self) -> None:
-        check_hyperparameters(LIKELIHOOD_PROXIES, self.likelihood_proxy, self.proxy_args)  # unknown name or keyword
-        reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(self.proxy_args)
+        proxy = self.likelihood_proxy
+        check_hyperparameters(LIKELIHOOD_PROXIES, proxy.name, proxy.args)  # unknown name or keyword
+        reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(proxy.args)
         if reserved:
             raise ValueError(
-                f"policy.proxy_args sets {sorted(reserved)}, which the policy supplies itself; remove them."
+                f"policy.likelihood_proxy sets {sorted(reserved)}, which the policy supplies itself; remove them."
             )
         check_generation_args(gen_length=self.gen_length, block_length=self.block_length, steps=self.steps, mask_id=0)
         checks: list[tuple[bool, str]] = [
@@ -134,22 +137,23 @@ class DiffusionLMPolicyConfig:
         self._validate_decoding_policy()
 
     def _validate_decoding_policy(self) -> None:
-        if self.decoding_policy is None:
-            if self.freeze_denoiser or self.decoding_policy_args:
+        decoding = self.decoding_policy
+        if decoding is None:
+            if self.freeze_denoiser:
                 raise ValueError(
-                    "policy.freeze_denoiser / policy.decoding_policy_args need policy.decoding_policy "
-                    f"({', '.join(DECODING_POLICIES.names())}); set it or remove them."
+                    "policy.freeze_denoiser needs policy.decoding_policy "
+                    f"({', '.join(DECODING_POLICIES.names())}); set it or remove policy.freeze_denoiser."
                 )
             return
-        check_hyperparameters(DECODING_POLICIES, self.decoding_policy, self.decoding_policy_args)
-        if self.likelihood_proxy == "spg" and not self.freeze_denoiser:
+        check_hyperparameters(DECODING_POLICIES, decoding.name, decoding.args)
+        if self.likelihood_proxy.name == "spg" and not self.freeze_denoiser:
             raise ValueError(
                 "policy.likelihood_proxy='spg' gives two bound columns per answer that the SPG objective reads by "
                 "position, so decoding actions cannot be appended; use another proxy or policy.freeze_denoiser=true."
             )
         steps_per_block = self.steps // (self.gen_length // self.block_length)
-        DECODING_POLICIES.get(self.decoding_policy)(  # its own checks (remasking), on a throwaway instance
-            self.block_length, steps_per_block, remasking=self.remasking, **self.decoding_policy_args
+        DECODING_POLICIES.get(decoding.name)(  # its own checks (remasking), on a throwaway instance
+            self.block_length, steps_per_block, remasking=self.remasking, **decoding.args
         )
 
     def capabilities(self) -> PolicyCapabilities:

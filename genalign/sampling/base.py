@@ -180,7 +180,7 @@ class RuleDefaults:
         return None
 
 
-#: name -> rule class; constructor keywords are the hyper-parameters (``algorithm.sample_source_args``)
+#: name -> rule class; constructor keywords are the hyper-parameters (``algorithm.sample_sources: [{name, ...}]``)
 SAMPLE_SOURCES: Registry[type] = Registry("sample source", catalogue="genalign.experimental.sampling")
 
 

@@ -13,13 +13,14 @@ processes, so the rules' states agree across processes; their state is saved in 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
+from genalign.registry import Option
 from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Forced, Outcome, SampleRule
 
 
@@ -72,9 +73,10 @@ def _pad_right(tensor: Tensor, width: int) -> Tensor:
     return torch.cat([tensor, tensor.new_zeros(tensor.shape[0], width - tensor.shape[1])], dim=1)
 
 
-def build_rules(rules: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, SampleRule]]:
-    """Instantiate ``(name, hyper-parameters)`` pairs from :data:`SAMPLE_SOURCES` (raises on a bad name or value)."""
-    return [(name, SAMPLE_SOURCES.get(name)(**args)) for name, args in rules]
+def build_rules(options: Sequence[Option]) -> list[tuple[str, SampleRule]]:
+    """Instantiate the configured options (``algorithm.sample_sources``) from :data:`SAMPLE_SOURCES`, as ``(name,
+    rule)`` pairs (raises on a bad name or value)."""
+    return [(option.name, SAMPLE_SOURCES.get(option.name)(**option.args)) for option in options]
 
 
 def _identity(tensor: Tensor) -> Tensor:

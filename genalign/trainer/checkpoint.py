@@ -358,9 +358,17 @@ def _own_or_main(path: Path, stem: str, rank: int) -> Path:
 
 
 def checkpoint_config(path: Path) -> dict[str, Any] | None:
-    """The run config saved with a checkpoint (None for checkpoints of older versions)."""
+    """The run config saved with a checkpoint, in the current option form even when an older version wrote it (None
+    for checkpoints of versions that saved none)."""
+    from genalign.config import migrate_run_config
+
     file = path / CONFIG
-    return yaml.safe_load(file.read_text()) if file.exists() else None
+    if not file.exists():
+        return None
+    config = yaml.safe_load(file.read_text())
+    if isinstance(config, dict):
+        migrate_run_config(config)
+    return config
 
 
 def load_checkpoint(

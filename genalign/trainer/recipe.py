@@ -277,7 +277,7 @@ def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out
     optimizer, scheduler = build_optimizer(
         named_parameters, config.optim, total_steps=run_cfg.max_steps * cfg.optimizer_steps_per_update()
     )
-    sources = SampleSourceStage(build_rules(cfg.sample_source_rules()), seed=run_cfg.seed, group_size=cfg.group_size,
+    sources = SampleSourceStage(build_rules(cfg.sample_sources), seed=run_cfg.seed, group_size=cfg.group_size,
                                 rank=rank, gather=all_gather_cat)  # fmt: skip
     return TrainingRun(
         config=config,

@@ -22,7 +22,7 @@ from genalign.config.bounds import RUN_MARKERS, holds_a_run
 from genalign.errors import UserError
 
 #: config fields whose change makes a checkpoint's state mean something else (weights of another model or adapter,
-#: groups of another size, another data order)
+#: groups of another size, another data order); ``<option>.name``: the option's name, whatever its hyper-parameters
 STATE_DEFINING_FIELDS = (
     "policy.family",
     "policy.model",
@@ -31,11 +31,11 @@ STATE_DEFINING_FIELDS = (
     "policy.lora_alpha",
     "policy.lora_target_modules",
     "policy.lora_scope",
-    "policy.likelihood_proxy",
+    "policy.likelihood_proxy.name",
     "policy.likelihood_free.method",
     "algorithm.group_size",
     "algorithm.prompts_per_step",
-    "algorithm.advantage",
+    "algorithm.advantage.name",
     "data.train",
     "run.seed",
 )
@@ -82,6 +82,8 @@ def remove_leftovers(output_dir: Path) -> list[Path]:
 def _field(config: dict[str, Any], path: str) -> Any:
     value: Any = config
     for part in path.split("."):
+        if isinstance(value, str) and part == "name":  # an option written as its bare name
+            return value
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]

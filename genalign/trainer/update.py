@@ -112,9 +112,7 @@ def run_update(
     request = plan.score_request(policy.capabilities.signals)
     sums = _Sums()
     # the passes over the batch and a hook after each (e.g. [222] SFPO's reposition)
-    schedule = build_schedule(
-        cfg.update_schedule, cfg.update_schedule_args, parameters, optimizer, inner_epochs=cfg.inner_epochs
-    )
+    schedule = build_schedule(cfg.update_schedule, parameters, optimizer, inner_epochs=cfg.inner_epochs)
     advantages = batch.require("advantages", "the update")
     for phase, epoch in itertools.product(range(plan.phases), range(schedule.passes)):
         policy.on_inner_epoch(epoch)  # e.g. d1 draws a fresh mask per inner iteration

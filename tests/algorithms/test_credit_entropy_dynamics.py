@@ -61,4 +61,4 @@ def test_padding_is_ignored_and_bad_weights_rejected():
 
 
 def test_config_accepts_steer_on_the_causal_lm():
-    arith_lm_config(credit=["entropy_change"], credit_args={"entropy_change": {"mode": "linear", "max_weight": 1.2}})
+    arith_lm_config(credit=[{"name": "entropy_change", "mode": "linear", "max_weight": 1.2}])

@@ -84,7 +84,6 @@ def test_entropy_pivots_windows_follow_each_response_length():
 
 def test_config_accepts_stare_and_erpo_on_the_causal_lm():
     config = arith_lm_config(
-        credit=["entropy_critical_tokens", "entropy_pivots"],
-        credit_args={"entropy_critical_tokens": {"variant": "C2"}, "entropy_pivots": {"buckets": 4}},
+        credit=[{"name": "entropy_critical_tokens", "variant": "C2"}, {"name": "entropy_pivots", "buckets": 4}],
     )
     assert "entropy" in config.algorithm.needs()

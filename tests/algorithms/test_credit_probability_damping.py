@@ -79,10 +79,12 @@ def test_lopti_needs_the_phase_and_validates_its_threshold():
 
 def test_config_accepts_ar_and_lopti_on_the_causal_lm():
     config = arith_lm_config(
-        credit=["probability_damping"], credit_args={"probability_damping": {"alpha": 0.3}},
-        objective="lopti", objective_args={"threshold": 0.5, "eps_high": 0.28}, clip="ppo",
+        credit=[{"name": "probability_damping", "alpha": 0.3}],
+        objective={"name": "lopti", "threshold": 0.5}, clip={"name": "ppo", "eps_high": 0.28},
     )  # fmt: skip
     assert config.algorithm.update_phases() == 2 and config.algorithm.optimizer_steps_per_update() == 2
     assert not config.algorithm.fully_on_policy  # the second phase needs the old log-probs
-    with pytest.raises(ConfigError, match="eps_hihg"):
-        arith_lm_config(objective="lopti", objective_args={"eps_hihg": 0.28})
+    with pytest.raises(ConfigError, match=r"eps_hihg.*Did you mean 'eps_high'"):
+        arith_lm_config(objective="lopti", clip={"name": "ppo", "eps_hihg": 0.28})
+    with pytest.raises(ConfigError, match="'eps_high' is a keyword of clip form 'ppo'"):
+        arith_lm_config(objective={"name": "lopti", "eps_high": 0.28})

@@ -124,4 +124,4 @@ def test_a_causal_lm_config_accepts_the_rule(rule):
             "algorithm": {"group_size": 4, "prompts_per_step": 2, "credit": [rule]},
         },
     )
-    assert config.algorithm.credit == [rule]
+    assert [r.name for r in config.algorithm.credit] == [rule]

@@ -299,7 +299,7 @@ def test_unknown_hyperparameter_for_the_clip_form():
     check_objective_hyperparameters("geometric", "dual_clip", {"dual_clip_c": 3.0, "eps_low": 0.1})
 
 
-def test_objective_args_are_split_between_the_level_and_the_clip_form():
+def test_keywords_given_together_are_split_between_the_level_and_the_clip_form():
     check_objective_hyperparameters("holder", "ppo", {"holder_p": 2.0, "eps_high": 0.28})
     with pytest.raises(
         HyperparameterError, match=r"ratio level 'holder' with clip form 'ppo'.*Did you mean 'holder_p'"

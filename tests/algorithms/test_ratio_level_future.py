@@ -61,6 +61,6 @@ def test_surrogate_uses_reweighted_advantages_and_is_grpo_on_policy():
 
 
 def test_config_accepts_fipo_on_the_causal_lm():
-    config = arith_lm_config(ratio_level="future_influence", clip="dual_clip", minibatches=2,
-                             objective_args={"decay_rate": 32.0, "dual_clip_c": 10.0, "eps_high": 0.28})  # fmt: skip
+    config = arith_lm_config(ratio_level={"name": "future_influence", "decay_rate": 32.0}, minibatches=2,
+                             clip={"name": "dual_clip", "dual_clip_c": 10.0, "eps_high": 0.28})  # fmt: skip
     assert config.algorithm.objective_kwargs()["decay_rate"] == 32.0

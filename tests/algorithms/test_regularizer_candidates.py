@@ -71,7 +71,7 @@ def test_a_clipped_positive_token_gets_no_gradient():
 
 
 def test_config_accepts_simko_on_the_causal_lm():
-    config = arith_lm_config(regularizer="topk_candidates", regularizer_args={"top_k": 3, "mix_coef": 0.01})
+    config = arith_lm_config(regularizer={"name": "topk_candidates", "top_k": 3, "mix_coef": 0.01})
     assert {"vocab_term", "entropy"} <= set(config.algorithm.needs())
     with pytest.raises(ValueError, match="negative_scale"):
         topk_candidates_term(torch.zeros(1, 4), negative_scale=0.5)

@@ -40,17 +40,18 @@ def test_the_group_objectives_declare_seq_mean_token_mean_and_every_declared_mod
 
 @pytest.mark.parametrize("name", DECLARING)
 def test_the_default_follows_the_objective(tmp_path, name):
-    assert load(tmp_path, f"algorithm.objective={name}").algorithm.aggregation == "seq_mean_token_mean"
-    assert load(tmp_path, f"algorithm.objective={name}", "algorithm.aggregation=null").algorithm.aggregation == (
-        "seq_mean_token_mean"
+    assert load(tmp_path, f"algorithm.objective={name}").algorithm.aggregation.name == "seq_mean_token_mean"
+    assert (
+        load(tmp_path, f"algorithm.objective={name}", "algorithm.aggregation=null").algorithm.aggregation.name
+        == "seq_mean_token_mean"
     )
-    assert AlgorithmConfig(objective=name).aggregation == "seq_mean_token_mean"  # also when built in code
+    assert AlgorithmConfig(objective=name).aggregation.name == "seq_mean_token_mean"  # also when built in code
 
 
 def test_objectives_that_declare_nothing_keep_token_mean_and_any_explicit_mode(tmp_path):
-    assert load(tmp_path).algorithm.aggregation == "token_mean"
-    assert AlgorithmConfig().aggregation == "token_mean"
-    assert load(tmp_path, "algorithm.aggregation=seq_mean_token_sum").algorithm.aggregation == "seq_mean_token_sum"
+    assert load(tmp_path).algorithm.aggregation.name == "token_mean"
+    assert AlgorithmConfig().aggregation.name == "token_mean"
+    assert load(tmp_path, "algorithm.aggregation=seq_mean_token_sum").algorithm.aggregation.name == "seq_mean_token_sum"
 
 
 @pytest.mark.parametrize("name", DECLARING)
@@ -67,4 +68,4 @@ def test_an_explicit_contradicting_mode_is_refused_with_the_reason_and_the_fix(t
 def test_the_saved_resolved_config_loads_again():
     cfg = from_dict(TrainConfig, {**BASE, "algorithm": {**BASE["algorithm"], "objective": "disco"}})
     again = from_dict(TrainConfig, to_dict(cfg))
-    assert again.algorithm == cfg.algorithm and again.algorithm.aggregation == "seq_mean_token_mean"
+    assert again.algorithm == cfg.algorithm and again.algorithm.aggregation.name == "seq_mean_token_mean"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from genalign.config import ConfigError, from_dict
+from genalign.config import ConfigError, from_dict, to_dict
 from genalign.config.schema import TrainConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,19 +33,20 @@ def config(algorithm: dict[str, Any] | None = None, policy: dict[str, Any] | Non
 
 
 OPTIONS = {
-    "conspo": {"objective": "conspo", "objective_args": {"temperature": 0.5, "margin_end": 0.2}},
-    "disco": {"objective": "disco", "objective_args": {"score_function": "likelihood_ratio", "tau": 1.0}},
-    "disco_basic": {"objective": "disco", "objective_args": {"negatives": "basic"}},
-    "gvpo": {"objective": "gvpo", "advantage": "dr_grpo", "objective_args": {"beta": 0.1}},
-    "reg_grpo": {"objective": "reg_grpo", "objective_args": {"beta": 2.0}},
-    "aem": {"credit": ["aem"], "credit_args": {"aem": {"power": 0.5}}},
-    "g2rpo": {"advantage": "gaussianized", "credit": ["length_shaping"], "regularizer": "entropy_band",
-              "regularizer_args": {"entropy_low": 0.1, "entropy_high": 2.0}, "regularizer_coef": 0.01},
-    "em_rl": {"credit": ["entropy_reward"], "credit_args": {"entropy_reward": {"level": "sequence"}}},
+    "conspo": {"objective": {"name": "conspo", "temperature": 0.5, "margin_end": 0.2}},
+    "disco": {"objective": {"name": "disco", "score_function": "likelihood_ratio", "tau": 1.0}},
+    "disco_basic": {"objective": {"name": "disco", "negatives": "basic"}},
+    "gvpo": {"objective": {"name": "gvpo", "beta": 0.1}, "advantage": "dr_grpo"},
+    "reg_grpo": {"objective": {"name": "reg_grpo", "beta": 2.0}},
+    "aem": {"credit": [{"name": "aem", "power": 0.5}]},
+    "g2rpo": {"advantage": "gaussianized", "credit": ["length_shaping"],
+              "regularizer": {"name": "entropy_band", "entropy_low": 0.1, "entropy_high": 2.0}, "regularizer_coef": 0.01},
+    "em_rl": {"credit": [{"name": "entropy_reward", "level": "sequence"}]},
     "em_ft": {"regularizer": "entropy_minimization", "regularizer_coef": 0.1},
     "sspo": {"ratio_level": "sentence", "clip": "entropy_adaptive"},
-    "espo_entropy": {"ratio_level": "entropy_grouped", "clip": "entropy_adaptive", "objective_args": {"num_groups": 3}},
-    "fiberpo": {"ratio_level": "fiber", "objective_args": {"eps_low": 3e-4, "eps_high": 4e-4, "fiber_eps_high": 0.3}},
+    "espo_entropy": {"ratio_level": {"name": "entropy_grouped", "num_groups": 3}, "clip": "entropy_adaptive"},
+    "fiberpo": {"ratio_level": {"name": "fiber", "fiber_eps_high": 0.3},
+                "clip": {"name": "ppo", "eps_low": 3e-4, "eps_high": 4e-4}},
     "kl_is_correction": {"kl_coef": 0.04, "kl_importance_correction": "token"},
 }  # fmt: skip
 
@@ -54,7 +55,7 @@ OPTIONS = {
 def test_validate_accepts_each_new_option(name):
     cfg = config(OPTIONS[name])
     for key, value in OPTIONS[name].items():
-        assert getattr(cfg.algorithm, key) == value
+        assert to_dict(getattr(cfg.algorithm, key)) == value
 
 
 def test_flow_policy_accepts_the_published_cps_log_prob():

@@ -13,6 +13,7 @@ import yaml
 from genalign.cli import main
 from genalign.config import ConfigError, from_dict
 from genalign.config.schema import TrainConfig
+from genalign.registry import Option
 from genalign.sampling import SAMPLE_SOURCES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,37 +27,26 @@ BASE: dict[str, Any] = {
 
 OPTIONS = {
     "overlong_filter": {"sample_sources": ["overlong_filter"]},
-    "conditional_overlong_filter": {
-        "sample_sources": ["conditional_overlong_filter"],
-        "sample_source_args": {"conditional_overlong_filter": {"max_fraction": 0.2}},
-    },
-    "depo": {"sample_sources": ["depo"], "sample_source_args": {"depo": {"easy": 0.9, "hard": 0.1, "momentum": 0.5}}},
-    "spo": {"sample_sources": ["spo"], "sample_source_args": {"spo": {"discount": 0.8, "pool": 3.0}}},
-    "gfpo": {"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 8, "metric": "token_efficiency"}}},
+    "conditional_overlong_filter": {"sample_sources": [{"name": "conditional_overlong_filter", "max_fraction": 0.2}]},
+    "depo": {"sample_sources": [{"name": "depo", "easy": 0.9, "hard": 0.1, "momentum": 0.5}]},
+    "spo": {"sample_sources": [{"name": "spo", "discount": 0.8, "pool": 3.0}]},
+    "gfpo": {"sample_sources": [{"name": "gfpo", "samples": 8, "metric": "token_efficiency"}]},
     "composed": {"sample_sources": ["depo", "spo", "gfpo", "overlong_filter"], "dynamic_sampling": {"enabled": True}},
     "adagrpo_curriculum": {"sample_sources": ["adagrpo_curriculum"]},
     "vas": {"sample_sources": ["vas"]},
     "erpo": {"sample_sources": ["erpo"]},
-    "dars": {"sample_sources": ["dars"], "sample_source_args": {"dars": {"schedule": "hardness_weighted"}}},
+    "dars": {"sample_sources": [{"name": "dars", "schedule": "hardness_weighted"}]},
     "aero": {"sample_sources": ["aero"]},
     "xrpo": {"sample_sources": ["xrpo"]},
     "d3s_samples": {"sample_sources": ["d3s_samples"]},
-    "repo": {
-        "sample_sources": ["repo"],
-        "clip": "off_policy",
-        "sample_source_args": {"repo": {"replays": 4, "min_stored": 4}},
-    },
-    "eframe": {
-        "sample_sources": ["eframe"],
-        "clip": "off_policy",
-        "sample_source_args": {"eframe": {"extra_samples": 4}},
-    },
-    "ar3po": {"sample_sources": ["ar3po"], "clip": "off_policy", "sample_source_args": {"ar3po": {"stages": 2}}},
+    "repo": {"sample_sources": [{"name": "repo", "replays": 4, "min_stored": 4}], "clip": "off_policy"},
+    "eframe": {"sample_sources": [{"name": "eframe", "extra_samples": 4}], "clip": "off_policy"},
+    "ar3po": {"sample_sources": [{"name": "ar3po", "stages": 2}], "clip": "off_policy"},
     "sage": {"sample_sources": ["sage"]},
     "adaprefix": {"sample_sources": ["adaprefix"]},
-    "scaf": {"sample_sources": ["scaf"], "sample_source_args": {"scaf": {"hints": ["hint_1", "hint_2"]}}},
+    "scaf": {"sample_sources": [{"name": "scaf", "hints": ["hint_1", "hint_2"]}]},
     "gcpo": {"sample_sources": ["gcpo"]},
-    "edge_gec": {"sample_sources": ["edge_gec"], "sample_source_args": {"edge_gec": {"tokenizer": "builtin:arith-lm"}}},
+    "edge_gec": {"sample_sources": [{"name": "edge_gec", "tokenizer": "builtin:arith-lm"}]},
     "composed_rounds": {"sample_sources": ["dars", "gcpo", "overlong_filter"]},
 }
 
@@ -76,7 +66,7 @@ def test_every_registered_rule_has_a_case():
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_validate_accepts_each_sample_source(name, tmp_path, capsys):
     cfg = config(OPTIONS[name])
-    assert cfg.algorithm.sample_sources == OPTIONS[name]["sample_sources"]
+    assert cfg.algorithm.sample_sources == [Option.parse(rule) for rule in OPTIONS[name]["sample_sources"]]
     path = tmp_path / "config.yaml"
     data = copy.deepcopy(BASE)
     data["algorithm"].update(OPTIONS[name])
@@ -89,12 +79,14 @@ def test_validate_accepts_each_sample_source(name, tmp_path, capsys):
     ("algorithm", "policy", "message"),
     [
         ({"sample_sources": ["dpeo"]}, None, r"algorithm.sample_sources rule 'dpeo': unknown sample source .*'depo'"),
-        ({"sample_sources": ["depo"], "sample_source_args": {"depo": {"eassy": 0.9}}}, None, "Did you mean 'easy'"),
-        ({"sample_sources": ["depo"], "sample_source_args": {"depo": {"easy": 1.5}}}, None, r"easy = 1.5 must be in"),
-        ({"sample_source_args": {"spo": {}}}, None, "add them to algorithm.sample_sources"),
+        ({"sample_sources": [{"name": "depo", "eassy": 0.9}]}, None, "Did you mean 'easy'"),
+        ({"sample_sources": [{"name": "depo", "easy": 1.5}]}, None, r"easy = 1.5 must be in"),
+        ({"sample_sources": [{"easy": 0.9}]}, None, r"algorithm.sample_sources\[0\]: the mapping .* has no 'name'"),
+        ({"sample_sources": "depo"}, None, r"algorithm.sample_sources: expected a list of options .* e.g. \[depo\]"),
         ({"sample_sources": ["spo", "spo"]}, None, "more than once"),
-        ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"samples": 4}}}, None, "must exceed"),
-        ({"sample_sources": ["gfpo"], "sample_source_args": {"gfpo": {"metric": "brevity"}}}, None, "metric = 'brevity'"),
+        ({"sample_sources": [{"name": "spo"}, {"name": "spo", "pool": 2.0}]}, None, "more than once"),
+        ({"sample_sources": [{"name": "gfpo", "samples": 4}]}, None, "must exceed"),
+        ({"sample_sources": [{"name": "gfpo", "metric": "brevity"}]}, None, "metric = 'brevity'"),
         ({"sample_sources": ["overlong_filter"]}, {"family": "flow", "model": "some/pipeline"}, "'truncated'"),
         ({"sample_sources": ["repo"]}, None, "set algorithm.clip = off_policy"),
         ({"sample_sources": ["erpo"]}, {"family": "flow", "model": "some/pipeline"}, r"guidance \['temperature'\]"),

@@ -9,6 +9,7 @@ import yaml
 
 from genalign.cli import main
 from genalign.config import ConfigError, load_config
+from genalign.registry import Option
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -27,17 +28,21 @@ def load(tmp_path, *overrides):
 
 def test_minimal_config_fills_defaults(tmp_path):
     cfg = load(tmp_path)
-    assert cfg.algorithm.advantage == "grpo" and cfg.algorithm.fully_on_policy and cfg.policy.family == "causal_lm"
+    assert (
+        cfg.algorithm.advantage == Option("grpo") and cfg.algorithm.fully_on_policy and cfg.policy.family == "causal_lm"
+    )
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
         ("algorithm.advantage=grp", "unknown advantage estimator 'grp'. Did you mean 'grpo'"),
-        ("algorithm.advantage_args={epz: 1}", "algorithm.advantage"),
+        ("algorithm.advantage.epz=1", "algorithm.advantage: advantage estimator 'grpo' got unknown hyper-parameter"),
         ("algorithm.aggregation=token-mean", "Did you mean 'token_mean'"),
-        ("algorithm.clip=ppo2", "algorithm.ratio_level/clip/objective_args"),
-        ("algorithm.objective_args={eps: 0.2}", "eps"),
+        ("algorithm.clip=ppo2", "algorithm.clip: unknown clip form 'ppo2'. Did you mean 'ppo'"),
+        ("algorithm.clip.eps=0.2", "algorithm.clip: clip form 'ppo' got unknown hyper-parameter(s) 'eps'"),
+        ("algorithm.objective.eps_high=0.2", "'eps_high' is a keyword of clip form 'ppo'"),
+        ("algorithm.ratio_level.eps_high=0.2", "algorithm.ratio_level: ratio level 'token' got unknown"),
         ("algorithm.group_size=1", "group-relative methods need at least 2"),
         ("algorithm.kl_estimator=k4", "'k4' is not valid; use one of 'k1', 'k2', 'k3'"),
         ("policy.family=causal", "unknown policy family 'causal'. Did you mean 'causal_lm'"),
@@ -72,7 +77,7 @@ def test_cli_validate_reports_errors_with_exit_code_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["low_probability", "distribution_entropy"])
 def test_vocabulary_regularisers_load_for_token_policies_only(tmp_path, name):
-    assert load(tmp_path, f"algorithm.regularizer={name}").algorithm.regularizer == name
+    assert load(tmp_path, f"algorithm.regularizer={name}").algorithm.regularizer == Option(name)
     path = tmp_path / "flow.yaml"
     path.write_text(yaml.safe_dump({**BASE, "policy": {"family": "flow", "model": "some/pipeline"}}))
     with pytest.raises(ConfigError) as err:
@@ -83,5 +88,5 @@ def test_vocabulary_regularisers_load_for_token_policies_only(tmp_path, name):
 
 
 def test_vocabulary_regulariser_values_are_checked_at_load(tmp_path):
-    with pytest.raises(ConfigError, match=r"algorithm.regularizer_args: noise_ratio must be in \[0, 1\), got 1.5"):
-        load(tmp_path, "algorithm.regularizer=low_probability", "algorithm.regularizer_args={noise_ratio: 1.5}")
+    with pytest.raises(ConfigError, match=r"algorithm.regularizer: noise_ratio must be in \[0, 1\), got 1.5"):
+        load(tmp_path, "algorithm.regularizer={name: low_probability, noise_ratio: 1.5}")

@@ -9,6 +9,7 @@ import pytest
 
 from genalign.config import ConfigError, from_dict
 from genalign.config.schema import TrainConfig
+from genalign.registry import Option
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -30,12 +31,12 @@ def load(base: dict, **algorithm) -> TrainConfig:
 
 
 def test_reward_shaping_methods_load_for_causal_lms():
-    miner = load(LM, credit=["intrinsic_mastery"], credit_args={"intrinsic_mastery": {"gamma": 2.0}})
-    assert miner.algorithm.credit_rules() == [("intrinsic_mastery", {"gamma": 2.0})]
+    miner = load(LM, credit=[{"name": "intrinsic_mastery", "gamma": 2.0}])
+    assert miner.algorithm.credit == [Option("intrinsic_mastery", {"gamma": 2.0})]
     oreal = load(LM, advantage="rloo", credit=["outcome_reshaped"])
     assert oreal.algorithm.needs() == {"rewards": ["algorithm.credit rule 'outcome_reshaped'"]}
-    dra = load(LM, reward_shaping=["submodular_diversity"], reward_shaping_args={"submodular_diversity": {"eps": 0.0}})
-    assert dra.algorithm.reward_shaping_rules() == [("submodular_diversity", {"eps": 0.0})]
+    dra = load(LM, reward_shaping=[{"name": "submodular_diversity", "eps": 0.0}])
+    assert dra.algorithm.reward_shaping == [Option("submodular_diversity", {"eps": 0.0})]
     assert dra.algorithm.needs()["hidden"] == ["algorithm.reward_shaping 'submodular_diversity'"]
     papo = from_dict(
         TrainConfig,
@@ -45,13 +46,13 @@ def test_reward_shaping_methods_load_for_causal_lms():
             "algorithm": {"reward_combination": "outcome_process", "advantage": "dr_grpo"},
         },
     )
-    assert papo.algorithm.reward_combination == "outcome_process"
+    assert papo.algorithm.reward_combination == Option("outcome_process")
 
 
 def test_vlm_token_methods_load_for_the_vlm_family():
-    pepo = load(VLM, credit=["perception_prior"], credit_args={"perception_prior": {"gate_alpha": 0.05}})
+    pepo = load(VLM, credit=[{"name": "perception_prior", "gate_alpha": 0.05}])
     assert set(pepo.algorithm.needs()) == {"visual_similarity", "entropy"}
-    vppo = load(VLM, credit=["visual_dependency"], credit_args={"visual_dependency": {"top_fraction": 0.4}})
+    vppo = load(VLM, credit=[{"name": "visual_dependency", "top_fraction": 0.4}])
     assert "logp_without_image" in vppo.algorithm.needs()
     roles = from_dict(
         TrainConfig,
@@ -59,7 +60,7 @@ def test_vlm_token_methods_load_for_the_vlm_family():
             **VLM,
             "policy": {**VLM["policy"], "block_markers": ["<answer>"]},
             "rewards": [{"fn": "format_regex", "name": "format"}, {"fn": "count_accuracy", "name": "accuracy"}],
-            "algorithm": {"credit": ["role_segments"], "credit_args": {"role_segments": {"role_rewards": [[0], [1]]}}},
+            "algorithm": {"credit": [{"name": "role_segments", "role_rewards": [[0], [1]]}]},
         },
     )
     assert roles.policy.block_markers == ["<answer>"]
@@ -80,9 +81,7 @@ def test_role_segments_need_block_markers_and_shaper_options_are_checked():
         load(VLM, credit=["role_segments"])
     with pytest.raises(ConfigError, match="Did you mean 'submodular_diversity'"):
         load(LM, reward_shaping=["submodular_diversty"])
-    with pytest.raises(ConfigError, match="reward_shaping_args has arguments for"):
-        load(LM, reward_shaping_args={"submodular_diversity": {}})
-    with pytest.raises(ConfigError, match="unknown hyper-parameter"):
-        load(LM, reward_shaping=["submodular_diversity"], reward_shaping_args={"submodular_diversity": {"epz": 1}})
+    with pytest.raises(ConfigError, match=r"unknown hyper-parameter.*Did you mean 'eps'"):
+        load(LM, reward_shaping=[{"name": "submodular_diversity", "epz": 1}])
     with pytest.raises(ConfigError, match="block_markers"):
         from_dict(TrainConfig, {**VLM, "policy": {**VLM["policy"], "block_markers": [""]}})

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from genalign import algorithms as alg
-from genalign.config import ConfigError, from_dict, load_config, to_dict
+from genalign.config import ConfigError, from_dict, load_config
 from genalign.config.core import apply_overrides
 from genalign.config.schema import TrainConfig
 from genalign.policies.causal_lm import CausalLMPolicyConfig
@@ -49,7 +49,7 @@ TINY = [
     "algorithm.minibatches=2", "run.max_steps=2", "run.max_time_minutes=null", "run.progress_bar=false",
     "run.num_threads=1", "run.sample_every=0", "run.save_every=0", "eval.num_prompts=8", "eval.batch_size=8",
     "eval.at_start=false", "data.train.args.size=64", "data.eval.args.size=8",
-    "algorithm.objective_args={}",  # each case sets the keywords of its own level and clip form
+    "algorithm.clip=ppo",  # the clip form without the preset's keywords; each case sets its own level and clip form
 ]  # fmt: skip
 
 
@@ -95,7 +95,7 @@ def _overrides(case: dict[str, Any]) -> list[str]:
     if case.get("credit", "none") != "none":
         items.append(f"algorithm.credit=[{case['credit']}]")
     if case.get("aggregation") == "seq_mean_token_sum_norm":
-        items.append("algorithm.aggregation_args={max_len: 5}")
+        items.append("algorithm.aggregation.max_len=5")  # a keyword of the option named just before
     combiner = case.get("reward_combination", "weighted_sum")
     if alg.REWARD_COMBINERS.meta(combiner).get("min_rewards", 1) > 1:  # an outcome and a process column
         items.append("rewards=[{fn: exact_match, name: accuracy}, {fn: exact_match, name: process}]")
@@ -120,8 +120,10 @@ def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
 def test_option_combination_trains_the_lm_demo(case, tmp_path):
     torch.manual_seed(0)
     config = demo_config(_overrides(case), tmp_path)
-    expected = {**case, "credit": [] if case.get("credit", "none") == "none" else [case["credit"]]}
-    assert all(to_dict(config.algorithm)[key] == value for key, value in expected.items() if key in case)
+    chosen = {key: getattr(config.algorithm, key).name for key in case if key != "credit"}
+    assert chosen == {key: value for key, value in case.items() if key != "credit"}
+    credit = [rule.name for rule in config.algorithm.credit]
+    assert credit == ([] if case.get("credit", "none") == "none" else [case["credit"]])
     result = train(config)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -135,24 +137,24 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "likelihood_preserving": ["algorithm.regularizer=likelihood_preserving", "algorithm.regularizer_coef=0.1"],
     "mastery_hinge_kl": ["algorithm.regularizer=mastery_hinge_kl"],
     "entropy_split_kl": ["algorithm.regularizer=entropy_split_kl", "algorithm.regularizer_coef=0.05"],
-    "future_kl": ["algorithm.credit=[future_kl]", "algorithm.credit_args={future_kl: {coef: 0.01}}"],
+    "future_kl": ["algorithm.credit=[{name: future_kl, coef: 0.01}]"],
     "empirical_bayes_state": ["algorithm.advantage=empirical_bayes"],
     "low_probability": ["algorithm.regularizer=low_probability", "algorithm.regularizer_coef=0.1"],
     "distribution_entropy": [
-        "algorithm.regularizer=distribution_entropy", "algorithm.regularizer_args={temperature: 1.5}",
+        "algorithm.regularizer=distribution_entropy", "algorithm.regularizer.temperature=1.5",
     ],
     "mhpo_hazard_penalty": [
         "algorithm.clip=log_fidelity", "algorithm.regularizer=hazard_penalty", "algorithm.regularizer_coef=0.1",
     ],
     "a3po_polarity_token_weights": [
         "algorithm.advantage=asymmetric", "algorithm.credit=[polarity_token_weights]",
-        "algorithm.credit_args={polarity_token_weights: {anneal: true}}",
+        "algorithm.credit.0.anneal=true",
     ],
     "simko_topk_candidates": ["algorithm.regularizer=topk_candidates"],
     "ar_lopti_two_phases": ["algorithm.objective=lopti", "algorithm.credit=[probability_damping]"],
     "fipo_future_influence": [
         "algorithm.ratio_level=future_influence", "algorithm.clip=dual_clip",
-        "algorithm.objective_args={dual_clip_c: 10.0, eps_high: 0.28}",
+        "algorithm.clip.dual_clip_c=10.0", "algorithm.clip.eps_high=0.28",
     ],
     # issue 17 (items 4 and 7): entropy regularisers, group objectives, importance-corrected KL
     "g2rpo_entropy_band": [
@@ -184,4 +186,4 @@ def test_regularisers_future_kl_and_stateful_estimators_run_through_the_trainer(
 
 def test_unknown_objective_keyword_is_rejected_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"Did you mean 'holder_p'"):
-        demo_config(["algorithm.ratio_level=holder", "algorithm.objective_args={holder_q: 2.0}"], tmp_path)
+        demo_config(["algorithm.ratio_level={name: holder, holder_q: 2.0}"], tmp_path)

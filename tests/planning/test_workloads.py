@@ -34,8 +34,8 @@ def test_diffusion_lm_noisy_copies_come_from_the_proxy():
         return forwards_per_sample(load_config(DLM_DEMO, list(overrides)).policy)
 
     assert copies() == 2  # coupled: one complementary pair
-    assert copies("policy.proxy_args={level: sequence, num_samples: 2}") == 4
-    assert copies("policy.likelihood_proxy=one_step", "policy.proxy_args={}") == 1
+    assert copies("policy.likelihood_proxy.num_samples=2") == 4  # {name: coupled, level: sequence, num_samples: 2}
+    assert copies("policy.likelihood_proxy=one_step") == 1
 
 
 def test_rollout_batch_counts_the_samples_a_sample_source_draws():

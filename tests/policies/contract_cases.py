@@ -50,7 +50,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     }),
     "diffusion_lm": ("diffusion_lm", {
         "policy": {"family": "diffusion_lm", "model": "builtin:arith-dlm", "max_prompt_tokens": 16, "gen_length": 4,
-                   "block_length": 4, "steps": 4, "likelihood_proxy": "mc_elbo", "proxy_args": {"num_samples": 2}},
+                   "block_length": 4, "steps": 4, "likelihood_proxy": {"name": "mc_elbo", "num_samples": 2}},
         "data": {"train": ARITHMETIC},
         "algorithm": LM_ALGORITHM,
     }),
@@ -67,7 +67,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "flow_nft": ("flow", {
         "policy": FLOW_POLICY | {"likelihood_free": {"method": "nft", "num_timesteps": 2, "old_decay": 0.5}},
         "data": {"train": SHAPES_T2I},
-        "algorithm": FLOW_ALGORITHM | {"objective": "nft", "objective_args": {"beta": 1.0}},
+        "algorithm": FLOW_ALGORITHM | {"objective": {"name": "nft", "beta": 1.0}},
     }),
 }  # fmt: skip
 

@@ -91,7 +91,7 @@ PROXIES = [
 
 @pytest.mark.parametrize(("proxy", "args"), PROXIES)
 def test_on_policy_ratio_is_exactly_one_for_every_proxy(tiny_bert, proxy, args):
-    policy = make_policy(tiny_bert, likelihood_proxy=proxy, proxy_args=args)
+    policy = make_policy(tiny_bert, likelihood_proxy={"name": proxy, **args})
     rollout = policy.rollout(ROWS, group_size=2)
     policy.model.train()
     scored = policy.score(rollout)
@@ -103,7 +103,7 @@ def test_on_policy_ratio_is_exactly_one_for_every_proxy(tiny_bert, proxy, args):
 
 def test_inner_epochs_redraw_masks_only_when_asked(tiny_bert):
     for mode, should_change in [("per_inner_epoch", True), ("per_rollout", False)]:
-        policy = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1}, mask_seeds=mode)
+        policy = make_policy(tiny_bert, likelihood_proxy={"name": "mc_elbo", "num_samples": 1}, mask_seeds=mode)
         rollout = policy.rollout(ROWS, group_size=2)
         with torch.no_grad():
             policy.on_inner_epoch(1)
@@ -115,7 +115,7 @@ def test_inner_epochs_redraw_masks_only_when_asked(tiny_bert):
 
 
 def test_one_training_step_moves_the_likelihood_of_rewarded_samples(tiny_bert):
-    policy = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 2})
+    policy = make_policy(tiny_bert, likelihood_proxy={"name": "mc_elbo", "num_samples": 2})
     rollout = policy.rollout(ROWS, group_size=2)
     advantages = torch.tensor([1.0, -1.0, 1.0, -1.0])
     optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.5)
@@ -179,7 +179,9 @@ def test_config_rejects_impossible_schedules_and_unknown_proxies():
     with pytest.raises(KeyError, match="Did you mean 'coupled'"):
         DiffusionLMPolicyConfig(likelihood_proxy="couple").validate()
     with pytest.raises(TypeError, match="num_sample"):
-        DiffusionLMPolicyConfig(likelihood_proxy="mc_elbo", proxy_args={"num_sample": 2}).validate()
+        DiffusionLMPolicyConfig(likelihood_proxy={"name": "mc_elbo", "num_sample": 2}).validate()
+    with pytest.raises(ValueError, match=r"policy.likelihood_proxy: the mapping .* has no 'name'"):
+        DiffusionLMPolicyConfig(likelihood_proxy={"num_samples": 2})
 
 
 def test_dream_style_shifted_logits_are_realigned(tiny_bert):
@@ -223,7 +225,7 @@ def test_capabilities_are_declared_by_the_config():
 
 
 def test_state_dict_roundtrip_restores_sampler_mask_seeds_and_epoch(tiny_bert):
-    policy = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1})
+    policy = make_policy(tiny_bert, likelihood_proxy={"name": "mc_elbo", "num_samples": 1})
     policy.rollout(ROWS, group_size=2)  # move both generators away from their seeds
     policy.on_inner_epoch(2)
     buffer = io.BytesIO()
@@ -232,7 +234,7 @@ def test_state_dict_roundtrip_restores_sampler_mask_seeds_and_epoch(tiny_bert):
     state = torch.load(buffer, weights_only=True)
     assert set(state) == {"generator", "seed_generator", "inner_epoch"} and state["inner_epoch"] == 2
     after_save = policy.rollout(ROWS, group_size=2)
-    resumed = make_policy(tiny_bert, likelihood_proxy="mc_elbo", proxy_args={"num_samples": 1})
+    resumed = make_policy(tiny_bert, likelihood_proxy={"name": "mc_elbo", "num_samples": 1})
     resumed.load_state_dict(state)
     assert resumed.inner_epoch == 2
     again = resumed.rollout(ROWS, group_size=2)

@@ -27,7 +27,7 @@ def make(**overrides):
 
 @pytest.fixture(scope="module")
 def co_grpo():
-    policy = make(decoding_policy="count_schedule", likelihood_proxy="coupled", proxy_args={"level": "sequence"})
+    policy = make(decoding_policy="count_schedule", likelihood_proxy={"name": "coupled", "level": "sequence"})
     return policy, policy.rollout(ROWS, 3)
 
 
@@ -102,7 +102,7 @@ def test_co_grpo_checkpoint_round_trip_and_argmax_inference(co_grpo, tmp_path):
     policy, _ = co_grpo
     eval_rollout = policy.rollout(ROWS, 1, mode="eval")
     assert eval_rollout.per_sample["decoding/count"].tolist() == [[2, 2], [2, 2]]  # LLaDA's schedule at init
-    other = make(decoding_policy="count_schedule", likelihood_proxy="coupled", proxy_args={"level": "sequence"})
+    other = make(decoding_policy="count_schedule", likelihood_proxy={"name": "coupled", "level": "sequence"})
     with torch.no_grad():
         policy.decoding.module.count_logits[0, 0] += 10.0  # now "1 token first" is the most likely
     policy.save(tmp_path)
@@ -159,7 +159,7 @@ def test_sas_checkpoint_holds_the_order_head_not_the_frozen_weights(sas, tmp_pat
         ({"decoding_policy": "count_schedule", "remasking": "threshold"}, "remasking"),
         ({"decoding_policy": "order_head", "remasking": "random"}, "remasking"),
         ({"decoding_policy": "count_schedule", "likelihood_proxy": "spg"}, "spg"),
-        ({"decoding_policy": "count_schedule", "decoding_policy_args": {"init_logits": 1.0}}, "init_logit"),
+        ({"decoding_policy": {"name": "count_schedule", "init_logits": 1.0}}, "init_logit"),
         ({"decoding_policy": "count_sched"}, "count_schedule"),
     ],
 )

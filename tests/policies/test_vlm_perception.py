@@ -112,20 +112,20 @@ def test_rollout_fills_block_ids_from_the_markers():
         assert blocks[i, :first].eq(0).all() and blocks[i, first:].eq(1).all()  # padding continues the last block
 
 
-def _config(credit: list[str], credit_args: dict) -> TrainConfig:
+def _config(credit: list) -> TrainConfig:
     return from_dict(
         TrainConfig,
         {
             "policy": {"family": "vlm", "model": "builtin:shapes-vlm", "max_new_tokens": 24},
             "data": {"train": {"source": "procedural:shapes_vqa", "args": {"size": 8, "seed": 0, **SHAPES}}},
             "rewards": [{"fn": "count_accuracy", "name": "accuracy"}],
-            "algorithm": {"group_size": 2, "credit": credit, "credit_args": credit_args, "micro_batch_size": 4},
+            "algorithm": {"group_size": 2, "credit": credit, "micro_batch_size": 4},
         },
     )
 
 
 def test_the_scoring_pass_before_the_update_feeds_the_vlm_credit_rules(policy, rollout):
-    config = _config(["visual_dependency", "perception_prior"], {"visual_dependency": {"top_fraction": 0.2}})
+    config = _config([{"name": "visual_dependency", "top_fraction": 0.2}, "perception_prior"])
     request = config.algorithm.advantage_stage().prepass()
     assert (
         "logp_without_image" in request

@@ -12,7 +12,7 @@ import pytest
 from genalign.trainer import recipe
 from tests.experimental.sampling.test_replay_training import config, records, train_killed_in_step
 
-#: rule set -> (sample_source_args, a metrics key that shows the rules acted)
+#: rule set -> (the rules' hyper-parameters by name, a metrics key that shows the rules acted)
 CASES = {
     "curricula": ({"adagrpo_curriculum": {}, "vas": {}}, "sampling/vas/tracked"),
     "residuals_and_allocation": ({"erpo": {}, "xrpo": {}}, "sampling/extra_samples"),
@@ -27,7 +27,9 @@ CASES = {
 
 def rule_config(out, rules: dict, **run):
     base = config(out, **run)
-    algorithm = dataclasses.replace(base.algorithm, sample_sources=list(rules), sample_source_args=rules)
+    algorithm = dataclasses.replace(
+        base.algorithm, sample_sources=[{"name": name, **args} for name, args in rules.items()]
+    )
     return dataclasses.replace(base, algorithm=algorithm)
 
 

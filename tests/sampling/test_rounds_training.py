@@ -20,7 +20,7 @@ def letter_match(output: str, answer: str = "abc") -> float:
 
 
 def test_dars_gives_low_accuracy_prompts_more_samples(tmp_path):
-    config = toy_config(tmp_path, sample_sources=["dars"], sample_source_args={"dars": {"max_extra": 3}})
+    config = toy_config(tmp_path, sample_sources=[{"name": "dars", "max_extra": 3}])
     run, _ = recipe.start_run(config)
     record, rollout, _ = recipe.training_step(run, 1)
     first = 4 * 4  # round 0: 4 prompts x group_size 4, first in the joined rollout
@@ -42,8 +42,10 @@ def test_dars_gives_low_accuracy_prompts_more_samples(tmp_path):
 
 
 SOURCES = {
-    "sample_sources": ["dars", "aero"],
-    "sample_source_args": {"dars": {"max_extra": 4}, "aero": {"max_extra": 3, "max_rounds": 3, "skip_above": 0.7}},
+    "sample_sources": [
+        {"name": "dars", "max_extra": 4},
+        {"name": "aero", "max_extra": 3, "max_rounds": 3, "skip_above": 0.7},
+    ],
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from genalign.registry import Option
 from genalign.sampling import Decision, Forced, LocalSamples, SampleSourceStage, build_rules
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.state_io import load_state, save_state
@@ -28,7 +29,7 @@ def test_without_rules_the_stage_takes_the_next_prompts_and_decides_nothing():
 
 def test_filtered_prompts_are_replaced_from_the_stream_up_to_the_draw_limit():
     stream = PromptStream(ROWS, seed=0)
-    stage = SampleSourceStage(build_rules([("depo", {"max_draw": 2.0})]), seed=0, group_size=2)
+    stage = SampleSourceStage(build_rules([Option("depo", {"max_draw": 2.0})]), seed=0, group_size=2)
     depo = stage.rules[0][1]
     easy = stream.row_index(0)
     depo.estimates = {easy: 1.0}  # the first prompt of the stream is known to be solved
@@ -56,7 +57,7 @@ class TwoProcesses:
 
 def test_rules_see_every_process_and_each_process_gets_its_share():
     stream = PromptStream(ROWS, seed=0)
-    rules = build_rules([("depo", {}), ("gfpo", {"samples": 3}), ("overlong_filter", {})])
+    rules = build_rules([Option("depo"), Option("gfpo", {"samples": 3}), Option("overlong_filter")])
     other = torch.tensor([[0, 1.0, 5, 0, 0], [0, 1.0, 2, 0, 0], [0, 1.0, 9, 1, 0]], dtype=torch.float64)  # process 0
     stage = SampleSourceStage(rules, seed=0, group_size=2, rank=1, gather=TwoProcesses(other))
     assert stage.plan(stream, 2, step=1).samples_per_prompt == 3
@@ -83,14 +84,14 @@ def test_two_rules_setting_the_samples_per_prompt_are_rejected():
 
 
 def test_state_survives_a_checkpoint_file_exactly(tmp_path):
-    stage = SampleSourceStage(build_rules([("depo", {"momentum": 0.3}), ("spo", {})]), seed=0, group_size=2)
+    stage = SampleSourceStage(build_rules([Option("depo", {"momentum": 0.3}), Option("spo")]), seed=0, group_size=2)
     stream = PromptStream(ROWS, seed=0)
     plan = stage.plan(stream, 4, step=1)
     positions = torch.tensor([c.position for c in plan.prompts]).repeat_interleave(2)
     rewards = torch.tensor([0.1, 0.7, 1 / 3, 0.0, 1.0, 0.9, 0.2, 2 / 7])
     stage.after_rewards(LocalSamples(positions, rewards, torch.ones(8)), step=1, progress=0.5)
     save_state({"extra": {"sample_sources": stage.state_dict()}}, tmp_path / "trainer_state")
-    restored = SampleSourceStage(build_rules([("depo", {"momentum": 0.3}), ("spo", {})]), seed=0, group_size=2)
+    restored = SampleSourceStage(build_rules([Option("depo", {"momentum": 0.3}), Option("spo")]), seed=0, group_size=2)
     restored.load_state_dict(load_state(tmp_path / "trainer_state")["extra"]["sample_sources"])
     assert restored.state_dict() == stage.state_dict()
     assert stage.state_dict()["spo"]["alpha"]  # something was tracked

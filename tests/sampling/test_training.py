@@ -19,8 +19,11 @@ from tests.trainer.test_recipe import metrics, run_cli, without_times, write_con
 
 REAL_UPDATE = recipe.run_update
 SOURCES = {
-    "sample_sources": ["depo", "spo", "gfpo"],
-    "sample_source_args": {"depo": {"easy": 0.6, "hard": 0.2}, "gfpo": {"samples": 6, "metric": "token_efficiency"}},
+    "sample_sources": [
+        {"name": "depo", "easy": 0.6, "hard": 0.2},
+        "spo",
+        {"name": "gfpo", "samples": 6, "metric": "token_efficiency"},
+    ],
 }
 
 

@@ -23,9 +23,8 @@ CONFIG = {
     "rewards": [{"fn": "exact_match", "name": "accuracy"}],
     "algorithm": {
         "group_size": 4, "prompts_per_step": 4, "micro_batch_size": 32, "clip": "off_policy",
-        "sample_sources": ["dars", "gcpo", "repo"],
-        "sample_source_args": {"gcpo": {"solution_column": "answer"},
-                               "repo": {"replays": 2, "strategy": "recent", "per_prompt": 8, "min_stored": 4}},
+        "sample_sources": ["dars", {"name": "gcpo", "solution_column": "answer"},
+                           {"name": "repo", "replays": 2, "strategy": "recent", "per_prompt": 8, "min_stored": 4}],
     },
     "eval": {"at_start": False, "every": 0},
     "run": {"max_steps": 4, "save_every": 2, "progress_bar": False, "num_threads": 1, "distributed": "ddp"},

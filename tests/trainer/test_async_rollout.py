@@ -104,7 +104,7 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    common = ["run.save_every=2", "algorithm.async_rollout.enabled=true", "algorithm.clip=off_policy",
+    common = ["run.save_every=2", "algorithm.async_rollout.enabled=true", "algorithm.clip.name=off_policy",
               "eval.at_start=false", "eval.every=0", "eval.num_prompts=4", "eval.batch_size=4",
               "algorithm.prompts_per_step=2", "policy.sample_batch_size=16", "algorithm.micro_batch_size=16",
               "algorithm.minibatches=2", "policy.num_steps=4",

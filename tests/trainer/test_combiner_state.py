@@ -14,7 +14,7 @@ MOMENTUM = 0.5
 def _config(folder, steps: int):
     path = write_config(
         folder,
-        algorithm={"reward_combination": "self_paced", "reward_combination_args": {"competence_momentum": MOMENTUM}},
+        algorithm={"reward_combination": {"name": "self_paced", "competence_momentum": MOMENTUM}},
         run={"max_steps": steps, "save_every": 2, "output_dir": str(folder / "run")},
     )
     config = yaml.safe_load(path.read_text())

@@ -11,10 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from genalign import algorithms as alg
-from genalign.experimental.shaping.diversity import graph_cut_smi
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.data import load_rows
+from genalign.experimental.shaping.diversity import graph_cut_smi
 from genalign.trainer.recipe import build_policy
 from genalign.trainer.rewards import RewardSet
 from tests.step_batches import step_batch
@@ -68,7 +68,7 @@ def test_without_shapers_the_stage_changes_nothing():
 
 
 def test_intrinsic_mastery_gives_all_correct_groups_a_signal():
-    config, policy, rollout, table, weights = _setup(credit=["intrinsic_mastery"], credit_args={"intrinsic_mastery": {"calibration": 0.0}})  # fmt: skip
+    config, policy, rollout, table, weights = _setup(credit=[{"name": "intrinsic_mastery", "calibration": 0.0}])
     table = torch.tensor([[1.0]] * 4 + [[1.0], [0.0], [1.0], [0.0]] + [[0.0]] * 4)  # all correct, mixed, all wrong
     batch, _ = step_batch(policy, rollout, table, weights, config.algorithm)
     mask = rollout.action_mask

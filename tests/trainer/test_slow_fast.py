@@ -86,7 +86,7 @@ def test_sfpo_with_sgd_matches_the_hand_computed_update():
     w2 = w1 - LR * grad(w1, w0)
     repositioned = w0 + alpha * (w2 - w0)
     expected = repositioned - LR * grad(repositioned, w0)  # slow correction from θ̃
-    got, metrics = update(w0, update_schedule="sfpo", update_schedule_args={"fast_steps": 2, "alpha": alpha})
+    got, metrics = update(w0, update_schedule={"name": "sfpo", "fast_steps": 2, "alpha": alpha})
     assert got == pytest.approx(expected, rel=1e-6)
     assert metrics["sfpo/fast_displacement"] == pytest.approx(abs(w2 - w0), rel=1e-6)
     assert metrics["guard/optimizer_steps"] == 3  # K fast + 1 slow
@@ -94,18 +94,18 @@ def test_sfpo_with_sgd_matches_the_hand_computed_update():
 
 def test_alpha_one_is_plain_passes_and_alpha_zero_is_one_step():
     w0 = 0.3
-    full, _ = update(w0, update_schedule="sfpo", update_schedule_args={"fast_steps": 2, "alpha": 1.0})
+    full, _ = update(w0, update_schedule={"name": "sfpo", "fast_steps": 2, "alpha": 1.0})
     plain, _ = update(w0, inner_epochs=3)
     assert full == pytest.approx(plain, rel=1e-6)
-    none, _ = update(w0, update_schedule="sfpo", update_schedule_args={"fast_steps": 2, "alpha": 0.0})
+    none, _ = update(w0, update_schedule={"name": "sfpo", "fast_steps": 2, "alpha": 0.0})
     one, _ = update(w0)
     assert none == pytest.approx(one, rel=1e-6) and none == pytest.approx(w0 - LR * grad(w0, w0), rel=1e-6)
 
 
 def test_adam_moments_restored_at_the_reposition_make_the_slow_step_a_first_adam_step():
     w0, alpha = 0.0, 0.5
-    args = {"fast_steps": 2, "alpha": alpha, "optimizer_state": "restore"}
-    got, _ = update(w0, optimizer="adam", update_schedule="sfpo", update_schedule_args=args)
+    args = {"name": "sfpo", "fast_steps": 2, "alpha": alpha, "optimizer_state": "restore"}
+    got, _ = update(w0, optimizer="adam", update_schedule=args)
     # Adam from a fresh state: step 1 moves by lr·g/(|g| + eps) (bias corrections cancel), step 2 by
     # lr·m̂/(√v̂ + eps) with m̂ = (0.9·0.1·g1 + 0.1·g2)/(1 − 0.81), v̂ = (0.999·0.001·g1² + 0.001·g2²)/(1 − 0.999²)
     g1 = grad(w0, w0)
@@ -117,26 +117,21 @@ def test_adam_moments_restored_at_the_reposition_make_the_slow_step_a_first_adam
     repositioned = w0 + alpha * (w2 - w0)
     g3 = grad(repositioned, w0)
     assert got == pytest.approx(repositioned - LR * g3 / (abs(g3) + 1e-8), rel=1e-5)
-    kept, _ = update(
-        w0, optimizer="adam", update_schedule="sfpo", update_schedule_args={**args, "optimizer_state": "keep"}
-    )
+    kept, _ = update(w0, optimizer="adam", update_schedule={**args, "optimizer_state": "keep"})
     assert kept != pytest.approx(got, rel=1e-4)  # the third Adam step uses the fast trajectory's moments
 
 
 def test_schedule_registry_and_config_errors():
     assert {"standard", "sfpo"} <= set(UPDATE_SCHEDULES.names())
     assert UPDATE_SCHEDULES.meta("sfpo")["source"] == "[222] SFPO"
-    assert (
-        AlgorithmConfig(update_schedule="sfpo", update_schedule_args={"fast_steps": 4}).optimizer_steps_per_update()
-        == 5
-    )
+    assert AlgorithmConfig(update_schedule={"name": "sfpo", "fast_steps": 4}).optimizer_steps_per_update() == 5
     assert not AlgorithmConfig(update_schedule="sfpo").fully_on_policy  # the old log-probs are rescored first
     bad = [
         ({"update_schedule": "sfpo", "inner_epochs": 2}, "inner_epochs = 2"),
-        ({"update_schedule": "sfpo", "update_schedule_args": {"alpha": 1.5}}, "alpha = 1.5"),
-        ({"update_schedule": "sfpo", "update_schedule_args": {"fast_steps": 0}}, "fast_steps = 0"),
-        ({"update_schedule": "sfpo", "update_schedule_args": {"optimizer_state": "zero"}}, "optimizer_state"),
-        ({"update_schedule": "sfpo", "update_schedule_args": {"beta": 1}}, "beta"),
+        ({"update_schedule": {"name": "sfpo", "alpha": 1.5}}, r"algorithm.update_schedule.alpha = 1.5"),
+        ({"update_schedule": {"name": "sfpo", "fast_steps": 0}}, "fast_steps = 0"),
+        ({"update_schedule": {"name": "sfpo", "optimizer_state": "zero"}}, "optimizer_state"),
+        ({"update_schedule": {"name": "sfpo", "beta": 1}}, "beta"),
         ({"update_schedule": "slow_fast"}, "Valid names: sfpo, standard"),
     ]
     for fields, message in bad:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from genalign.algorithms._validation import expand_advantages
 from genalign.algorithms.batch import StepBatch
-from genalign.registry import Registry
+from genalign.registry import Option, Registry
 
 CreditRule = Callable[..., Tensor]
 
@@ -33,12 +33,12 @@ CREDIT_RULES: Registry[CreditRule] = Registry("credit rule", catalogue="genalign
 
 
 def apply_credit(
-    rules: Sequence[tuple[str, Mapping[str, Any]]] | Sequence[Callable[..., Tensor]],
+    rules: Sequence[Option] | Sequence[tuple[str, Mapping[str, Any]]] | Sequence[Callable[..., Tensor]],
     sample_advantages: Tensor,
     batch: StepBatch,
 ) -> Tensor:
-    """Apply ``rules`` in order to ``sample_advantages`` ``[N]``: ``(name, hyper-parameters)`` pairs, or rules with
-    their hyper-parameters bound (:func:`genalign.algorithms.bind_option`). ``batch`` is what the rules read (it
+    """Apply ``rules`` in order to ``sample_advantages`` ``[N]``: options (or ``(name, hyper-parameters)`` pairs), or
+    rules with their hyper-parameters bound (:func:`genalign.algorithms.bind_option`). ``batch`` is what the rules read (it
     gets ``sample_advantages`` when it lacks them). With no rule the sample advantages are returned unchanged, else
     ``[N, T]`` per-action advantages."""
     if not rules:
@@ -48,8 +48,9 @@ def apply_credit(
     advantages = expand_advantages(sample_advantages, tuple(batch.mask.shape))  # [N, T]
     for rule in rules:
         if isinstance(rule, tuple):
-            name, hp = rule
-            rule = partial(CREDIT_RULES.get(name), **hp)
+            rule = Option(*rule)
+        if isinstance(rule, Option):
+            rule = partial(CREDIT_RULES.get(rule.name), **rule.args)
         advantages = rule(advantages, batch)  # [N, T]
     return advantages
 

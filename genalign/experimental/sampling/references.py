@@ -152,7 +152,9 @@ class EdgeGEC(_ReferenceInsertion):
             from genalign.assets import model_location
             from genalign.policies.lm.tokenizer import load_tokenizer
 
-            path = model_location(self.tokenizer_name, field="sample_source_args.edge_gec.tokenizer", marker=None)
+            path = model_location(
+                self.tokenizer_name, field="algorithm.sample_sources[edge_gec].tokenizer", marker=None
+            )
             self._tokenizer = load_tokenizer(path)
         return self._tokenizer.decode(tokens, skip_special_tokens=True)
 

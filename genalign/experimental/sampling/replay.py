@@ -303,19 +303,20 @@ def check_replay_clip(cfg: Any) -> None:
     fields and the fix."""
     from genalign.algorithms.objectives import OBJECTIVES
 
-    replaying = [n for n in cfg.sample_sources if n in SAMPLE_SOURCES and SAMPLE_SOURCES.meta(n).get("off_policy")]
+    names = [rule.name for rule in cfg.sample_sources]
+    replaying = [n for n in names if n in SAMPLE_SOURCES and SAMPLE_SOURCES.meta(n).get("off_policy")]
     if not replaying:
         return
     label = f"algorithm.sample_sources rule {replaying[0]!r} replays off-policy completions"
-    if not OBJECTIVES.meta(cfg.objective).get("ratio", False):
+    if not OBJECTIVES.meta(cfg.objective.name).get("ratio", False):
         raise ValueError(
-            f"{label}, but algorithm.objective = {cfg.objective!r} is not a ratio objective, so they get no "
+            f"{label}, but algorithm.objective = {cfg.objective.name!r} is not a ratio objective, so they get no "
             "importance weight; set algorithm.objective = clipped_ratio with algorithm.clip = off_policy, or remove "
             "the rule."
         )
-    if cfg.clip != "off_policy":
+    if cfg.clip.name != "off_policy":
         raise ValueError(
-            f"{label}, but algorithm.clip = {cfg.clip!r} gives them no importance correction for the policy that "
+            f"{label}, but algorithm.clip = {cfg.clip.name!r} gives them no importance correction for the policy that "
             "sampled them; set algorithm.clip = off_policy (ratio πθ/π_behaviour, trust region around the current "
             "iterate [323]) or remove the rule."
         )

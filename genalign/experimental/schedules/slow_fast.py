@@ -40,15 +40,15 @@ def check_slow_fast_args(*, inner_epochs: int, fast_steps: Any, alpha: Any, opti
     if inner_epochs != 1:
         raise ValueError(
             f"algorithm.inner_epochs = {inner_epochs}, but update_schedule = 'sfpo' sets the passes itself "
-            "(update_schedule_args.fast_steps + 1); set algorithm.inner_epochs=1."
+            "(algorithm.update_schedule.fast_steps + 1); set algorithm.inner_epochs=1."
         )
     if isinstance(fast_steps, bool) or not isinstance(fast_steps, int) or fast_steps < 1:
-        raise ValueError(f"algorithm.update_schedule_args.fast_steps = {fast_steps!r} must be an integer >= 1.")
+        raise ValueError(f"algorithm.update_schedule.fast_steps = {fast_steps!r} must be an integer >= 1.")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"algorithm.update_schedule_args.alpha = {alpha!r} must be a number in [0, 1].")
+        raise ValueError(f"algorithm.update_schedule.alpha = {alpha!r} must be a number in [0, 1].")
     if optimizer_state not in ("keep", "restore"):
         raise ValueError(
-            f"algorithm.update_schedule_args.optimizer_state = {optimizer_state!r} must be 'keep' or 'restore'."
+            f"algorithm.update_schedule.optimizer_state = {optimizer_state!r} must be 'keep' or 'restore'."
         )
 
 

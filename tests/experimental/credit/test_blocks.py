@@ -60,14 +60,14 @@ def _config(**policy) -> TrainConfig:
             "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "use_chat_template": False, **policy},
             "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 8}}},
             "rewards": [{"fn": "exact_match", "name": "answer"}, {"fn": "exact_match", "name": "confidence"}],
-            "algorithm": {"group_size": 4, "prompts_per_step": 2, "credit": ["blockwise"],
-                          "credit_args": {"blockwise": {"reward_blocks": [0, 1]}}},
+            "algorithm": {"group_size": 4, "prompts_per_step": 2,
+                          "credit": [{"name": "blockwise", "reward_blocks": [0, 1]}]},
         },
     )  # fmt: skip
 
 
 def test_a_causal_lm_config_with_block_markers_accepts_blockwise():
     config = _config(probes={"block_markers": ["Confidence:"]})
-    assert config.algorithm.credit == ["blockwise"]
+    assert [rule.name for rule in config.algorithm.credit] == ["blockwise"]
     with pytest.raises(ConfigError, match="block_ids"):
         _config()  # no markers: the family cannot split completions into blocks

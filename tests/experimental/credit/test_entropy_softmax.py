@@ -49,4 +49,4 @@ def test_groups_are_normalised_separately():
 
 
 def test_config_accepts_egsw_on_the_causal_lm():
-    arith_lm_config(credit=["entropy_softmax_weights"], credit_args={"entropy_softmax_weights": {"level": "sequence"}})
+    arith_lm_config(credit=[{"name": "entropy_softmax_weights", "level": "sequence"}])

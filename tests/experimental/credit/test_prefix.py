@@ -50,4 +50,4 @@ def test_needs_progress_and_valid_fractions():
 
 
 def test_config_accepts_pppo_on_the_causal_lm():
-    arith_lm_config(credit=["progressive_prefix"], credit_args={"progressive_prefix": {"end_fraction": 0.6}})
+    arith_lm_config(credit=[{"name": "progressive_prefix", "end_fraction": 0.6}])

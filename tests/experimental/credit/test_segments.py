@@ -109,7 +109,7 @@ def _config(rule: str, **policy) -> TrainConfig:
 
 @pytest.mark.parametrize("rule", ["segment_mc", "belief_progress", "step_potential"])
 def test_a_causal_lm_config_accepts_the_rule(rule):
-    assert _config(rule).algorithm.credit == [rule]
+    assert [r.name for r in _config(rule).algorithm.credit] == [rule]
     needs = _config(rule).algorithm.needs()
     assert "segment_ids" in needs
 

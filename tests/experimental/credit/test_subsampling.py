@@ -58,6 +58,6 @@ def test_horvitz_thompson_weights_are_unbiased(hp):
 
 
 def test_config_accepts_nat_on_the_causal_lm():
-    arith_lm_config(credit=["token_subsample"], credit_args={"token_subsample": {"scheme": "prefix"}})
+    arith_lm_config(credit=[{"name": "token_subsample", "scheme": "prefix"}])
     with pytest.raises(ValueError, match="scheme"):
         subsample(scheme="suffix")

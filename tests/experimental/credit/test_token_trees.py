@@ -88,5 +88,5 @@ def test_autoregressive_families_declare_the_token_prefix_tree():
         completion_structure(RolloutRequest(), None, torch.zeros(4, dtype=torch.bool), IDS, MASK).get("prefix_tree")
         is None
     )
-    config = arith_lm_config(credit=["tree_td", "process_set_balance"], credit_args={"tree_td": {"td_coef": 0.5}})
+    config = arith_lm_config(credit=[{"name": "tree_td", "td_coef": 0.5}, "process_set_balance"])
     assert config.algorithm.needs()["prefix_tree"]

@@ -122,4 +122,4 @@ def test_rules_check_inputs_and_order_and_the_loader_accepts_them():
         check_rule_order(["tree_grpo", "spo_tree"])
     config = arith_lm_config(credit=["spo_tree", "grpo_ma"])
     assert config.algorithm.needs()["prefix_tree"]
-    arith_lm_config(credit=["tree_grpo"], credit_args={"tree_grpo": {"intra_coef": 0.5}})
+    arith_lm_config(credit=[{"name": "tree_grpo", "intra_coef": 0.5}])

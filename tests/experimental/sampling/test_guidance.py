@@ -175,7 +175,7 @@ def chain_config(tmp_path, rule: str, args: dict) -> TrainConfig:
                  "eval": {"source": "procedural:arithmetic_chain", "args": {"size": 8, "seed": 1, "split": "eval"}}},
         "rewards": [{"fn": "chain_answer", "name": "accuracy"}],
         "algorithm": {"group_size": 4, "prompts_per_step": 4, "micro_batch_size": 32, "kl_coef": 0.0,
-                      "sample_sources": [rule], "sample_source_args": {rule: args}},
+                      "sample_sources": [{"name": rule, **args}]},
         "optim": {"lr": 1.0e-4},
         "eval": {"at_start": False, "every": 0, "num_prompts": 4, "batch_size": 4},
         "run": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "progress_bar": False, "overwrite": True,

@@ -46,10 +46,9 @@ def config(out, **run) -> TrainConfig:
         "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 8, "seed": 0, "digits": 3}}},
         "rewards": [{"fn": "exact_match", "name": "accuracy"}],
         "algorithm": {
-            "group_size": 4, "prompts_per_step": 4, "micro_batch_size": 32, "clip": "off_policy",
-            "objective_args": {"eps_low": 0.2, "eps_high": 0.28},
-            "sample_sources": ["repo"],
-            "sample_source_args": {"repo": {"replays": 2, "strategy": "recent", "per_prompt": 8, "min_stored": 4}},
+            "group_size": 4, "prompts_per_step": 4, "micro_batch_size": 32,
+            "clip": {"name": "off_policy", "eps_low": 0.2, "eps_high": 0.28},
+            "sample_sources": [{"name": "repo", "replays": 2, "strategy": "recent", "per_prompt": 8, "min_stored": 4}],
         },
         "optim": {"lr": 3.0e-4},
         "eval": {"at_start": False, "every": 0},
@@ -116,7 +115,7 @@ def test_repo_replays_into_training_and_resumes_exactly(tmp_path, monkeypatch):
 )
 def test_extra_rounds_and_replays_join_the_update(name, args, tmp_path):
     base = config(tmp_path / name)
-    algorithm = dataclasses.replace(base.algorithm, sample_sources=[name], sample_source_args={name: args})
+    algorithm = dataclasses.replace(base.algorithm, sample_sources=[{"name": name, **args}])
     recipe.train(dataclasses.replace(base, algorithm=algorithm))
     steps = [json.loads(r) for r in records(tmp_path / name)]
     for s in steps:  # every extra and replayed sample is in the step's batch; the filter decides what is trained
