@@ -264,7 +264,7 @@ def run_sample(args: argparse.Namespace) -> int:
     specs = reward_specs(held) if args.score else []
     rows = sample_rows(config, args)
 
-    from genalign.runs import load_policy, resolve_checkpoint
+    from genalign.runs import CONFIG_FILE, load_policy, resolve_checkpoint
     from genalign.trainer.checkpoint import CheckpointError
 
     try:
@@ -283,9 +283,8 @@ def run_sample(args: argparse.Namespace) -> int:
         try:
             rewards = RewardSet(specs)
         except RewardLoadError as err:
-            raise RewardLoadError(
-                f"{err}. Fix it in {args.config}, or drop --score to sample without rewards."
-            ) from err
+            where = run_dir / CONFIG_FILE if run_dir is not None else args.config
+            raise RewardLoadError(f"{err}. Fix it in {where}, or drop --score to sample without rewards.") from err
 
     seed = config.eval.seed if args.seed is None else args.seed
     sides = {"base": None, "trained": checkpoint} if args.compare == "base" else {"": checkpoint}
