@@ -1,5 +1,7 @@
-"""``genalign train | validate | eval | sample | plan CONFIG [key=value ...]``, ``genalign list [KIND]``,
-``genalign export RUN_OR_CHECKPOINT OUT``, ``--version``.
+"""``genalign train | validate | eval | plan CONFIG [key=value ...]``, ``genalign sample CONFIG_OR_RUN [key=value ...]
+[--score --seed S --num K --compare base ...]`` (:mod:`genalign.sample_command`), ``genalign report RUN`` (the run's
+dashboard and summary: :mod:`genalign.trainer.dashboard`), ``genalign list [KIND]``, ``genalign export
+RUN_OR_CHECKPOINT OUT``, ``--version``.
 
 Every failure the user can fix (a :class:`genalign.errors.UserError`: config, data, model path, run folder, checkpoint;
 or a disk that is full, read-only or forbidden) prints one paragraph naming what, where and the fix, and exits with
@@ -45,9 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, help_text: str, **kwargs) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, config_help: str = "", **kwargs) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, parents=[debug], **kwargs)
-        p.add_argument("config", help="YAML config (a preset in configs/, or a run's saved config.yaml)")
+        p.add_argument("config", help=config_help or "YAML config (a preset in configs/, or a run's saved config.yaml)")
         p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. optim.lr=1e-5 run.max_steps=10")
         return p
 
@@ -56,12 +58,15 @@ def _parser() -> argparse.ArgumentParser:
     p = add("eval", "held-out reward/accuracy of a checkpoint, written to eval.json")
     p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
     p.add_argument("--out", help="where to write eval.json (default: run.output_dir/eval.json)")
-    p = add("sample", "generate outputs for prompts with a trained policy")
-    p.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
-    p.add_argument("--image", action="append", default=[], help="an image file for the prompts (VLMs; repeatable)")
-    p.add_argument("--num", type=int, default=1, help="samples per prompt (1: the evaluation sampler)")
-    p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
-    p.add_argument("--out", help="folder for image/video outputs (required for flow models)")
+    from genalign.sample_command import add_sample_arguments
+
+    sample_help = "generate (and with --score, score) outputs of a trained policy or its base model"
+    add_sample_arguments(add("sample", sample_help, "a YAML config or a run folder (its config.yaml and checkpoints)"))
+    p = sub.add_parser("report", help="redraw a run's dashboard.png and print a summary", parents=[debug],
+                       description="redraw a run's dashboard.png from its metrics.jsonl / eval.jsonl and print a "
+                       "summary: steps, wall time, best held-out accuracy and its step, last values of the main "
+                       "metrics")  # fmt: skip
+    p.add_argument("run", help="a run folder (run.output_dir)")
     p = add("plan", "memory per GPU by component, and whether the config fits (exit 0: fits, 1: does not)")
     p.add_argument("--gpus", type=int, help="GPUs (training processes) in all; default: hardware.gpus of the config")
     p.add_argument("--gpu-memory", type=float, help="memory per GPU in GB; default: hardware.gpu_memory_gb")
@@ -126,6 +131,15 @@ def _run(args: argparse.Namespace) -> int:
         from genalign.export import run_export
 
         return run_export(args)
+    if args.command == "report":
+        from genalign.trainer.dashboard import report
+
+        print(report(args.run))
+        return 0
+    if args.command == "sample":
+        from genalign.sample_command import run_sample
+
+        return run_sample(args)
     try:
         config = load_config(args.config, args.overrides)
     except (KeyError, FileNotFoundError) as err:  # raised outside the checks that turn them into ConfigErrors
@@ -160,9 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, CheckpointError) as err:
         print(f"genalign: {err}", file=sys.stderr)
         return 2
-    if args.command == "eval":
-        return _eval(config, args, checkpoint)
-    return _sample(config, args, checkpoint)
+    return _eval(config, args, checkpoint)
 
 
 def _list(args) -> int:
@@ -229,59 +241,6 @@ def _checkpoint_policy(config, checkpoint: str | None):
     except CheckpointError as err:
         print(f"genalign: {err}", file=sys.stderr)
         return None
-
-
-def _sample_rows(config, args) -> list[dict]:
-    """The rows to sample for, checked before any model loads."""
-    family = config.policy.family
-    if args.num < 1:
-        raise ValueError(f"--num {args.num}: give at least 1 sample per prompt.")
-    if family == "flow" and not args.out:
-        raise ValueError("this policy produces images or videos; pass --out FOLDER to write them.")
-    if args.image and family != "vlm":
-        raise ValueError(f"--image is for vision-language policies; policy.family is {family!r}.")
-    for image in args.image:
-        if not Path(image).is_file():
-            raise FileNotFoundError(f"--image {image}: no such file.")
-    from genalign.data.errors import LOCATION_KEY
-
-    column = getattr(config.policy, "image_column", "image")
-    images = {column: list(args.image)} if args.image else {}
-    return [{"prompt": prompt, LOCATION_KEY: f"--prompt {i}", **images} for i, prompt in enumerate(args.prompt, 1)]
-
-
-def _sample(config, args, checkpoint: str | None) -> int:
-    try:
-        rows = _sample_rows(config, args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"genalign: {err}", file=sys.stderr)
-        return 2
-    policy = _checkpoint_policy(config, checkpoint)
-    if policy is None:
-        return 2
-    for module in policy.modules_to_train():
-        module.eval()
-    import torch
-
-    with torch.no_grad(), policy.evaluation_weights():
-        rollout = policy.rollout(rows, args.num, mode="eval" if args.num == 1 else "train")
-    out = Path(args.out) if args.out else None
-    for i, output in enumerate(rollout.outputs):
-        prompt = rollout.rows[i]["prompt"]
-        if isinstance(output, str):
-            print(json.dumps({"prompt": prompt, "output": output, "checkpoint": checkpoint or "base model"}))
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        if hasattr(output, "save"):  # an image
-            path = out / f"sample-{i}.png"
-            output.save(path)
-        else:  # a video: [F, H, W, 3] uint8
-            import numpy as np
-
-            path = out / f"sample-{i}.npy"
-            np.save(path, np.asarray(output))
-        print(json.dumps({"prompt": prompt, "output": str(path)}))
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ evaluation sample (``policy.eval_num_steps``, ODE, evaluation guidance) whose in
 ``--seed`` and the image's position only, so two grids made with the same arguments differ only by the weights.
 Images are upscaled by ``--scale`` (nearest neighbour) and captioned with the prompt and the score of the config's
 accuracy reward (``eval.accuracy_reward``, else the first reward).
+
+``genalign sample CONFIG_OR_RUN --out DIR`` draws such grids too (several samples per prompt, any reward, the base
+model beside the checkpoint with ``--compare base``); this script keeps the seeding of the committed before / after
+grids (docs/images/shapes_before.png, shapes_after.png), one sample per prompt.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +26,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from genalign.config import load_config
 from genalign.data import load_rows
 from genalign.policies import load_family
+from genalign.sample_command import distinct_rows, draw_grid
 from genalign.trainer.checkpoint import find_checkpoint, load_policy_weights
 from genalign.trainer.rewards import RewardSet
 
-CAPTION_CHARS = 22  # characters per caption line
-LINE_HEIGHT = 12  # pixels per caption line (PIL's default bitmap font is ~11 px tall)
 PALETTE_COLORS = 64  # the PNG is saved with an adaptive palette of this many colours (small files)
 
 
@@ -58,16 +60,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def distinct_rows(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
-    """The first ``count`` rows with distinct prompts (in source order)."""
-    seen: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        seen.setdefault(row["prompt"], row)
-        if len(seen) == count:
-            break
-    return list(seen.values())
-
-
 def checkpoint_dir(path: str) -> Path:
     """A complete checkpoint directory, given one or a run output_dir (then its latest checkpoint)."""
     candidate = Path(path)
@@ -90,28 +82,8 @@ def sample(config, rows: list[dict[str, Any]], checkpoint: str | None, seed: int
         rollout = policy.rollout(rows, 1, mode="eval")
     rewards = RewardSet(config.rewards)
     table, _ = rewards(rollout.rows, rollout.outputs)  # [N, K]
-    label = config.eval.accuracy_reward or rewards.labels[0]
-    scores = table[:, rewards.labels.index(label)].tolist()
+    scores = table[:, rewards.labels.index(rewards.name_of(config.eval.accuracy_reward))].tolist()
     return rollout.outputs, scores
-
-
-def draw_grid(images: list[Image.Image], captions: list[str], *, columns: int, scale: int) -> Image.Image:
-    """Images upscaled by ``scale`` in a grid of ``columns``, each with its wrapped caption underneath."""
-    font = ImageFont.load_default()
-    width, height = images[0].size
-    cell_w = max(width * scale, CAPTION_CHARS * 6 + 8)
-    wrapped = [textwrap.wrap(c, CAPTION_CHARS) or [""] for c in captions]
-    caption_h = LINE_HEIGHT * max(len(lines) for lines in wrapped) + 6
-    cell_h = height * scale + caption_h
-    rows = (len(images) + columns - 1) // columns
-    grid = Image.new("RGB", (columns * cell_w, rows * cell_h), "white")
-    draw = ImageDraw.Draw(grid)
-    for index, (image, lines) in enumerate(zip(images, wrapped, strict=True)):
-        x, y = (index % columns) * cell_w, (index // columns) * cell_h
-        grid.paste(image.convert("RGB").resize((width * scale, height * scale), Image.NEAREST), (x + 4, y + 2))
-        for number, line in enumerate(lines):
-            draw.text((x + 4, y + height * scale + 4 + number * LINE_HEIGHT), line, fill="black", font=font)
-    return grid
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,3 +39,10 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     assert sample["checkpoint"].endswith("runs/lm/checkpoints/step-3")
     assert json.loads(outputs["genalign eval runs/lm/config.yaml"])["eval/num_prompts"] == 4
     assert (tmp_path / "samples" / "sample-0.png").exists()
+    compare = [
+        json.loads(line)
+        for line in outputs["genalign sample runs/t2i --num 2 --score --compare base --out compare"].splitlines()
+    ]
+    assert len(compare) == 4 * 2 and set(compare[0]["trained"]["rewards"]) == {"redness"}  # 4 prompts x 2 samples
+    assert (tmp_path / "compare" / "grid.png").exists() and (tmp_path / "compare" / "base-0.png").exists()
+    assert "3 of 3 steps" in outputs["genalign report runs/lm"] and (tmp_path / "runs/lm/dashboard.png").exists()

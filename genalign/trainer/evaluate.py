@@ -9,11 +9,17 @@ global ones from ``eval.seed`` and restores them afterwards. Every evaluation (o
 therefore samples with the same noise (a flow model starts from the same initial latents for the same prompts; an LM
 draws the same uniforms), so two evaluations differ only by the weights, and evaluating more or less often never
 changes what training samples.
+
+Progress: the main process shows the evaluation's batches (:class:`genalign.trainer.metrics.Progress`: a bar on a
+terminal, else a line every ``progress_every`` batches). The result carries ``time/eval_s`` (the evaluation's
+duration) and ``time/unix`` (the wall clock at its end).
 """
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -23,6 +29,7 @@ import torch
 
 from genalign.policies.base import Policy
 from genalign.trainer.distributed import all_gather_cat, rank_and_world, sum_counters
+from genalign.trainer.metrics import Progress
 from genalign.trainer.rewards import RewardSet
 
 
@@ -35,16 +42,24 @@ def evaluate(
     accuracy_reward: str | None,
     full_parameters: Callable[[], AbstractContextManager] = nullcontext,
     seed: int = 0,
+    progress_every: int | None = None,
 ) -> dict[str, Any]:
-    """Return ``eval/accuracy`` (mean of the accuracy reward), ``eval/reward/<label>`` means and counts.
+    """Return ``eval/accuracy`` (mean of the accuracy reward), ``eval/reward/<name>`` means and counts.
 
     Args:
+        accuracy_reward: the reward reported as ``eval/accuracy`` (its metric name or config label; None: the first).
         full_parameters: the trainer's context that gathers sharded parameters for sampling (entered after the
             evaluation weights are swapped in, by every process).
         seed: of the evaluation's randomness (:func:`evaluation_randomness`); the trainer passes ``eval.seed``.
+        progress_every: without a terminal, print a progress line every this many batches (default: about ten lines
+            per evaluation).
     """
+    started = time.monotonic()
     rank, world = rank_and_world()
     mine = rows[rank::world]
+    batches = math.ceil(len(mine) / batch_size)
+    every = progress_every or math.ceil(batches / 10)
+    progress = Progress(batches, "eval batch", every=every, leave=False) if rank == 0 and batches else None
     modules = policy.modules_to_train()
     modes = [m.training for m in modules]
     for m in modules:
@@ -61,16 +76,20 @@ def evaluate(
                 rollout = policy.rollout(mine[start : start + batch_size], 1, mode="eval")
                 values, _ = rewards(rollout.rows, rollout.outputs)
                 scores.append(values)
+                if progress is not None:
+                    progress.update(1, f"{min(start + batch_size, len(mine))}/{len(mine)} prompts")
     finally:
+        if progress is not None:
+            progress.close()
         for m, mode in zip(modules, modes):
             m.train(mode)
     table = all_gather_cat(torch.cat(scores))  # [n, K]
     result: dict[str, Any] = {"eval/num_prompts": len(rows), "eval/num_scored": table.shape[0]}
     result |= {f"eval/{key}": value for key, value in sum_counters(rewards.take_metrics()).items()}
-    for k, label in enumerate(rewards.labels):
-        result[f"eval/reward/{label}"] = float(table[:, k].nanmean()) if table.numel() else float("nan")
-    accuracy_label = accuracy_reward or rewards.labels[0]
-    result["eval/accuracy"] = result[f"eval/reward/{accuracy_label}"]
+    for k, name in enumerate(rewards.labels):
+        result[f"eval/reward/{name}"] = float(table[:, k].nanmean()) if table.numel() else float("nan")
+    result["eval/accuracy"] = result[f"eval/reward/{rewards.name_of(accuracy_reward)}"]
+    result |= {"time/eval_s": time.monotonic() - started, "time/unix": time.time()}
     return result
 
 

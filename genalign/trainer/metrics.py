@@ -1,11 +1,18 @@
-"""Run logging: ``metrics.jsonl`` (one object per step), trackers, sample dumps and the reward-curve PNG."""
+"""Run logging: ``metrics.jsonl`` (one object per step), sample dumps and progress reports (the dashboard PNG drawn
+from these logs: :mod:`genalign.trainer.dashboard`).
+
+Progress: on a terminal a tqdm bar; elsewhere (a log file, a pipe, a job scheduler) one plain line every few updates,
+never tqdm's carriage-return redraws, which a log file keeps as one ever-growing line (:class:`Progress`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -83,27 +90,6 @@ def dump_samples(
     (directory / f"step-{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def plot_curves(metrics: list[dict[str, Any]], evals: list[dict[str, Any]], path: Path) -> None:
-    """Reward (train, per step) and held-out accuracy (per evaluation) against step, in one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    steps = [m["step"] for m in metrics if m.get("reward/mean") is not None]
-    ax.plot(steps, [m["reward/mean"] for m in metrics if m.get("reward/mean") is not None], label="train reward (mean)")
-    if evals:
-        ax.plot([e["step"] for e in evals], [e.get("eval/accuracy") for e in evals], "o-", label="held-out accuracy")
-    ax.set_xlabel("step")
-    ax.set_ylabel("reward / accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def step_record(step, rollout, reward_table, reward_errors, labels, stats, update_metrics) -> dict[str, Any]:
     """One line of ``metrics.jsonl``: rewards per label, the advantage stage's statistics, the update's metrics and
     the rollout's numeric info (``rollout/<key>``)."""
@@ -127,6 +113,7 @@ def step_record(step, rollout, reward_table, reward_errors, labels, stats, updat
             key = f"reward/{labels[int(prefix[7:])]}/{rest}"
         record.setdefault(key, value)
     record |= update_metrics
+    record["time/unix"] = time.time()  # wall clock at the end of the step (the run's wall time in `genalign report`)
     record.setdefault("kl", 0.0)
     record.setdefault("entropy", float("nan"))
     for key, value in rollout.info.items():
@@ -135,16 +122,55 @@ def step_record(step, rollout, reward_table, reward_errors, labels, stats, updat
     return record
 
 
-def progress_bar(run, start_step: int, main: bool):
-    """A tqdm bar on the main process when ``run.progress_bar`` (else None: :func:`report_progress` prints)."""
-    if not (run.progress_bar and main):
+class Progress:
+    """Progress through ``total`` units (steps, evaluation batches): a tqdm bar when ``stream`` is a terminal, else
+    one line ``<desc> <n>/<total>: <text> (<seconds> s)`` every ``every`` units and at the last one.
+
+    Args:
+        leave: keep the finished bar on screen (training) or erase it (evaluation, inside the training bar).
+    """
+
+    def __init__(self, total: int, desc: str, *, initial: int = 0, every: int = 1, leave: bool = True,
+                 stream: IO[str] | None = None) -> None:  # fmt: skip
+        self.total, self.desc, self.n, self.every = total, desc, initial, max(1, every)
+        self.stream = stream if stream is not None else sys.stderr
+        self.started = time.monotonic()
+        self.bar = None
+        if _is_terminal(self.stream):
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=leave, file=self.stream)
+
+    def update(self, n: int = 1, text: str = "") -> None:
+        self.n += n
+        if self.bar is not None:
+            self.bar.update(n)
+            if text:
+                self.bar.set_postfix_str(text)
+        elif self.n % self.every == 0 or self.n >= self.total:
+            elapsed = time.monotonic() - self.started
+            line = f"{self.desc} {self.n}/{self.total}{': ' + text if text else ''} ({elapsed:.1f} s)"
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def progress_bar(run, start_step: int, main: bool) -> Progress | None:
+    """A tqdm bar of the training steps on the main process when ``run.progress_bar`` and stderr is a terminal; else
+    None, and :func:`report_progress` prints a line every ``run.log_every`` steps."""
+    if not (run.progress_bar and main and _is_terminal(sys.stderr)):
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=run.max_steps, initial=start_step, desc="genalign", dynamic_ncols=True)
+    return Progress(run.max_steps, "genalign", initial=start_step)
 
 
-def report_progress(progress, record: dict[str, Any], step: int, log_every: int) -> None:
+def report_progress(progress: Progress | None, record: dict[str, Any], step: int, log_every: int) -> None:
     fmt = {
         "reward": record["reward/mean"],
         "kl": record.get("kl", 0.0),
@@ -152,7 +178,6 @@ def report_progress(progress, record: dict[str, Any], step: int, log_every: int)
     }
     text = " ".join(f"{k}={v:.3g}" for k, v in fmt.items() if v is not None and not math.isnan(v))
     if progress is not None:
-        progress.update(1)
-        progress.set_postfix_str(text)
+        progress.update(1, text)
     elif step % log_every == 0:
         print(f"step {step}: {text}", flush=True)

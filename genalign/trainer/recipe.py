@@ -38,6 +38,7 @@ from genalign.trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from genalign.trainer.dashboard import refresh_dashboard
 from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.disk_errors import HeldBack, describe_disk_error, explained_disk_errors
 from genalign.trainer.disk_space import is_disk_error
@@ -55,7 +56,6 @@ from genalign.trainer.metrics import (
     METRICS_FILE,
     JsonlLog,
     dump_samples,
-    plot_curves,
     progress_bar,
     report_progress,
     step_record,
@@ -491,18 +491,20 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
     if run.main:
         run.eval_log.append(result)
         run.trackers.log(result, step)
-        label = eval_cfg.accuracy_reward or run.rewards.labels[0]
+        label = run.rewards.name_of(eval_cfg.accuracy_reward)
         run.print(f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts")
+        refresh_dashboard(run.out)
     return result
 
 
 def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, Any]:
-    """Final evaluation, ``eval.json`` and the reward-curve plot; returns the final evaluation (or last metrics)."""
+    """Final evaluation, ``eval.json`` and the dashboard; returns the final evaluation (or last metrics)."""
     last_eval = run_eval(run, step) if run.eval_rows else last_eval
     if run.main:
         if last_eval:
             (run.out / "eval.json").write_text(json.dumps(last_eval, indent=2))
-        plot_curves(run.metrics_log.read(), run.eval_log.read(), run.out / "reward_curve.png")
+        if not run.eval_rows:  # (an evaluation has just redrawn it)
+            refresh_dashboard(run.out)
     run.trackers.end()
     return last_eval or (run.metrics_log.read()[-1] if run.main and run.metrics_log.read() else {})
 

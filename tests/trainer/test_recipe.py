@@ -62,7 +62,7 @@ def without_times(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
-def test_training_learns_and_writes_every_artifact(tmp_path):
+def test_training_learns_and_writes_every_artifact(tmp_path, capsys):
     config = write_config(tmp_path, run={"max_steps": 25, "sample_every": 5})
     run_cli("train", str(config))
     run = tmp_path / "run"
@@ -73,7 +73,14 @@ def test_training_learns_and_writes_every_artifact(tmp_path):
     evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
     assert evals[0]["step"] == 0 and evals[-1]["step"] == 25 and evals[-1]["eval/accuracy"] > evals[0]["eval/accuracy"]
     assert json.loads((run / "eval.json").read_text())["eval/accuracy"] == evals[-1]["eval/accuracy"]
-    assert (run / "reward_curve.png").stat().st_size > 1000
+    assert (run / "dashboard.png").stat().st_size > 1000 and not (run / "reward_curve.png").exists()
+    from genalign.cli import main
+
+    assert main(["report", str(run)]) == 0  # the dashboard redrawn from the logs, and the summary
+    best = max(evals, key=lambda e: (e["eval/accuracy"], -e["step"]))
+    summary = capsys.readouterr().out
+    assert "25 of 25 steps, 2 evaluations, wall time " in summary
+    assert f"held-out accuracy (match): best {best['eval/accuracy']:.4g} at step {best['step']}" in summary
     assert (run / "checkpoints" / "step-25" / "COMPLETE").exists()
     assert (run / "samples" / "step-5.jsonl").exists()
     assert yaml.safe_load((run / "config.yaml").read_text())["algorithm"]["group_size"] == 4
