@@ -78,10 +78,6 @@ class Tool:
         schema = function_schema(fn, name=name)
         return cls(name, fn, schema, parallel, timeout_s, render or as_observation, render_error)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
-
     def check(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The checked keyword arguments (raises :class:`~genalign.environments.schema.ArgumentError`)."""
         return check_arguments(self.fn, self.schema, arguments)
