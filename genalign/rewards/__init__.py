@@ -14,6 +14,6 @@ from genalign.rewards import (  # noqa: F401
     vlm,
 )
 from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory
-from genalign.rewards.math_answers import equivalence  # noqa: F401  (registers 'math_equivalence')
+from genalign.rewards.math_answers import equivalence, math_verify_grader  # noqa: F401  (math rewards)
 
 __all__ = ["REWARDS", "RewardFn", "callable_reference", "register_reward", "reward_factory"]

@@ -3,6 +3,8 @@
 - ``exact_match``: 1 if the completion equals the ``answer`` column after normalisation, else 0;
 - ``math_equivalence`` (:mod:`genalign.rewards.math_answers.equivalence`): the final answer against ``answer``, compared as a
   string, as an exact rational number, then symbolically with sympy, never evaluated;
+- ``math_verify_equivalence`` (:mod:`genalign.rewards.math_answers.math_verify_grader`, optional ``genalign[math]``):
+  Hugging Face's math-verify, as TRL's ``accuracy_reward`` uses it, run only inside the code sandbox;
 - ``format_regex``: 1 if the completion matches a regular expression (default ``<think>...</think><answer>...</answer>``);
 - ``length_penalty``: ``-coef * min(L, max_length) / max_length``;
 - ``soft_overlong_penalty``: DAPO's soft overlong punishment (0 up to ``L_max - L_cache``, linear to -1 at ``L_max``,

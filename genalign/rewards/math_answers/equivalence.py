@@ -20,6 +20,10 @@ from genalign.rewards.math_answers.sympy_worker import MathOutcome, symbolic_out
 
 # what the exact-rational fast path hands to Fraction: plain numbers only (Fraction("1e999999999") alone takes minutes)
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?(?:/\d+)?", re.ASCII)
+#: a number written with a decimal point or an exponent: the only kind compared with the tolerance
+_APPROXIMATE = re.compile(r"[.eE]")
+#: ``x = <answer>``: a final answer stated as the value of a single-letter variable
+_ASSIGNMENT = re.compile(r"\s*[A-Za-z]\s*=\s*(?P<value>[^=]+)")
 
 
 def _clean_math(text: str) -> str:
@@ -48,11 +52,23 @@ def _as_fraction(text: str) -> Fraction | None:
         return None
 
 
+def _drop_assignment(text: str, other: str) -> str:
+    """``x = 5`` -> ``5`` when the other answer is not an equation (``\\boxed{x = 5}`` answers "x is what?")."""
+    match = _ASSIGNMENT.fullmatch(text)
+    return match.group("value") if match and "=" not in other else text
+
+
 def compare_math_answers(
     predicted: str, reference: str, *, tolerance: float = 1e-6, timeout_s: float = 5.0
 ) -> MathOutcome:
-    """Compare two final answers: as cleaned strings, as exact rationals (relative ``tolerance``), then symbolically
-    (:func:`symbolic_outcome`); ``"no_answer"`` when the prediction is empty after cleaning."""
+    """Compare two final answers: as cleaned strings, as rational numbers, then symbolically
+    (:func:`symbolic_outcome`); ``"no_answer"`` when the prediction is empty after cleaning.
+
+    Two numbers are compared exactly unless one is written with a decimal point or an exponent; then they are equal
+    within the relative ``tolerance`` (``|a - b| <= tolerance * max(|a|, |b|)``). An answer ``x = <value>`` (one
+    letter) is compared as ``<value>`` when the other answer is not an equation.
+    """
+    predicted, reference = _drop_assignment(predicted, reference), _drop_assignment(reference, predicted)
     cleaned, cleaned_reference = _clean_math(predicted), _clean_math(reference)
     if not cleaned:
         return "no_answer"
@@ -62,7 +78,9 @@ def compare_math_answers(
         return "equal"
     a, b = _as_fraction(cleaned), _as_fraction(cleaned_reference)
     if a is not None and b is not None:
-        return "equal" if abs(a - b) <= tolerance * max(1, abs(b)) else "not_equal"
+        if not (_APPROXIMATE.search(cleaned) or _APPROXIMATE.search(cleaned_reference)):
+            return "equal" if a == b else "not_equal"  # integers and fractions are exact: 1234567 is not 1234568
+        return "equal" if abs(a - b) <= tolerance * max(abs(a), abs(b)) else "not_equal"
     if (a is not None or b is not None) and NUMBER.fullmatch(cleaned) and NUMBER.fullmatch(cleaned_reference):
         return "not_equal"
     return symbolic_outcome(predicted, reference, timeout_s=timeout_s)

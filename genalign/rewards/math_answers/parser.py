@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from genalign.rewards.math_answers.syntax import (
@@ -18,7 +19,14 @@ from genalign.rewards.math_answers.syntax import (
     Seq,
     Var,
 )
-from genalign.rewards.math_answers.tokenizer import CONSTANT_COMMANDS, FRAC_COMMANDS, Token, strip_units, tokenize
+from genalign.rewards.math_answers.tokenizer import (
+    CONSTANT_COMMANDS,
+    FRAC_COMMANDS,
+    Token,
+    strip_units,
+    strip_word_units,
+    tokenize,
+)
 
 MAX_LENGTH = 300
 MAX_DEPTH = 40
@@ -59,6 +67,14 @@ class _Parser:
     # -- grammar --
     def answer(self) -> Node:
         node = self.sequence(open_="", close="")
+        if self._is("cmd", "cup"):  # a union of intervals or sets
+            parts = [node]
+            while self._is("cmd", "cup"):
+                self._advance()
+                parts.append(self.expr())
+            if not all(isinstance(part, Seq) and part.open != "" for part in parts):
+                raise MathParseError("\\cup joins intervals or sets")
+            node = Seq("\\cup", "", tuple(parts))
         if not self._is("end"):
             raise MathParseError(f"unexpected {self.current.text!r} at position {self.current.position}")
         return node
@@ -154,6 +170,10 @@ class _Parser:
             return self._sqrt()
         if token.kind == "op" and token.text in ("(", "["):
             return self._bracketed()
+        if token.kind == "op" and token.text == "\\{":
+            return self._set()
+        if token.kind == "op" and token.text == "\\begin":
+            return self._matrix()
         if token.kind == "op" and token.text == "{":
             self._advance()
             self._enter()
@@ -207,6 +227,38 @@ class _Parser:
             raise MathParseError(f"{token.text!r} closed by {closing!r} around a single value")
         return inner
 
+    def _set(self) -> Node:
+        """``\\{a, b, ...\\}``: a set (its items compare in any order), one item or more."""
+        self._advance()
+        self._enter()
+        inner = self.sequence(open_="\\{", close="")
+        self.depth -= 1
+        self._expect("\\}")
+        return Seq("\\{", "\\}", inner.items if isinstance(inner, Seq) else (inner,))
+
+    def _matrix(self) -> Node:
+        """``\\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix}`` (also ``bmatrix``, ``matrix``): its rows, in order."""
+        self._advance()
+        self._enter()
+        rows: list[Seq] = []
+        while not self._is("op", "\\end"):
+            items = [_scalar(self.expr())]
+            while self._is("op", "&"):
+                self._advance()
+                items.append(_scalar(self.expr()))
+            rows.append(Seq("row", "", tuple(items)))
+            if self._is("op", "\\\\"):
+                self._advance()
+            elif not self._is("op", "\\end"):
+                raise MathParseError(
+                    f"unexpected {self.current.text!r} in a matrix at position {self.current.position}"
+                )
+        self._advance()
+        self.depth -= 1
+        if not rows or len({len(row.items) for row in rows}) != 1:
+            raise MathParseError("a matrix needs rows of one length")
+        return Seq("matrix", "", tuple(rows))
+
     def _frac(self) -> Node:
         self._advance()
         numerator = self._argument()
@@ -247,10 +299,10 @@ def parse_math(text: str) -> Node:
     """Parse a final answer into a syntax tree; raises :class:`MathParseError` for anything outside the grammar."""
     if not isinstance(text, str):
         raise MathParseError(f"expected a string, got {type(text).__name__}")
-    text = text.strip()
+    text = re.sub(r"(?<!\\)\\ ", " ", text).strip()  # "\ " is a space, also at the end (not a lone backslash)
     if len(text) > MAX_LENGTH:
         raise MathParseError(f"the answer has {len(text)} characters, more than {MAX_LENGTH}")
-    text = text.rstrip(".").strip()
+    text = strip_word_units(text.rstrip(".").strip())
     tokens = strip_units(tokenize(text))
     if tokens[0].kind == "end":
         raise MathParseError("empty answer")

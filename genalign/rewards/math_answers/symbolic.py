@@ -82,11 +82,8 @@ def parse_to_sympy(text: str) -> Any:
     return to_sympy(parse_math(text))
 
 
-def bracket_shape(node: Node) -> tuple | None:
-    """None for a value; for a tuple or interval its brackets and the shapes of its items (nested tuples too)."""
-    if not isinstance(node, Seq):
-        return None
-    return (node.open, node.close, tuple(bracket_shape(item) for item in node.items))
+#: the opening brackets of collections whose items compare in any order: sets and unions
+UNORDERED = frozenset({"\\{", "\\cup"})
 
 
 def sympy_equal(first: Any, second: Any) -> bool:
@@ -103,6 +100,26 @@ def sympy_equal(first: Any, second: Any) -> bool:
     return bool(difference == 0)
 
 
+def nodes_equal(first: Node, second: Node) -> bool:
+    """Whether two parsed answers are equal: values with :func:`sympy_equal`; tuples and intervals with the same
+    brackets item by item; sets and unions with the same items in any order."""
+    if not (isinstance(first, Seq) or isinstance(second, Seq)):
+        return sympy_equal(to_sympy(first), to_sympy(second))
+    if not (isinstance(first, Seq) and isinstance(second, Seq)):
+        return False
+    if (first.open, first.close, len(first.items)) != (second.open, second.close, len(second.items)):
+        return False
+    if first.open not in UNORDERED:
+        return all(nodes_equal(a, b) for a, b in zip(first.items, second.items))
+    unmatched = list(second.items)
+    for item in first.items:  # equality is an equivalence, so a greedy matching finds one if there is one
+        match = next((index for index, other in enumerate(unmatched) if nodes_equal(item, other)), None)
+        if match is None:
+            return False
+        del unmatched[match]
+    return True
+
+
 def compare_symbolically(first: str, second: str) -> str:
     """``"equal"``, ``"not_equal"``, ``"parse_failure"`` (``first``), ``"reference_parse_failure"`` (``second``) or
     ``"error"`` for two answer strings.
@@ -110,20 +127,18 @@ def compare_symbolically(first: str, second: str) -> str:
     This is what the sympy worker process runs: both strings are parsed again here with the restricted parser, so
     the worker only ever sees objects this module built.
     """
-    nodes, values = [], []
+    nodes = []
     for text, failure in ((first, "parse_failure"), (second, "reference_parse_failure")):
         try:
             node = parse_math(text)
+            to_sympy(node)  # a size limit of a power is a parse failure of this side
             nodes.append(node)
-            values.append(to_sympy(node))
         except MathParseError:
             return failure
         except Exception:  # sympy failing to build an object
             return "error"
-    if bracket_shape(nodes[0]) != bracket_shape(nodes[1]):
-        return "not_equal"
     try:
-        equal = sympy_equal(*values)
+        equal = nodes_equal(*nodes)
     except Exception:  # sympy raises many types (PolynomialError, NotImplementedError, MemoryError...)
         return "error"
     return "equal" if equal else "not_equal"

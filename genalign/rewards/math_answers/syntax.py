@@ -60,7 +60,9 @@ class Root:
 
 @dataclass(frozen=True)
 class Seq:
-    """A tuple or interval: ``open``/``close`` are the brackets (``""`` for a bare list), ``items`` at least two."""
+    """A tuple or interval (``open``/``close`` are the brackets, ``""`` for a bare list; at least two items), a set
+    (``"\\{"``/``"\\}"``, one item or more, in any order) or a union (``"\\cup"``/``""``, of tuples, intervals or
+    sets, in any order) or a matrix (``"matrix"``/``""``, of rows ``"row"``/``""``, whatever its LaTeX brackets)."""
 
     open: str
     close: str

@@ -1,5 +1,6 @@
-"""Tokens of a math answer: :func:`tokenize` (numbers, single letters, LaTeX commands, operators) and
-:func:`strip_units` (``\\text{..}`` units at the ends). The accepted text is described in :mod:`genalign.rewards.math_answers`.
+"""Tokens of a math answer: :func:`tokenize` (numbers, single letters, LaTeX commands, operators),
+:func:`strip_units` (``\\text{..}`` units at the ends) and :func:`strip_word_units` (``5 cm``: plain words at the end).
+The accepted text is described in :mod:`genalign.rewards.math_answers`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ FRAC_COMMANDS = {"frac", "dfrac", "tfrac"}
 #: command -> the constant's name in :class:`~genalign.rewards.math_answers.syntax.Const`
 CONSTANT_COMMANDS = {"pi": "pi", "infty": "oo"}
 _MUL_COMMANDS = {"cdot", "times"}
+#: set braces and the union of intervals or sets
+_SET_COMMANDS = {"{": "\\{", "}": "\\}"}
+#: matrix environments (``vmatrix`` is a determinant, a number: not here)
+MATRIX_ENVIRONMENTS = {"pmatrix", "bmatrix", "matrix", "smallmatrix"}
 _IGNORED_COMMANDS = {"left", "right", "displaystyle", "quad", "qquad", "bigl", "bigr", "Bigl", "Bigr"}
 _TEXT_COMMANDS = {"text", "textrm", "textbf", "mathrm", "mbox", "textnormal"}
 _PLAIN_WORDS = {"sqrt", "pi"}
@@ -100,7 +105,21 @@ def _command(text: str, position: int) -> tuple[Token | None, int]:
         return None, position
     if name in _TEXT_COMMANDS:
         return _text_group(text, name, position)
-    if name in FRAC_COMMANDS or name in CONSTANT_COMMANDS or name in _MUL_COMMANDS or name in ("sqrt", "div", "circ"):
+    if name in ("begin", "end"):  # \begin{pmatrix} ... \end{pmatrix}
+        group, end = _text_group(text, name, position)
+        if group.text not in MATRIX_ENVIRONMENTS:
+            raise MathParseError(f"unsupported environment {group.text!r}")
+        return Token("op", f"\\{name}", None, position), end
+    if name == "\\":  # a matrix's row separator
+        return Token("op", "\\\\", None, position), position
+    if name in _SET_COMMANDS:
+        return Token("op", _SET_COMMANDS[name], None, position), position
+    if (
+        name in FRAC_COMMANDS
+        or name in CONSTANT_COMMANDS
+        or name in _MUL_COMMANDS
+        or name in ("sqrt", "div", "circ", "cup")
+    ):
         return Token("cmd", name, None, position), position
     raise MathParseError(f"unknown or unsupported command \\{name}")
 
@@ -115,7 +134,7 @@ def tokenize(text: str) -> list[Token]:
     while position < len(text):
         char = text[position]
         token: Token | None
-        if char.isspace() or char == "$":
+        if char.isspace() or char in "$~":  # ~ is a LaTeX non-breaking space
             token, position = None, position + 1
         elif char in _DIGITS or (char == "." and text[position + 1 : position + 2] in _DIGITS):
             match = _NUMBER.match(text, position)
@@ -127,7 +146,7 @@ def tokenize(text: str) -> list[Token]:
             token, position = _command(text, position)
         elif text.startswith("**", position):
             token, position = Token("op", "^", None, position), position + 2
-        elif char in "+-*/^()[]{},%":
+        elif char in "+-*/^()[]{},%&":
             token, position = Token("op", char, None, position), position + 1
         else:
             raise MathParseError(f"character {char!r} at position {position} is outside the grammar")
@@ -135,6 +154,22 @@ def tokenize(text: str) -> list[Token]:
             tokens.append(token)
     tokens.append(Token("end", "", None, len(text)))
     return tokens
+
+
+#: plain words ending an answer after a value and a space: ``5 cm``, ``12 square units``, ``3 cm^2`` (at most three
+#: words of two letters or more; ``sqrt`` and ``pi`` are values, and single letters are variables)
+_WORD_UNITS = re.compile(
+    r"(?<=[\d}).%])\s+(?P<words>[A-Za-z]{2,}\.?(?:\s+[A-Za-z]{2,}\.?){0,2})(?:\^\{?\d\}?)?\s*", re.ASCII
+)
+
+
+def strip_word_units(text: str) -> str:
+    """``text`` without plain words that end it after a value and a space (units and counted nouns: ``5 cm``,
+    ``12 apples``); ``2 pi`` and ``3 sqrt`` keep theirs."""
+    for match in _WORD_UNITS.finditer(text):
+        if match.end() == len(text) and not set(match.group("words").lower().split()) & _PLAIN_WORDS:
+            return text[: match.start()]
+    return text
 
 
 def strip_units(tokens: list[Token]) -> list[Token]:

@@ -12,7 +12,7 @@ from genalign.rewards.sandbox.child import SEARCH_PATH
 from genalign.rewards.sandbox.result import SandboxError
 
 
-def _reachable_by_others(path: str) -> bool:
+def reachable_by_others(path: str) -> bool:
     """Whether a process with no privileges and no group in common can traverse to ``path`` and read/run it."""
     path = os.path.realpath(path)
     directory = os.path.dirname(path)
@@ -41,11 +41,11 @@ def default_interpreter(*, drop_privileges: bool | None = None) -> str:
     if not drop_privileges:
         return sys.executable
     stdlib = os.path.dirname(os.__file__)
-    if _reachable_by_others(sys.executable) and _reachable_by_others(stdlib):
+    if reachable_by_others(sys.executable) and reachable_by_others(stdlib):
         return sys.executable
     for name in ("python3", f"python{sys.version_info.major}.{sys.version_info.minor}"):
         found = shutil.which(name, path=SEARCH_PATH)
-        if found and _reachable_by_others(found):
+        if found and reachable_by_others(found):
             return found
     raise SandboxError(
         f"no Python interpreter reachable by an unprivileged uid: {sys.executable} (or its standard library "

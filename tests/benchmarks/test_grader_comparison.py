@@ -1,0 +1,44 @@
+"""``benchmarks/grader_comparison.py --smoke``: one pair per kind through both math graders (math-verify in the
+sandbox), the report's tables printed, nothing written into benchmarks/. The full table is
+benchmarks/grader_comparison_results.md."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genalign.rewards.math_answers.math_verify_grader import math_verify_available, math_verify_paths
+from genalign.rewards.sandbox.interpreter import reachable_by_others
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _unusable() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "the sandbox needs Linux"
+    if not math_verify_available():
+        return "math-verify is not installed: pip install 'genalign[math]'"
+    if os.geteuid() == 0 and not all(reachable_by_others(path) for path in math_verify_paths()):
+        return "math-verify's folder is not readable by the sandbox's unprivileged uid"
+    return None
+
+
+@pytest.mark.skipif(_unusable() is not None, reason=_unusable() or "")
+def test_grader_comparison_smoke_reports_both_graders():
+    pytest.importorskip("reasoning_gym", reason="the corpus takes answers from reasoning-gym: pip install -e '.[data]'")
+    before = {p.name for p in (ROOT / "benchmarks").iterdir()} - {"__pycache__"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grader_comparison.py"), "--smoke"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for measure in ("agreement of the two graders", "genalign accuracy", "math-verify accuracy"):
+        match = re.search(rf"\| {measure}[^|]*\| \*\*([\d.]+)%\*\*", out)
+        assert match and 0 <= float(match.group(1)) <= 100, measure
+    assert "## Disagreements, by class" in out and "| reasoning-gym |" in out
+    assert {p.name for p in (ROOT / "benchmarks").iterdir()} - {"__pycache__"} == before
