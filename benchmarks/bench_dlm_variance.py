@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone
 import torch
 
 from genalign.data.procedural import arithmetic
-from genalign.likelihood import LIKELIHOOD_PROXIES
-from genalign.likelihood.masked_diffusion import masked_token_logp
-from genalign.policies.diffusion_lm import DiffusionLMPolicyConfig, build_policy
+from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
+from genalign.policies.dlm.likelihood.masked_diffusion import masked_token_logp
+from genalign.policies.dlm.policy import DiffusionLMPolicyConfig, build_policy
 
 CANDIDATES: list[tuple[str, str, dict]] = [
     ("one-step (d1, prompt p=0.15)", "one_step", {"prompt_mask_prob": 0.15}),

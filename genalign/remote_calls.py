@@ -1,7 +1,7 @@
 """HTTP + JSON calls that end on time: one deadline per request, a cap on the answer's size, JSON that cannot recurse
 without bound, credentials that never leave their origin, and bounded retries. Standard library only, and no other
 genalign module, so that the remote rewards (:mod:`genalign.rewards`) and the vLLM server client
-(:mod:`genalign.engines.vllm`) both use it without an import cycle.
+(:mod:`genalign.policies.lm.engines.vllm`) both use it without an import cycle.
 
 **Why http.client.** ``urllib`` (what genalign used before) and ``httpx`` both bound each socket operation, not the
 request: a server that sends one byte every 0.5 s never trips a 1 s timeout, and a body is read whole. httpx

@@ -1,4 +1,6 @@
-"""The package's shape: no import cycle between genalign modules (module-level or lazy imports alike), no module over
+"""The package's shape: no import cycle between genalign modules nor between its packages (module-level or lazy
+imports alike; the experimental tier is named by registries as a catalogue string, never imported by the core), no
+module over
 800 lines (files are cut by purpose, not by a count) and no function over 80 lines (the few that read better whole
 are listed with the reason)."""
 
@@ -43,12 +45,8 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def test_no_import_cycle_inside_genalign():
-    known = modules()
-    graph = {name: imports_of(name, path, known) for name, path in known.items()}
-    # a package's __init__ re-exporting its submodules is not a dependency of those submodules on the package
-    graph = {name: {t for t in targets if not (known[t].name == "__init__.py" and name.startswith(t + "."))}
-             for name, targets in graph.items()}  # fmt: skip
+def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (node -> the nodes it imports) as a path that ends where it starts, or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -64,9 +62,63 @@ def test_no_import_cycle_inside_genalign():
         state[node] = 2
         return None
 
-    for module in sorted(graph):
-        if module not in state and (cycle := visit(module)):
-            raise AssertionError("import cycle: " + " -> ".join(cycle))
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def module_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    # a package's __init__ re-exporting its submodules is not a dependency of those submodules on the package
+    return {name: {t for t in targets if not (known[t].name == "__init__.py" and name.startswith(t + "."))}
+            for name, targets in graph.items()}  # fmt: skip
+
+
+def package_of(module: str) -> str:
+    """The package-level node of ``module``: ``genalign.<first part>`` (a top-level module is its own node)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_inside_genalign():
+    cycle = first_cycle(module_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_between_packages():
+    """Packages form layers: no chain of imports leads from a package back to itself (genalign/__init__ excluded: it
+    re-exports the public API)."""
+    graph: dict[str, set[str]] = {}
+    examples: dict[tuple[str, str], str] = {}
+    for module, targets in module_graph().items():
+        if module == "genalign":
+            continue
+        source = package_of(module)
+        graph.setdefault(source, set())
+        for target in targets:
+            if package_of(target) not in (source, "genalign"):
+                graph[source].add(package_of(target))
+                examples.setdefault((source, package_of(target)), f"{module} imports {target}")
+    cycle = first_cycle(graph)
+    assert cycle is None, (
+        "package cycle: "
+        + " -> ".join(cycle or [])
+        + "\n"
+        + "\n".join(examples[edge] for edge in zip(cycle or [], (cycle or [])[1:]))
+    )
+
+
+def test_the_core_never_imports_the_experimental_tier():
+    """Only the tier itself imports genalign.experimental (registries and the signal table name it as a string)."""
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in module_graph().items()
+        if package_of(module) != "genalign.experimental"
+        for target in targets
+        if package_of(target) == "genalign.experimental"
+    )
+    assert not offenders, "\n".join(offenders)
 
 
 def test_modules_and_functions_stay_small():

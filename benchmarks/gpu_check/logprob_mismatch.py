@@ -25,7 +25,7 @@ def measure(model: str, engine: str, dtype: str, device: str, rows: list[dict], 
     """Sample ``group`` completions per row, re-score them; ``|Δ logp|`` statistics over the completion tokens."""
     import torch
 
-    from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+    from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 
     config = CausalLMPolicyConfig(
         model=model, engine=engine, dtype=dtype, max_new_tokens=new_tokens, max_prompt_tokens=None, seed=0

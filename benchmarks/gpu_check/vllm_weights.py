@@ -1,6 +1,6 @@
 """Part b: a vLLM rollout, a weight update pushed to vLLM, and a second rollout that shows the new weights.
 
-The check itself belongs to the vLLM engine: ``genalign.engines.vllm.check.weight_update_roundtrip(model_dir,
+The check itself belongs to the vLLM engine: ``genalign.policies.lm.engines.vllm.check.weight_update_roundtrip(model_dir,
 device) -> dict`` (figure name -> value, with ``"new_weights_seen"`` true when the second rollout's log-probs follow
 the pushed weights). vLLM runs as a server in its own environment (docs/vllm.md), whose Python is named by
 ``GENALIGN_VLLM_PYTHON``; without it the part reports "skipped" and points to docs/vllm.md (not a failure).
@@ -30,7 +30,7 @@ def vllm_weight_update(device: str, *, smoke: bool, workdir: Path) -> PartResult
     if not gpu_available(device):
         return PartResult("b", TITLE, "skipped", notes=[f"skipped: vLLM needs a CUDA GPU; device is {device!r}."])
     from genalign.assets import model_location
-    from genalign.engines.vllm.check import weight_update_roundtrip as check
+    from genalign.policies.lm.engines.vllm.check import weight_update_roundtrip as check
 
     figures = check(model_location("builtin:arith-lm"), device)
     seen = bool(figures.get("new_weights_seen"))

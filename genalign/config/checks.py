@@ -91,8 +91,8 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
     """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
     the rules fit together and the group size."""
     from genalign import algorithms as alg
-    from genalign.experimental.sampling.replay import check_replay_clip
     from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
+    from genalign.sampling.base import check_off_policy_sources
 
     names = [rule.name for rule in cfg.sample_sources]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -106,7 +106,7 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
             raise ConfigError(f"algorithm.sample_sources rule {rule.name!r}: {err}") from None
     try:
         SampleSourceStage(build_rules(cfg.sample_sources), seed=0, group_size=cfg.group_size)
-        check_replay_clip(cfg)
+        check_off_policy_sources(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm.sample_sources: {err}") from None
 

@@ -4,7 +4,7 @@
   transformers stand-in with the same shapes from :mod:`.architectures`); LoRA added as the policy adds it.
 * Update: the configured likelihood proxy scores one micro-batch: every noisy copy it makes (``K`` per sample, counted
   by :func:`forwards_per_sample` from the proxy itself) goes through the model at once, with full ``[K x micro,
-  P + T, V]`` float32 logits, then backward (:func:`genalign.likelihood.masked_diffusion.masked_token_logp`).
+  P + T, V]`` float32 logits, then backward (:func:`genalign.policies.dlm.likelihood.masked_diffusion.masked_token_logp`).
 * Rollout: block unmasking of every local sample at once; each step is one model forward on ``[samples, P + T]``
   and one scheduler step (Gumbel-max sampling in float64 over the vocabulary), both traced
   (:meth:`genalign.schedulers.masked_diffusion.MaskedDiffusionScheduler.step`); then the proxy's no-grad estimate of
@@ -29,7 +29,7 @@ META = torch.device("meta")
 def forwards_per_sample(policy_cfg) -> int:
     """Sequences the likelihood proxy puts through the model per sample, counted by calling the configured proxy on a
     one-sample CPU batch with a model function that records its batch sizes."""
-    from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
+    from genalign.policies.dlm.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
 
     rows: list[int] = []
 
@@ -49,7 +49,7 @@ def forwards_per_sample(policy_cfg) -> int:
 
 def build_dlm_model(policy_cfg, spec: ComponentSpec) -> nn.Module:
     """The policy's model (``spec``, possibly with fewer blocks) on meta, LoRA added as
-    :func:`genalign.policies.diffusion_lm.build_policy` adds it."""
+    :func:`genalign.policies.dlm.policy.build_policy` adds it."""
     from accelerate import init_empty_weights
 
     from genalign.policies.lm.lora import add_lora
@@ -74,7 +74,7 @@ def _logits(model: nn.Module, policy_cfg, input_ids: torch.Tensor) -> torch.Tens
 
 def _proxy_pass(model: nn.Module, policy_cfg, micro: int, prompt: int, answer: int, copies: int) -> torch.Tensor:
     """The proxy's model work on one micro-batch: ``copies`` noisy copies of each sample, scored at once."""
-    from genalign.likelihood.masked_diffusion import masked_token_logp
+    from genalign.policies.dlm.likelihood.masked_diffusion import masked_token_logp
 
     logp = masked_token_logp(
         lambda ids, _attention: _logits(model, policy_cfg, ids),

@@ -1,4 +1,4 @@
-"""The memory of ``policy.engine: vllm`` (options ``policy.vllm``, :class:`genalign.engines.vllm.options.VLLMOptions`).
+"""The memory of ``policy.engine: vllm`` (options ``policy.vllm``, :class:`genalign.policies.lm.engines.vllm.options.VLLMOptions`).
 
 vLLM reserves ``gpu_memory_utilization`` x the GPU's memory for its weights and KV cache (vLLM's own rule: the
 fraction of the total memory its process may use).

@@ -17,10 +17,10 @@ from genalign.registry import UnknownOptionError, did_you_mean
 
 #: family name -> module defining ``CONFIG_CLASS`` and ``build_policy(config, device) -> Policy``.
 FAMILY_MODULES: dict[str, str] = {
-    "causal_lm": "genalign.policies.causal_lm",
+    "causal_lm": "genalign.policies.lm.causal",
     "vlm": "genalign.policies.vlm",
     "flow": "genalign.policies.flow",
-    "diffusion_lm": "genalign.policies.diffusion_lm",
+    "diffusion_lm": "genalign.policies.dlm.policy",
 }
 _REGISTERED: dict[str, SimpleNamespace] = {}
 

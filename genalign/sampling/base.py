@@ -213,3 +213,29 @@ def per_prompt(outcome: Outcome) -> PromptOutcome:
         valid=counts[order].tolist(),
         successes=sums[order].tolist(),
     )
+
+
+def check_off_policy_sources(cfg: Any) -> None:
+    """Reject an ``AlgorithmConfig`` whose sample sources replay off-policy completions (registry meta
+    ``off_policy``) without the off-policy clip [323]: under any other clip form the stored behaviour log-probs are
+    not the ratio's denominator, so replayed samples get no importance correction. Raises ``ValueError`` naming the
+    fields and the fix."""
+    from genalign.algorithms.objectives import OBJECTIVES
+
+    names = [rule.name for rule in cfg.sample_sources]
+    replaying = [n for n in names if n in SAMPLE_SOURCES and SAMPLE_SOURCES.meta(n).get("off_policy")]
+    if not replaying:
+        return
+    label = f"algorithm.sample_sources rule {replaying[0]!r} replays off-policy completions"
+    if not OBJECTIVES.meta(cfg.objective.name).get("ratio", False):
+        raise ValueError(
+            f"{label}, but algorithm.objective = {cfg.objective.name!r} is not a ratio objective, so they get no "
+            "importance weight; set algorithm.objective = clipped_ratio with algorithm.clip = off_policy, or remove "
+            "the rule."
+        )
+    if cfg.clip.name != "off_policy":
+        raise ValueError(
+            f"{label}, but algorithm.clip = {cfg.clip.name!r} gives them no importance correction for the policy that "
+            "sampled them; set algorithm.clip = off_policy (ratio πθ/π_behaviour, trust region around the current "
+            "iterate [323]) or remove the rule."
+        )

@@ -11,7 +11,7 @@ import torch
 
 from genalign.assets import resolve
 from genalign.data.procedural import arithmetic
-from genalign.policies.diffusion_lm import DiffusionLMPolicyConfig, build_policy
+from genalign.policies.dlm.policy import DiffusionLMPolicyConfig, build_policy
 from genalign.rewards.text import exact_match
 
 

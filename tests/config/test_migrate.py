@@ -15,7 +15,7 @@ import yaml
 from genalign.config import ConfigError, from_dict, load_config, to_dict
 from genalign.config.migrate import replaced_keys
 from genalign.config.schema import AlgorithmConfig, TrainConfig
-from genalign.policies.diffusion_lm_config import DiffusionLMPolicyConfig
+from genalign.policies.dlm.config import DiffusionLMPolicyConfig
 from genalign.registry import Option
 from genalign.trainer.checkpoint import checkpoint_config
 from genalign.trainer.run_directory import RunDirectoryError, check_resume_compatible

@@ -15,7 +15,7 @@ from genalign import algorithms as alg
 from genalign.config import ConfigError, from_dict, load_config, to_dict
 from genalign.config.core import apply_overrides
 from genalign.config.schema import AlgorithmConfig, TrainConfig
-from genalign.policies.diffusion_lm_config import DiffusionLMPolicyConfig
+from genalign.policies.dlm.config import DiffusionLMPolicyConfig
 from genalign.registry import Option
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

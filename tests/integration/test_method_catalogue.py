@@ -22,7 +22,7 @@ from genalign import algorithms as alg
 from genalign.config import ConfigError, from_dict, load_config
 from genalign.config.core import apply_overrides
 from genalign.config.schema import TrainConfig
-from genalign.policies.causal_lm import CausalLMPolicyConfig
+from genalign.policies.lm.causal import CausalLMPolicyConfig
 from genalign.trainer import train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,7 +13,7 @@ import torch
 
 from genalign.algorithms import bind_vocab_term
 from genalign.policies.base import Policy, PolicyCapabilities, RolloutRequest, ScoreRequest
-from genalign.policies.causal_lm import CausalLMPolicyConfig, LoRAConfig, build_policy
+from genalign.policies.lm.causal import CausalLMPolicyConfig, LoRAConfig, build_policy
 from genalign.policies.lm.logprobs import (
     naive_completion_logprobs,
     position_ids_from_mask,

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.core import LoRAConfig
 from genalign.policies.lm.export import MODEL_CARD_FILE
 from genalign.policies.lm.tiny import build_tiny_causal_lm

@@ -13,7 +13,7 @@ import torch
 
 from genalign.algorithms.scores import ScoreRequest
 from genalign.policies.base import Rollout, RolloutRequest
-from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.logprobs import position_ids_from_mask
 from genalign.policies.lm.probes import (
     ProbeOptions,

@@ -1,6 +1,6 @@
 """Likelihood-weighted objectives that are not a plain ratio × clip: wd1 and SPG (registered in :data:`OBJECTIVES`).
 
-Both are written for masked diffusion LMs, whose log-likelihood is a proxy (:mod:`genalign.likelihood`), but they are
+Both are written for masked diffusion LMs, whose log-likelihood is a proxy (:mod:`genalign.policies.dlm.likelihood`), but they are
 pure tensor functions and apply to any family. The math lives in :func:`wd1_loss` and :func:`spg_loss`
 (``fn(logp [N, A], old_logp [N, A], advantages [N], mask [N, A], *, group_ids [N], **hp) -> (loss [N, A], metrics)``);
 the registered objectives read those inputs from the score output and the step batch (``wd1`` weighs samples

@@ -3,7 +3,7 @@ thought advantage from several answers per thought [173] and SPO-tree's segment 
 :data:`~genalign.algorithms.credit.base.CREDIT_RULES`).
 
 They read the rollout's declared :class:`~genalign.algorithms.structure.PrefixTree`: the sampling tree of LM tree
-rollouts (``policy.tree``, :mod:`genalign.engines.tree`), the token prefix tree of a group of independent samples
+rollouts (``policy.tree``, :mod:`genalign.policies.lm.engines.tree`), the token prefix tree of a group of independent samples
 (Prefix-to-Tree, :func:`~genalign.algorithms.structure.token_prefix_tree`) or a flow BranchGRPO tree. A node's value
 is the mean outcome of the leaves below it; the outcomes are the sample advantages (the trainer's group-relative
 advantages, a per-group affine map of the reward with positive slope, so means, differences and normalisations keep

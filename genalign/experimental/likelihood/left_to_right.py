@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.likelihood.masked_diffusion import LIKELIHOOD_PROXIES, Level, ModelFn, ProxyOutput
-from genalign.likelihood.trace import trace
+from genalign.policies.dlm.likelihood.masked_diffusion import LIKELIHOOD_PROXIES, Level, ModelFn, ProxyOutput
+from genalign.policies.dlm.likelihood.trace import trace
 
 
 @LIKELIHOOD_PROXIES.register(
@@ -40,7 +40,7 @@ def left_to_right(
 
     Reading chosen: the abstract says JustGRPO "forgoes arbitrary order" and applies standard GRPO; scoring each
     token in left-to-right order with later positions masked is our reading of the tractable likelihood
-    **(inferred)**. It is the :func:`~genalign.likelihood.trace.trace` replay of the decoding order
+    **(inferred)**. It is the :func:`~genalign.policies.dlm.likelihood.trace.trace` replay of the decoding order
     ``decode_step[j] = j`` (one code path). Deterministic (``seeds`` and the rollout's ``decode_step`` unused).
     ``logp``: ``[N, T]`` (``level="token"``) or ``[N, 1]``.
     """

@@ -1,9 +1,9 @@
 """GDPO's semi-deterministic Monte-Carlo ELBO [36]: a fixed quadrature over the noise level, Monte Carlo over masks.
 
-Registered in :data:`genalign.likelihood.LIKELIHOOD_PROXIES` as ``"gdpo_quadrature"``; same signature and mask and
-weight conventions as the proxies of :mod:`genalign.likelihood.masked_diffusion` (masks drawn by
-:func:`~genalign.likelihood.masked_diffusion.draw_mask`, scored by
-:func:`~genalign.likelihood.masked_diffusion.weighted_masked_terms`).
+Registered in :data:`genalign.policies.dlm.likelihood.LIKELIHOOD_PROXIES` as ``"gdpo_quadrature"``; same signature and mask and
+weight conventions as the proxies of :mod:`genalign.policies.dlm.likelihood.masked_diffusion` (masks drawn by
+:func:`~genalign.policies.dlm.likelihood.masked_diffusion.draw_mask`, scored by
+:func:`~genalign.policies.dlm.likelihood.masked_diffusion.weighted_masked_terms`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from genalign.likelihood.masked_diffusion import (
+from genalign.policies.dlm.likelihood.masked_diffusion import (
     LIKELIHOOD_PROXIES,
     Level,
     ModelFn,
@@ -72,7 +72,7 @@ def gdpo_quadrature(
 
         ELBO(x) = ∫_0^1 f(t) dt,   f(t) = E_{S ~ mask(t)} [ (1/t) Σ_{j∈S} lp_j(S) ]
 
-    Double Monte Carlo (:func:`~genalign.likelihood.masked_diffusion.mc_elbo`) draws both ``t`` and ``S``. GDPO
+    Double Monte Carlo (:func:`~genalign.policies.dlm.likelihood.masked_diffusion.mc_elbo`) draws both ``t`` and ``S``. GDPO
     replaces the outer draw by a fixed quadrature: nodes ``t_k`` with weights ``w_k`` (``k < K = num_nodes``, the
     same for every call and every sample) and ``M = masks_per_node`` random masks per node::
 

@@ -4,14 +4,12 @@ exploration rounds and filters those methods pair with replay.
 
 Replayed completions are off-policy: their ``Rollout.old_logp`` are the stored behaviour log-probs, and only the
 off-policy clip [323] (``algorithm.clip: off_policy``) weights them by ``πθ/π_behaviour`` with the trust region around
-the current iterate; :func:`check_replay_clip` rejects configs that replay without it. The buffers
+the current iterate; :func:`genalign.sampling.base.check_off_policy_sources` rejects configs that replay without it. The buffers
 (:mod:`genalign.experimental.sampling.replay_buffer`) are keyed by the prompt's data-row index, so a prompt's completions come back
 when the stream visits it again (the next epoch, or a curriculum's revisit).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -294,29 +292,3 @@ class AR3PO(ReplayRule):
             "stored": float(stored),
         }
         return Decision(stats=stats)
-
-
-def check_replay_clip(cfg: Any) -> None:
-    """Reject an ``AlgorithmConfig`` whose sample sources replay off-policy completions (registry meta
-    ``off_policy``) without the off-policy clip [323]: under any other clip form the stored behaviour log-probs are
-    not the ratio's denominator, so replayed samples get no importance correction. Raises ``ValueError`` naming the
-    fields and the fix."""
-    from genalign.algorithms.objectives import OBJECTIVES
-
-    names = [rule.name for rule in cfg.sample_sources]
-    replaying = [n for n in names if n in SAMPLE_SOURCES and SAMPLE_SOURCES.meta(n).get("off_policy")]
-    if not replaying:
-        return
-    label = f"algorithm.sample_sources rule {replaying[0]!r} replays off-policy completions"
-    if not OBJECTIVES.meta(cfg.objective.name).get("ratio", False):
-        raise ValueError(
-            f"{label}, but algorithm.objective = {cfg.objective.name!r} is not a ratio objective, so they get no "
-            "importance weight; set algorithm.objective = clipped_ratio with algorithm.clip = off_policy, or remove "
-            "the rule."
-        )
-    if cfg.clip.name != "off_policy":
-        raise ValueError(
-            f"{label}, but algorithm.clip = {cfg.clip.name!r} gives them no importance correction for the policy that "
-            "sampled them; set algorithm.clip = off_policy (ratio πθ/π_behaviour, trust region around the current "
-            "iterate [323]) or remove the rule."
-        )

@@ -1,6 +1,6 @@
 """A trainable decoding policy as a component of the diffusion-LM policy: build, sample, score, save.
 
-:class:`TrainedDecoding` is what :class:`~genalign.policies.diffusion_lm.DiffusionLMPolicy` composes when
+:class:`TrainedDecoding` is what :class:`~genalign.policies.dlm.policy.DiffusionLMPolicy` composes when
 ``policy.decoding_policy`` is set (Co-GRPO [179] ``count_schedule``, SAS [118] ``order_head``):
 
 * rollout: :func:`~genalign.policies.dlm.decoding.generate_with_decoding_policy` replaces the heuristic sampler; the

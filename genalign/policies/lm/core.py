@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
-from genalign.engines.base import SamplingParams
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
+from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
 from genalign.policies.lm.lora import LoRAConfig, load_weights, save_weights
 from genalign.policies.lm.reference import (

@@ -31,7 +31,7 @@ LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
 
 
 class ForcingPolicy(Protocol):
-    """What :func:`forced_rollout` uses of :class:`genalign.policies.causal_lm.CausalLMPolicy`."""
+    """What :func:`forced_rollout` uses of :class:`genalign.policies.lm.causal.CausalLMPolicy`."""
 
     config: Any
     model: Any

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 from genalign.algorithms.structure import PrefixTree
-from genalign.engines.base import Generation, SamplingParams
 from genalign.policies.base import GUIDANCE_KEY
+from genalign.policies.lm.engines.base import Generation, SamplingParams
 
 #: The guidance keys the token-LM families honour (``PolicyCapabilities.guidance``).
 GUIDANCE_KEYS = frozenset({"hint", "prefix", "temperature", "self_hint"})

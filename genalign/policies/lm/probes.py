@@ -34,7 +34,7 @@ from genalign.policies.lm.prompts import encode_prompts
 
 
 class CausalLMPolicy(Protocol):
-    """What the probes use of :class:`genalign.policies.causal_lm.CausalLMPolicy`."""
+    """What the probes use of :class:`genalign.policies.lm.causal.CausalLMPolicy`."""
 
     config: Any  # CausalLMPolicyConfig (``probes``, ``temperature``, ``logprob_chunk_size``)
     model: Any

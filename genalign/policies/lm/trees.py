@@ -1,7 +1,7 @@
 """Shared-prefix tree rollouts of the causal-LM family (``policy.tree``): the options, and one training rollout.
 
 A group of ``group_size = trees_per_prompt × prod(branching)`` completions per prompt is sampled as the leaves of
-``trees_per_prompt`` trees by :class:`~genalign.engines.tree.TreeCacheEngine` (static KV cache, prefix computed once
+``trees_per_prompt`` trees by :class:`~genalign.policies.lm.engines.tree.TreeCacheEngine` (static KV cache, prefix computed once
 and copied to the branches). Leaves are stored and scored like independent completions (exact old log-probs); the
 sampling tree is declared as the rollout's ``prefix_tree`` structure, from which credit rules compute node values as
 means of descendant outcomes: ``tree_grpo`` [165], ``grpo_ma`` [173], ``spo_tree`` [41], ``tree_td`` [255],
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from genalign.engines.base import SamplingParams
-from genalign.engines.tree import LMTreePlan, TreeCacheEngine, TreeGeneration
+from genalign.policies.lm.engines.base import SamplingParams
+from genalign.policies.lm.engines.tree import LMTreePlan, TreeCacheEngine, TreeGeneration
 
 
 @dataclass

@@ -23,7 +23,7 @@ abstract in shared/seeds/abstracts.md):
    the hidden states of the real completion tokens only, in chunks, at the sampling temperature
    (:func:`genalign.policies.lm.logprobs.token_scores_from_hidden`, shared with the causal-LM adapter), with the
    same token features (entropy, vocabulary terms, top-k log-probs, hidden states) on request.
-5. **Generation** goes through the causal-LM rollout engine (:class:`genalign.engines.hf.HFGenerateEngine`); the
+5. **Generation** goes through the causal-LM rollout engine (:class:`genalign.policies.lm.engines.hf.HFGenerateEngine`); the
    batch's image inputs are bound to ``generate`` by a thin wrapper, so behaviour log-probs, end tokens and stop
    strings are handled exactly as for text models. The wrapper also forbids the vision placeholder tokens
    (``<|image_pad|>``, ``<|vision_start|>`` ...): a sampled one would be taken for an image slot when the completion is

@@ -13,8 +13,6 @@ import torch
 from torch import Tensor, nn
 
 from genalign.assets import model_location
-from genalign.engines.base import Generation, SamplingParams
-from genalign.engines.hf import HFGenerateEngine
 from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.core import (
     TokenLMPolicy,
@@ -24,6 +22,8 @@ from genalign.policies.lm.core import (
     lora_reference_mode,
     sampling_params,
 )
+from genalign.policies.lm.engines.base import Generation, SamplingParams
+from genalign.policies.lm.engines.hf import HFGenerateEngine
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora

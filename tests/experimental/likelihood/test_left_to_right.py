@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genalign.likelihood import LIKELIHOOD_PROXIES
+from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
 
 MASK = 3  # real tokens 0..2
 

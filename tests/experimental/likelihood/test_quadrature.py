@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genalign.experimental.likelihood.quadrature import quadrature_rule
-from genalign.likelihood import LIKELIHOOD_PROXIES
+from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
 
 MASK = 2  # real tokens 0, 1; mask id 2
 PROMPT = torch.tensor([[1, 0]])

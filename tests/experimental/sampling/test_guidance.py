@@ -17,7 +17,7 @@ from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.experimental.sampling.guidance import attach, reference_prefix
 from genalign.policies.base import GUIDANCE_KEY
-from genalign.policies.causal_lm import CausalLMPolicy
+from genalign.policies.lm.causal import CausalLMPolicy
 from genalign.sampling import SAMPLE_SOURCES, Candidate, Outcome
 from genalign.trainer import recipe
 

@@ -14,9 +14,10 @@ import torch
 from genalign.algorithms.batch import StepBatch
 from genalign.config.schema import AlgorithmConfig
 from genalign.experimental.clip_forms.masking import off_policy_clip
-from genalign.experimental.sampling.replay import AR3PO, EFRame, RePO, check_replay_clip
+from genalign.experimental.sampling.replay import AR3PO, EFRame, RePO
 from genalign.experimental.sampling.replay_buffer import ReplayBuffer, StoredSample, replay_generator, select_replays
 from genalign.sampling import SAMPLE_SOURCES, Outcome
+from genalign.sampling.base import check_off_policy_sources
 from genalign.trainer.state_io import load_state, save_state
 
 NAN = float("nan")
@@ -267,12 +268,12 @@ def test_off_policy_clip_weights_a_replayed_sample_by_its_stored_behaviour_logp(
 @pytest.mark.parametrize("name", ["repo", "eframe", "ar3po"])
 def test_check_replay_clip_needs_the_off_policy_clip(name):
     assert SAMPLE_SOURCES.meta(name)["off_policy"] and SAMPLE_SOURCES.tier(name) == "experimental"
-    check_replay_clip(AlgorithmConfig(sample_sources=[name], clip="off_policy"))
-    check_replay_clip(AlgorithmConfig(sample_sources=["depo"], clip="ppo"))  # nothing replayed
+    check_off_policy_sources(AlgorithmConfig(sample_sources=[name], clip="off_policy"))
+    check_off_policy_sources(AlgorithmConfig(sample_sources=["depo"], clip="ppo"))  # nothing replayed
     with pytest.raises(ValueError, match=rf"rule '{name}' replays .* algorithm.clip = 'ppo' .* set algorithm.clip"):
-        check_replay_clip(AlgorithmConfig(sample_sources=["depo", name], clip="ppo"))
+        check_off_policy_sources(AlgorithmConfig(sample_sources=["depo", name], clip="ppo"))
     with pytest.raises(ValueError, match=r"algorithm.objective = 'nft' is not a ratio objective"):
-        check_replay_clip(AlgorithmConfig(sample_sources=[name], objective="nft", clip="off_policy"))
+        check_off_policy_sources(AlgorithmConfig(sample_sources=[name], objective="nft", clip="off_policy"))
 
 
 def test_eframe_gives_a_lone_sample_no_advantage():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from genalign.policies.base import Rollout, RolloutRequest
-from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.tiny import build_tiny_causal_lm
 
 torch.set_num_threads(1)

@@ -13,7 +13,7 @@ import torch
 
 from genalign.config.schema import AlgorithmConfig, RewardSpec
 from genalign.policies.base import GUIDANCE_KEY, Rollout
-from genalign.policies.causal_lm import CausalLMPolicyConfig, build_policy
+from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.reference import get_base_model
 from genalign.policies.lm.tiny import build_tiny_causal_lm
@@ -231,7 +231,7 @@ def test_hint_and_prefix_tokens_get_no_loss_and_no_gradient(model_dir):
 
 def test_engine_calls_per_temperature_merge_back_in_prompt_order():
     from genalign.algorithms.structure import PrefixTree
-    from genalign.engines.base import Generation
+    from genalign.policies.lm.engines.base import Generation
     from genalign.policies.lm.guidance import merge_generations, merge_trees, split_by
 
     assert split_by([0.5, 1.0, 0.5]) == [(0.5, [0, 2]), (1.0, [1])]

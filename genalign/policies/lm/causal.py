@@ -1,0 +1,457 @@
+"""Causal language models (any transformers ``AutoModelForCausalLM``) as genalign policies.
+
+Rollout: prompts are rendered (chat template optional), tokenized, checked against ``max_prompt_tokens`` and left-padded;
+one engine call samples ``group_size`` completions per prompt and records behaviour log-probs at the sampling temperature.
+The completion mask covers every token up to and including the end token (or the token completing a stop string), so an
+empty completion has exactly one action: the end token. The rollout's structure carries the truncation flags and, when
+asked, the segment ids of the completions (:mod:`genalign.policies.lm.segments`); the completion token ids always
+(``structure.action_ids``, so that sample sources can store and replay samples).
+
+Guidance (``row[GUIDANCE_KEY]``, :mod:`genalign.policies.lm.guidance`): a row's ``hint`` and ``prefix`` are rendered
+into its prompt ids (conditioning, never actions); rows with a ``self_hint`` first get a short hint sampled by the
+policy itself ([69] SAGE), which then renders like ``hint`` (``Rollout.rows`` carry the sampled hint, so the prompt
+renders again identically); rows are sampled in one engine call per sampling ``temperature``.
+
+Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
+(replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
+
+Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
+``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
+top-k log-probs and hidden states come from the same pass, the KL from the reference policy of the token-LM core
+(:mod:`genalign.policies.lm.core`). The sampler's KV-cache arithmetic differs from a full forward by float rounding,
+so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scores once before the update (contract in
+:mod:`genalign.policies.base`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from genalign.algorithms.structure import PrefixTree
+from genalign.assets import model_location
+from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.core import (
+    AUTOREGRESSIVE_FEATURES,
+    AUTOREGRESSIVE_STRUCTURE,
+    DTYPES,
+    AttnImplementation,
+    LoRAConfig,
+    TokenLMPolicy,
+    attention_kwargs,
+    completion_structure,
+    empty_rollout,
+    end_and_pad_token_ids,
+    eval_mode,
+    lora_reference_mode,
+    sampling_params,
+    token_capabilities,
+)
+from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
+from genalign.policies.lm.engines.tree import TreeCacheEngine
+from genalign.policies.lm.engines.vllm.options import VLLMOptions
+from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
+from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
+from genalign.policies.lm.guidance import (
+    GUIDANCE_KEYS,
+    completion_texts,
+    merge_generations,
+    merge_trees,
+    read_guidance,
+    sample_self_hints,
+    split_by,
+)
+from genalign.policies.lm.logprobs import completion_scores
+from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.probes import ProbeOptions, probe_structure
+from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
+from genalign.policies.lm.reference import ReferencePolicy
+from genalign.policies.lm.segments import SegmentBoundaries
+from genalign.policies.lm.tokenizer import load_tokenizer
+from genalign.policies.lm.trees import LMTreeConfig, sample_tree_group
+
+
+@dataclass
+class CausalLMPolicyConfig:
+    """A causal LM policy: model, prompt rendering, sampling, scoring, LoRA and reference model."""
+
+    family: Literal["causal_lm"] = field(default="causal_lm", metadata={"help": "Policy family."})
+    model: str = field(
+        default="builtin:arith-lm", metadata={"help": "Model folder, or 'builtin:<name>' for a bundled model."}
+    )
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder; None uses the model folder."})
+    dtype: Literal["float32", "bfloat16", "float16"] = field(default="float32", metadata={"help": "Weight dtype."})
+    attn_implementation: AttnImplementation | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel passed to transformers; null keeps transformers' choice (sdpa if supported)."
+        },
+    )
+    use_chat_template: bool = field(
+        default=False, metadata={"help": "Render prompts with the tokenizer's chat template."}
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended (chat template only)."})
+    max_prompt_tokens: int | None = field(default=512, metadata={"help": "Longest prompt in tokens; None = no limit."})
+    on_long_prompt: Literal["error", "truncate_left", "skip"] = field(
+        default="error",
+        metadata={"help": "What to do with a prompt longer than max_prompt_tokens (skips are counted)."},
+    )
+    max_new_tokens: int = field(default=256, metadata={"help": "Longest completion in tokens."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature; log-probs are taken at it too."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]; 1 disables."})
+    top_k: int = field(default=0, metadata={"help": "Sample among the k most likely tokens; 0 disables."})
+    stop: list[str] = field(default_factory=list, metadata={"help": "Stop strings (cut from the decoded text)."})
+    eval_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for evaluation rollouts."})
+    engine: Literal["hf", "static", "vllm"] = field(
+        default="static", metadata={"help": "Rollout back-end: hf (generate), static (own KV-cache loop), vllm (GPU)."}
+    )
+    vllm: VLLMOptions = field(
+        default_factory=VLLMOptions,
+        metadata={
+            "help": "engine: vllm only: server or colocated, tensor parallelism, prefix caching, GPU memory, LoRA."
+        },
+    )
+    logprob_chunk_size: int = field(
+        default=256, metadata={"help": "Tokens per chunk of the log-prob head (memory ~ 2 x chunk x vocab floats)."}
+    )
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
+    lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters."})
+    probes: ProbeOptions = field(
+        default_factory=ProbeOptions,
+        metadata={"help": "Rollout-time probes some credit rules read (reference answer, MC values, blocks)."},
+    )
+    reference: Literal["auto", "lora_disabled", "frozen_copy", "none"] = field(
+        default="auto",
+        metadata={
+            "help": "Reference model for KL: adapters disabled, a frozen copy, or none; auto picks; loaded lazily."
+        },
+    )
+    tree: LMTreeConfig = field(
+        default_factory=LMTreeConfig,
+        metadata={"help": "Shared-prefix tree rollouts (static engine): split positions, branching, entropy splits."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler's random generator."})
+
+    def validate(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (self.temperature > 0, f"policy.temperature={self.temperature} must be > 0 (e.g. 1.0)."),
+            (self.eval_temperature > 0, f"policy.eval_temperature={self.eval_temperature} must be > 0 (e.g. 1.0)."),
+            (0 < self.top_p <= 1, f"policy.top_p={self.top_p} must be in (0, 1]; use 1.0 to disable."),
+            (self.top_k >= 0, f"policy.top_k={self.top_k} must be >= 0; use 0 to disable."),
+            (self.max_new_tokens >= 1, f"policy.max_new_tokens={self.max_new_tokens} must be >= 1."),
+            (
+                self.logprob_chunk_size >= 1,
+                f"policy.logprob_chunk_size={self.logprob_chunk_size} must be >= 1 (e.g. 256).",
+            ),
+            (
+                self.max_prompt_tokens is None or self.max_prompt_tokens >= 1,
+                f"policy.max_prompt_tokens={self.max_prompt_tokens} must be >= 1 or null.",
+            ),
+            (all(self.stop), f"policy.stop={self.stop} contains an empty string; remove it."),
+            (
+                self.system_prompt is None or self.use_chat_template,
+                "policy.system_prompt needs policy.use_chat_template=true (plain prompts have no system role).",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        lora_reference_mode(self.lora, self.reference)  # the LoRA options, and the reference they allow
+        self.probes.validate()
+        self.tree.validate(max_new_tokens=self.max_new_tokens, engine=self.engine)
+        self.vllm.check_policy(engine=self.engine, top_k=self.top_k, top_p=self.top_p)
+
+    def capabilities(self) -> PolicyCapabilities:
+        """Entropy, vocabulary terms, top-k log-probs, hidden states and raw-logit statistics from the chunked head
+        pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
+        rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
+        rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`."""
+        capabilities = token_capabilities(
+            self.reference,
+            features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
+            structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
+            group_size=self.tree.group_size if self.tree.enabled else None,
+        )
+        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS)
+
+
+class CausalLMPolicy(TokenLMPolicy):
+    """A ``transformers`` causal LM behind the :class:`~genalign.policies.base.Policy` contract.
+
+    Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
+    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]``; the truncation flags
+    (and segment ids) are in ``Rollout.structure``.
+    """
+
+    family = "causal_lm"
+
+    def __init__(
+        self, config: CausalLMPolicyConfig, model: nn.Module, tokenizer, device: torch.device, model_path: str
+    ) -> None:
+        mode = lora_reference_mode(config.lora, config.reference)
+        super().__init__(
+            config,
+            model,
+            preprocessor=tokenizer,
+            device=device,
+            reference=ReferencePolicy(mode, model, lambda: _load_model(config, model_path, device)),
+            generator=torch.Generator(device=device).manual_seed(config.seed),
+        )
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.engine: RolloutEngine = ENGINES.get(config.engine)(
+            model, tokenizer, model_path=model_path, vllm=config.vllm
+        )
+        self.eos_token_ids, self.pad_token_id = end_and_pad_token_ids(
+            tokenizer, self.hf_model.generation_config, model_name=model_path
+        )
+        self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
+        self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
+        self.segments = SegmentBoundaries(tokenizer)
+
+    # ---- rollout -------------------------------------------------------------------------------------------------
+    def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
+        return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
+
+    # ---- checkpoint extras (weights, tokenizer and state: TokenLMPolicy) ------------------------------------------
+    def generation_config(self) -> Any:
+        return sampling_generation_config(
+            self.hf_model.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            max_new_tokens=self.config.max_new_tokens,
+        )
+
+    def checkpoint_facts(self) -> CheckpointFacts:
+        return CheckpointFacts(
+            self.family, self.config.model, self.model_path, "AutoModelForCausalLM", lora=self.config.lora
+        )
+
+    def rollout(
+        self,
+        rows: list[dict[str, Any]],
+        group_size: int,
+        *,
+        mode: Literal["train", "eval"] = "train",
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """Sample ``group_size`` completions for each row (rows with too-long prompts may be skipped and counted),
+        honouring the rows' guidance (module docstring)."""
+        if group_size < 1:
+            raise ValueError(f"group_size={group_size} must be >= 1.")
+        info: dict[str, Any] = {}
+        guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
+        if any(g.self_hint is not None for g in guidance):
+            with eval_mode(self.model):
+                rows = sample_self_hints(self, rows, self.sampling_params(mode), info)
+        prompts = self.encode(rows)
+        info |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
+        if not prompts.kept:
+            return empty_rollout(info)
+        prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
+        prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
+        default = self.sampling_params(mode).temperature
+        temperatures = [guidance[i].temperature or default for i in prompts.kept]
+        with eval_mode(self.model):
+            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, info, temperatures)
+        lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
+        prefixes = [prefix for prefix in prompts.prefixes for _ in range(group_size)]
+        outputs = completion_texts(self.tokenizer, self.stop_matcher, prefixes, generation.completion_ids, lengths)
+        info["completion_tokens"] = int(sum(lengths))
+        rollout = Rollout(
+            rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
+            outputs=outputs,
+            group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
+            old_logp=generation.logp,
+            action_mask=generation.completion_mask,
+            structure=completion_structure(
+                with_action_ids(request),
+                self.segments,
+                generation.truncated,
+                generation.completion_ids,
+                generation.completion_mask,
+                group_ids=torch.arange(len(prompts.kept)).repeat_interleave(group_size),
+                sampling_tree=sampling_tree,
+            ),
+            per_sample={
+                "prompt_ids": prompt_ids,
+                "prompt_mask": prompt_mask,
+                "completion_ids": generation.completion_ids,
+                "completion_mask": generation.completion_mask,
+            },
+            info=info,
+            left_padded=LEFT_PADDED,
+        )
+        return probe_structure(self, rollout, request)
+
+    def force(
+        self,
+        rows: list[dict[str, Any]],
+        completions: list[Tensor | str],
+        behaviour_logp: list[Tensor | None],
+        *,
+        request: RolloutRequest = RolloutRequest(),
+    ) -> Rollout:
+        """A training rollout of given completions (token ids, or texts closed with the end token) for ``rows``,
+        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None, the current policy's
+        log-probs through the scoring pass (:mod:`genalign.policies.lm.forced`)."""
+        rollout = forced_rollout(self, rows, completions, behaviour_logp, request)
+        return probe_structure(self, rollout, request)
+
+    def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
+        """``rows``' prompts rendered (chat template, guidance hint and prefix), tokenized and left-padded; ``limit``
+        applies ``policy.max_prompt_tokens`` (the self-hint instruction prompts go without it)."""
+        cfg = self.config
+        return encode_prompts(
+            rows,
+            self.tokenizer,
+            use_chat_template=cfg.use_chat_template,
+            system_prompt=cfg.system_prompt,
+            max_prompt_tokens=cfg.max_prompt_tokens if limit else None,
+            on_long_prompt=cfg.on_long_prompt,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def _generate_by_temperature(
+        self,
+        prompts: EncodedPrompts,
+        group_size: int,
+        mode: Literal["train", "eval"],
+        info: dict,
+        temperatures: list[float],
+    ) -> tuple[Generation, PrefixTree | None]:
+        """:meth:`_generate` once per distinct sampling temperature of the kept rows, merged in row order."""
+        groups = split_by(temperatures)
+        params = self.sampling_params(mode)
+        if len(groups) == 1:
+            return self._generate(
+                prompts.ids, prompts.mask, group_size, mode, info, replace(params, temperature=temperatures[0])
+            )
+        generations, trees = [], []
+        for temperature, members in groups:
+            chosen = torch.tensor(members)
+            generation, tree = self._generate(
+                prompts.ids[chosen],
+                prompts.mask[chosen],
+                group_size,
+                mode,
+                info,
+                replace(params, temperature=temperature),
+            )
+            generations.append((members, generation))
+            trees.append((members, tree))
+        merged_tree = merge_trees(trees, group_size) if trees[0][1] is not None else None
+        return merge_generations(generations, group_size, self.pad_token_id), merged_tree
+
+    def _generate(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        group_size: int,
+        mode: Literal["train", "eval"],
+        info: dict,
+        params: SamplingParams,
+    ) -> tuple[Generation, PrefixTree | None]:
+        """``group_size`` completions of each prompt ``[B, P]`` with ``params``: independent samples, or with
+        ``policy.tree`` in training the leaves of shared-prefix trees and their sampling tree; adds the sampled
+        tokens to ``info``."""
+        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        info.setdefault("generated_tokens", 0)
+        if self.tree_engine is None or mode == "eval":
+            generation = self.engine.generate(
+                prompt_ids.repeat_interleave(group_size, dim=0),
+                prompt_mask.repeat_interleave(group_size, dim=0),
+                params,
+                self.generator,
+            )
+            info["generated_tokens"] += int(generation.completion_mask.sum())
+            return generation, None
+        tree = sample_tree_group(
+            self.tree_engine,
+            self.config.tree,
+            prompt_ids,
+            prompt_mask,
+            group_size=group_size,
+            params=params,
+            generator=self.generator,
+            boundary_table=self.segments.table() if self.config.tree.at_segment_boundaries else None,
+        )
+        info["generated_tokens"] += tree.generated_tokens
+        return tree.generation, tree.prefix_tree
+
+    # ---- score ---------------------------------------------------------------------------------------------------
+    def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """Token log-probs ``[n, T]`` at ``policy.temperature`` under ``module`` (with grad when enabled) and the
+        requested token features, all from one backbone pass and the chunked head.
+
+        Training rollouts are sampled at that temperature, so these are the quantities the behaviour log-probs
+        estimate. ``request.vocab_term`` (``fn(logits / T [k, V]) -> [k]``) is evaluated per token inside the chunked
+        head pass, with gradient. ``module`` itself is called (the peft wrapper with LoRA), so hooks of sharded
+        training on it run.
+        """
+        data = rollout.per_sample
+        prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
+        completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        # Drop columns that are padding in every row of this (micro-)batch; positions come from the mask, so the
+        # values do not change, only the work.
+        first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() else 0
+        width = int(completion_mask.any(dim=0).sum())
+        scores = completion_scores(
+            module,
+            prompt_ids[:, first:],
+            prompt_mask[:, first:],
+            completion_ids[:, :width],
+            completion_mask[:, :width],
+            temperature=self.config.temperature,
+            chunk_size=self.config.logprob_chunk_size,
+            with_entropy="entropy" in request,
+            vocab_term=request.param("vocab_term") if "vocab_term" in request else None,
+            topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
+            with_hidden="hidden" in request,
+            with_logit_stats="logit_stats" in request,
+        )
+        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
+        features = {
+            "entropy": scores.entropy,
+            "vocab_term": scores.vocab_term,
+            "topk_logp": scores.topk_logp,
+            "hidden": scores.hidden,
+            "logit_stats": scores.logit_stats,
+        }
+        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+
+def _pad_actions(x: Tensor, num_actions: int) -> Tensor:
+    """Zero-pad ``x`` ``[n, C, ...]`` along the action axis to ``[n, num_actions, ...]``."""
+    return nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, num_actions - x.shape[1]))
+
+
+def _load_model(config: CausalLMPolicyConfig, path: str, device: torch.device) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    kwargs = attention_kwargs(config.attn_implementation)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[config.dtype], **kwargs).to(device)
+
+
+def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu") -> CausalLMPolicy:
+    """Load the model and tokenizer named by ``config`` and wrap them as a policy."""
+    config.validate()
+    device = torch.device(device)
+    model_path = model_location(config.model)
+    tokenizer = load_tokenizer(
+        model_location(config.tokenizer, field="policy.tokenizer", marker=None) if config.tokenizer else model_path
+    )
+    model = _load_model(config, model_path, device)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora.rank > 0:
+        model = add_lora(model, config.lora)
+    return CausalLMPolicy(config, model, tokenizer, device, model_path)
+
+
+CONFIG_CLASS = CausalLMPolicyConfig
+
+__all__ = ["CONFIG_CLASS", "CausalLMPolicy", "CausalLMPolicyConfig", "LoRAConfig", "build_policy"]
