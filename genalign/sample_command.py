@@ -152,14 +152,18 @@ def distinct_rows(rows: list[dict[str, Any]], count: int) -> list[dict[str, Any]
 
 def sample_rows(config: TrainConfig, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rows to sample for, checked before any model loads."""
-    family = config.policy.family
+    from genalign.policies import family_traits
+
+    traits = family_traits(config.policy)
     for flag in ("num", "num_prompts", "fps"):
         if getattr(args, flag) < 1:
             raise SampleArgumentError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give at least 1.")
-    if family == "flow" and not args.out:
+    if traits.media_samples and not args.out:
         raise SampleArgumentError("this policy produces images or videos; pass --out FOLDER to write them.")
-    if args.image and family != "vlm":
-        raise SampleArgumentError(f"--image is for vision-language policies; policy.family is {family!r}.")
+    if args.image and not traits.image_inputs:
+        raise SampleArgumentError(
+            f"--image is for policies that take images; policy.family is {config.policy.family!r}."
+        )
     if args.image and not args.prompt:
         raise SampleArgumentError("--image goes with --prompt; without --prompt the held-out rows bring their images.")
     for image in args.image:

@@ -1,4 +1,6 @@
-"""docs/extending.md: every Python block runs, in order, in a fresh process (its registrations stay out of this one)."""
+"""docs/extending.md: every block headed ``# file: PATH`` is written to that path in a fresh folder, and every other
+Python block runs, in order, in a fresh process with that folder on the path (its registrations stay out of this
+one)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "extending.md"
+FILE_HEADER = re.compile(r"# file: (\S+)\n")
 
 
-def test_the_extending_page_examples_run():
-    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
-    assert len(blocks) >= 5, "the page lost its examples"
-    script = "\n\n".join(blocks)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+def page_blocks() -> tuple[dict[str, str], list[str]]:
+    """``({path: source}, [script blocks])`` of the page's Python blocks."""
+    files, script = {}, []
+    for block in re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S):
+        header = FILE_HEADER.match(block)
+        if header:
+            files[header.group(1)] = block
+        else:
+            script.append(block)
+    return files, script
+
+
+def test_the_extending_page_examples_run(tmp_path):
+    files, script = page_blocks()
+    assert {"letters/signals.py", "letters/family.py", "my_methods/calm_credit.py"} <= set(files)
+    assert "my_methods/running_baseline.py" in files and len(script) >= 5, "the page lost its examples"
+    for relative, source in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").touch()
+        path.write_text(source)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", "\n\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_the_signal_example_touches_no_trainer_file():
+    files, _ = page_blocks()
+    for source in (files["letters/signals.py"], files["letters/family.py"], files["my_methods/calm_credit.py"]):
+        assert "genalign.trainer" not in source

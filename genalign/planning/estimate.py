@@ -100,21 +100,31 @@ class MemoryPlan:
         return self.peak <= self.gpu_memory_gb * GB and not self.problems
 
 
-def build_workload(config, gpus: int, gpu_memory_bytes: float) -> Workload:
-    """The family's :class:`Workload` of ``config`` on ``gpus`` processes."""
-    from genalign.planning.dlm_workload import dlm_workload
-    from genalign.planning.flow_workload import flow_workload
-    from genalign.planning.lm_workloads import token_workload
+#: memory model (a family's ``traits.workload``) -> ``"module:function"`` building its :class:`Workload` from
+#: ``(config, shape, gpu_memory_bytes)``; imported when used
+WORKLOADS: dict[str, str] = {
+    "token": "genalign.planning.lm_workloads:text_workload",
+    "vision_token": "genalign.planning.lm_workloads:vision_workload",
+    "masked_diffusion": "genalign.planning.dlm_workload:dlm_workload",
+    "flow": "genalign.planning.flow_workload:flow_workload",
+}
 
-    shape = batch_shape(config, gpus)
-    family = config.policy.family
-    if family in ("causal_lm", "vlm"):
-        return token_workload(config, shape, gpu_memory_bytes, vlm=family == "vlm")
-    if family == "diffusion_lm":
-        return dlm_workload(config, shape, gpu_memory_bytes)
-    if family == "flow":
-        return flow_workload(config, shape, gpu_memory_bytes)
-    raise ValueError(f"policy.family = {family!r}: genalign plan knows causal_lm, vlm, diffusion_lm and flow.")
+
+def build_workload(config, gpus: int, gpu_memory_bytes: float) -> Workload:
+    """The :class:`Workload` of ``config`` on ``gpus`` processes: the memory model its family's traits name."""
+    import importlib
+
+    from genalign.policies import family_traits
+
+    kind = family_traits(config.policy).workload
+    if kind not in WORKLOADS:
+        raise ValueError(
+            f"policy.family = {config.policy.family!r} declares no memory model genalign plan knows (traits.workload "
+            f"= {kind!r}; known: {', '.join(WORKLOADS)}); give the family config class a traits.workload, or add "
+            "its model to genalign.planning.estimate.WORKLOADS."
+        )
+    module, _, function = WORKLOADS[kind].partition(":")
+    return getattr(importlib.import_module(module), function)(config, batch_shape(config, gpus), gpu_memory_bytes)
 
 
 def _compute_itemsize(config, param: torch.Tensor) -> int:

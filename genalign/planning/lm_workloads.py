@@ -193,6 +193,18 @@ __all__ = [
     "build_token_model",
     "kl_needed",
     "kv_cache_bytes",
+    "text_workload",
     "token_workload",
     "traced_pass",
+    "vision_workload",
 ]
+
+
+def text_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workload:
+    """The :class:`Workload` of a text-only autoregressive policy (``traits.workload = "token"``)."""
+    return token_workload(config, shape, gpu_memory_bytes, vlm=False)
+
+
+def vision_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workload:
+    """The :class:`Workload` of a vision-language policy (``traits.workload = "vision_token"``)."""
+    return token_workload(config, shape, gpu_memory_bytes, vlm=True)

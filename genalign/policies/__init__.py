@@ -12,7 +12,15 @@ from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from genalign.policies.base import Policy, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import (
+    FamilyTraits,
+    Policy,
+    PolicyCapabilities,
+    Rollout,
+    RolloutRequest,
+    ScoreOutput,
+    ScoreRequest,
+)
 from genalign.registry import UnknownOptionError, did_you_mean
 
 #: family name -> module defining ``CONFIG_CLASS`` and ``build_policy(config, device) -> Policy``.
@@ -49,8 +57,20 @@ def load_family(name: str) -> ModuleType | SimpleNamespace:
     return importlib.import_module(FAMILY_MODULES[name])
 
 
+def family_traits(policy_config: Any) -> FamilyTraits:
+    """The :class:`FamilyTraits` a family config class declares (``traits``); a family registered without them gets
+    the defaults (no planner workload, text samples, a transformers export folder)."""
+    return getattr(type(policy_config), "traits", None) or FamilyTraits()
+
+
+def traits_of_family(name: str) -> FamilyTraits:
+    """The :class:`FamilyTraits` of policy family ``name`` (imports the family's module)."""
+    return getattr(load_family(name).CONFIG_CLASS, "traits", None) or FamilyTraits()
+
+
 __all__ = [
     "FAMILY_MODULES",
+    "FamilyTraits",
     "Policy",
     "PolicyCapabilities",
     "Rollout",
@@ -58,6 +78,8 @@ __all__ = [
     "ScoreOutput",
     "ScoreRequest",
     "family_names",
+    "family_traits",
     "load_family",
     "register_family",
+    "traits_of_family",
 ]

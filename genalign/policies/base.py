@@ -59,6 +59,37 @@ RewardProbe = Callable[[list[dict[str, Any]], list[Any]], Tensor]
 
 
 @dataclass(frozen=True)
+class FamilyTraits:
+    """What the layers above the policy (the planner, export, ``genalign sample``, the dashboard) need to know about a
+    family, as data: a family config class declares them as its ``traits`` class attribute, and those layers read them
+    instead of comparing family names (:func:`genalign.policies.family_traits`).
+
+    Attributes:
+        workload: the memory model ``genalign plan`` builds (a key of
+            :data:`genalign.planning.estimate.WORKLOADS`: ``token``, ``vision_token``, ``masked_diffusion``,
+            ``flow``), or None when the planner has none for the family.
+        media_samples: samples are images or videos (written to files) rather than text.
+        image_inputs: dataset rows may carry input images (``genalign sample --image``).
+        export_format: the folder ``genalign export`` writes (a key of :data:`genalign.export.command.WRITERS`:
+            ``token_lm`` for a transformers folder, ``diffusers`` for a diffusers pipeline folder).
+        suggested_lora_rank: the LoRA rank the planner suggests for a full fine-tuning config that does not fit.
+        suggest_checkpointing: the planner may suggest ``policy.gradient_checkpointing=true``.
+        sample_batch_field: the policy field that bounds the samples generated per forward (halved by the planner's
+            suggestions), or None.
+        action_unit: what one trained action of a sample is, for the dashboard's length panel.
+    """
+
+    workload: str | None = None
+    media_samples: bool = False
+    image_inputs: bool = False
+    export_format: str = "token_lm"
+    suggested_lora_rank: int = 64
+    suggest_checkpointing: bool = True
+    sample_batch_field: str | None = None
+    action_unit: str = "actions per sample"
+
+
+@dataclass(frozen=True)
 class PolicyCapabilities:
     """What a family (with its configured options) can supply; checked against the algorithm's needs at config load.
 

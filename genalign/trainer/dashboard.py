@@ -154,10 +154,14 @@ def reward_names(metrics: list[dict[str, Any]], evals: list[dict[str, Any]], inf
 
 
 def _length_title(family: str | None) -> str:
-    if family == "flow":
-        return "trained denoising steps per sample"
-    if family in ("causal_lm", "vlm", "diffusion_lm"):
-        return "completion length (tokens)"
+    """The length panel's title: what one trained action of the family is (its traits' ``action_unit``)."""
+    if family is not None:
+        from genalign.policies import traits_of_family
+
+        try:
+            return traits_of_family(family).action_unit
+        except (KeyError, ValueError, ImportError):  # a family this installation does not know
+            pass
     return "completion length (actions per sample)"
 
 

@@ -4,10 +4,10 @@ its likelihood proxy and the optional trainable decoding policy (:mod:`genalign.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from genalign.algorithms.options import Option, check_hyperparameters
-from genalign.policies.base import PolicyCapabilities
+from genalign.policies.base import FamilyTraits, PolicyCapabilities
 from genalign.policies.dlm import DECODING_POLICIES
 from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
 from genalign.policies.lm.core import AttnImplementation, LoRAConfig, lora_reference_mode, token_capabilities
@@ -17,6 +17,14 @@ from genalign.schedulers.masked_diffusion import check_generation_args
 @dataclass
 class DiffusionLMPolicyConfig:
     """A masked diffusion LM, its sampler and its likelihood proxy."""
+
+    #: no checkpointing suggestion: the diffusion-LM presets are planned without it (planning/depth.py)
+    traits: ClassVar[FamilyTraits] = FamilyTraits(
+        workload="masked_diffusion",
+        suggested_lora_rank=128,
+        suggest_checkpointing=False,
+        action_unit="completion length (tokens)",
+    )
 
     family: Literal["diffusion_lm"] = field(default="diffusion_lm", metadata={"help": "Policy family."})
     model: str = field(

@@ -8,9 +8,9 @@ samples and scores. :meth:`FlowPolicyConfig.capabilities` declares what its roll
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from genalign.policies.base import PolicyCapabilities
+from genalign.policies.base import FamilyTraits, PolicyCapabilities
 from genalign.policies.lora_options import ALL_LINEAR, check_lora_init
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
@@ -190,6 +190,15 @@ class NoiseSearchConfig:
 @dataclass
 class FlowPolicyConfig:
     """Flow-matching text-to-image / text-to-video policy."""
+
+    traits: ClassVar[FamilyTraits] = FamilyTraits(
+        workload="flow",
+        media_samples=True,
+        export_format="diffusers",
+        suggested_lora_rank=32,
+        sample_batch_field="sample_batch_size",
+        action_unit="trained denoising steps per sample",
+    )
 
     family: Literal["flow"] = field(default="flow", metadata={"help": "Policy family (selects this schema)."})
     model: str = field(

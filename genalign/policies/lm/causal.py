@@ -26,14 +26,14 @@ so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scor
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from genalign.algorithms.structure import PrefixTree
 from genalign.assets import model_location
-from genalign.policies.base import PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import FamilyTraits, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.core import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
@@ -77,6 +77,8 @@ from genalign.policies.lm.trees import LMTreeConfig, sample_tree_group
 @dataclass
 class CausalLMPolicyConfig:
     """A causal LM policy: model, prompt rendering, sampling, scoring, LoRA and reference model."""
+
+    traits: ClassVar[FamilyTraits] = FamilyTraits(workload="token", action_unit="completion length (tokens)")
 
     family: Literal["causal_lm"] = field(default="causal_lm", metadata={"help": "Policy family."})
     model: str = field(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from genalign.policies.base import PolicyCapabilities
+from genalign.policies.base import FamilyTraits, PolicyCapabilities
 from genalign.policies.lm.core import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
@@ -23,6 +23,13 @@ VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_fr
 @dataclass
 class VLMPolicyConfig:
     """Configuration of the vision-language policy (``policy.family: vlm``)."""
+
+    traits: ClassVar[FamilyTraits] = FamilyTraits(
+        workload="vision_token",
+        image_inputs=True,
+        sample_batch_field="rollout_batch_size",
+        action_unit="completion length (tokens)",
+    )
 
     family: Literal["vlm"] = field(default="vlm", metadata={"help": "Model family; selects this adapter."})
     model: str = field(
