@@ -48,9 +48,9 @@ def small_sd3(directory: Path, *, num_layers: int = 4, num_heads: int = 4, head_
     text encoders / VAE, saved as a diffusers folder."""
     from diffusers import SD3Transformer2DModel
 
-    from genalign.pipelines.tiny_models import tiny_sd3_pipeline
+    from genalign.pipelines.architectures.sd3 import SD3Architecture
 
-    pipe = tiny_sd3_pipeline()
+    pipe = SD3Architecture.tiny_pipeline()
     torch.manual_seed(0)
     pipe.transformer = SD3Transformer2DModel(
         sample_size=32,

@@ -22,7 +22,7 @@ import torch
 from diffusers.pipelines.pipeline_utils import DiffusionPipeline
 from torch import Tensor, nn
 
-from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
+from genalign.pipelines.architectures.base import FlowArchitecture, PromptEmbeddings, architecture_for
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import LogProbForm, LogProbReduction

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
+from genalign.pipelines.architectures import FlowArchitecture
 from genalign.pipelines.flow import denoise
-from genalign.pipelines.flow_models import FlowArchitecture
 from genalign.policies.flow import FlowPolicyConfig
 from genalign.policies.flow.config import TreeRolloutConfig
 from genalign.registry import UnknownOptionError

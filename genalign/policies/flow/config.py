@@ -12,6 +12,7 @@ from typing import Literal
 
 from genalign.policies.base import PolicyCapabilities
 from genalign.policies.lora_options import ALL_LINEAR, check_lora_init
+from genalign.registry import did_you_mean
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
 from genalign.schedulers.train_steps import TrainStepsConfig
@@ -195,8 +196,12 @@ class FlowPolicyConfig:
     model: str = field(
         default="", metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline."}
     )
-    architecture: Literal["auto", "sd3", "flux", "wan"] = field(
-        default="auto", metadata={"help": "Model family; 'auto' reads it from the pipeline class."}
+    architecture: str = field(
+        default="auto",
+        metadata={
+            "help": "Registered flow architecture (genalign.pipelines.architectures: sd3, flux, wan, ...); 'auto' "
+            "reads it from the pipeline class."
+        },
     )
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Weights dtype; latents and log-probs stay float32."}
@@ -321,6 +326,7 @@ class FlowPolicyConfig:
     def validate(self) -> None:
         if not self.model:
             raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
+        self._validate_architecture()
         SDE_DYNAMICS.get(self.dynamics)
         ODE_SOLVERS.get(self.ode_solver)
         if self.eval_ode_solver is not None:
@@ -363,6 +369,16 @@ class FlowPolicyConfig:
             raise ValueError(
                 f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
                 "rollouts need SDE log-probs; disable one of them."
+            )
+
+    def _validate_architecture(self) -> None:
+        from genalign.pipelines.architectures import FLOW_ARCHITECTURES
+
+        choices = ["auto", *FLOW_ARCHITECTURES.names()]
+        if self.architecture not in choices:
+            raise ValueError(
+                f"policy.architecture={self.architecture!r} is not a registered flow architecture; use one of "
+                f"{', '.join(choices)}.{did_you_mean(str(self.architecture), choices)}"
             )
 
     def _validate_exploration(self) -> None:

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from genalign.assets import model_location
+from genalign.pipelines.architectures.base import PromptEmbeddings, select_embeddings
 from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise
-from genalign.pipelines.flow_models import PromptEmbeddings, select_embeddings
 from genalign.policies.base import DTYPES
 from genalign.policies.flow.components import ParameterAverage, PromptEmbeddingCache
 from genalign.policies.flow.config import FlowPolicyConfig
