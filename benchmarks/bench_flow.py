@@ -143,7 +143,7 @@ def bench_training(
 ) -> Pair:
     """Training all steps (baseline) against a MixGRPO window: one training iteration of ``batch`` images."""
     from genalign import algorithms as alg
-    from genalign.policies.flow import FlowPolicyConfig, build_policy
+    from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
     from genalign.schedulers import TrainStepsConfig
 
     rows = [{"prompt": "two red circles"}, {"prompt": "a blue square"}][: max(1, min(2, batch // 2))]
@@ -157,7 +157,7 @@ def bench_training(
             num_steps=steps,
             guidance_scale=guidance,
             max_sequence_length=text_tokens,
-            lora_rank=8,
+            lora=flow_lora(rank=8),
             train_steps=train_steps,
             cfg_batching=cfg_batching,
         )

@@ -106,15 +106,9 @@ def _check_out(out: Path, *, overwrite: bool) -> None:
         raise ExportError(f"OUT {out}: the folder is not empty; give a new folder, or pass --overwrite to replace it.")
 
 
-def _lora_rank(policy_config: Any) -> int:
-    """The LoRA rank of a policy config (token families: ``policy.lora.rank``; flow: ``policy.lora_rank``)."""
-    lora = getattr(policy_config, "lora", None)
-    return lora.rank if lora is not None else policy_config.lora_rank
-
-
 def _check_options(policy_config: Any, *, merge_lora: bool, ema: bool) -> None:
     """``--merge-lora`` needs adapters, ``--ema`` an EMA of the weights (checked before any model loads)."""
-    if merge_lora and _lora_rank(policy_config) == 0:
+    if merge_lora and policy_config.lora.rank == 0:
         raise ExportError(
             "--merge-lora: this run trained every weight (no LoRA adapters), so there is nothing to merge; drop "
             "--merge-lora (the export is a full model anyway)."

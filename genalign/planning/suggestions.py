@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from genalign.planning.estimate import GB, MemoryPlan
 
 #: LoRA ranks suggested for full fine-tuning configs (the ranks the presets of each family use).
-SUGGESTED_LORA = {"causal_lm": "policy.lora.rank=64", "vlm": "policy.lora.rank=64",
-                  "diffusion_lm": "policy.lora.rank=128", "flow": "policy.lora_rank=32"}  # fmt: skip
+SUGGESTED_LORA_RANK = {"causal_lm": 64, "vlm": 64, "diffusion_lm": 128, "flow": 32}
 CHECKPOINTING_FAMILIES = ("causal_lm", "vlm", "flow")
 
 
@@ -40,9 +39,8 @@ def _candidates(config, gpus: int) -> list[tuple[tuple[str, ...], int]]:
         found.append((sharded, gpus))
     if not run.fsdp.cpu_offload:
         found.append(((*sharded, "run.fsdp.cpu_offload=true"), gpus))
-    full_finetuning = (policy.lora_rank if family == "flow" else policy.lora.rank) == 0
-    if full_finetuning:
-        found.append(((SUGGESTED_LORA[family],), gpus))
+    if policy.lora.rank == 0:
+        found.append(((f"policy.lora.rank={SUGGESTED_LORA_RANK[family]}",), gpus))
     if family in CHECKPOINTING_FAMILIES and not policy.gradient_checkpointing:
         found.append((("policy.gradient_checkpointing=true",), gpus))
     micro = config.algorithm.micro_batch_size
