@@ -4,7 +4,9 @@ Older configs wrote ``advantage: grpo`` with ``advantage_args: {eps: 1.0e-6}``, 
 arguments by name (``credit: [tree]`` with ``credit_args: {tree: {width_keep_fraction: 0.5}}``), and the keywords of
 the ratio level and of the clip form in ``objective_args``. Today an option carries its own hyper-parameters
 (``advantage: {name: grpo, eps: 1.0e-6}``, :mod:`genalign.config.core`). A schema field that took over an old key
-names it in its metadata (``"replaces"``); this module computes the new form from the old one:
+names it in its metadata (``"replaces"``). Older flow configs also wrote their LoRA options as flat keys
+(``policy.lora_rank: 32``), which the section ``policy.lora`` took over (metadata ``"absorbs"``: ``{old key: key in
+the section}``). This module computes the new form from the old one:
 
 * :func:`old_form_message`: a config (a user's YAML or overrides) that still has an old key is refused with the exact
   new form of each old key, computed from the config being loaded (``objective_args``: which keyword goes to the
