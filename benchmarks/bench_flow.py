@@ -48,9 +48,9 @@ def small_sd3(directory: Path, *, num_layers: int = 4, num_heads: int = 4, head_
     text encoders / VAE, saved as a diffusers folder."""
     from diffusers import SD3Transformer2DModel
 
-    from genalign.pipelines.tiny_models import tiny_sd3_pipeline
+    from genalign.pipelines.architectures.sd3 import SD3Architecture
 
-    pipe = tiny_sd3_pipeline()
+    pipe = SD3Architecture.tiny_pipeline()
     torch.manual_seed(0)
     pipe.transformer = SD3Transformer2DModel(
         sample_size=32,
@@ -143,7 +143,7 @@ def bench_training(
 ) -> Pair:
     """Training all steps (baseline) against a MixGRPO window: one training iteration of ``batch`` images."""
     from genalign import algorithms as alg
-    from genalign.policies.flow import FlowPolicyConfig, build_policy
+    from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
     from genalign.schedulers import TrainStepsConfig
 
     rows = [{"prompt": "two red circles"}, {"prompt": "a blue square"}][: max(1, min(2, batch // 2))]
@@ -157,7 +157,7 @@ def bench_training(
             num_steps=steps,
             guidance_scale=guidance,
             max_sequence_length=text_tokens,
-            lora_rank=8,
+            lora=flow_lora(rank=8),
             train_steps=train_steps,
             cfg_batching=cfg_batching,
         )

@@ -48,6 +48,7 @@ from genalign.policies.flow import (  # noqa: E402
     LikelihoodFreeConfig,
     TreeRolloutConfig,
     build_policy,
+    flow_lora,
 )
 from genalign.schedulers import TrainStepsConfig  # noqa: E402
 from genalign.schedulers.branching import TreePlan  # noqa: E402
@@ -171,7 +172,7 @@ def eval_reward(policy, rows: list[dict[str, Any]], reward_fn, seed: int = 123) 
 def base_config(model: str, size: int, steps: int, max_sequence_length: int = 16, **overrides) -> FlowPolicyConfig:
     values = dict(
         model=model, height=size, width=size, num_steps=steps, eval_num_steps=steps, guidance_scale=4.5,
-        max_sequence_length=max_sequence_length, lora_rank=8, lora_alpha=8.0, seed=0,
+        max_sequence_length=max_sequence_length, lora=flow_lora(rank=8, alpha=8.0), seed=0,
     )  # fmt: skip
     return FlowPolicyConfig(**(values | overrides))
 

@@ -64,10 +64,10 @@ LM_OVERRIDES = {
               "algorithm.micro_batch_size=4", "algorithm.kl_coef=0.01"],
 }  # fmt: skip
 FLOW_OVERRIDES = {
-    "full": ["policy.height=48", "policy.width=48", "policy.lora_rank=0", "policy.sample_batch_size=8",
+    "full": ["policy.height=48", "policy.width=48", "policy.lora.rank=0", "policy.sample_batch_size=8",
              "algorithm.group_size=4", "algorithm.prompts_per_step=4", "algorithm.micro_batch_size=4",
              "policy.train_steps.fraction=0.3"],
-    "smoke": ["policy.height=16", "policy.width=16", "policy.lora_rank=0", "policy.sample_batch_size=4",
+    "smoke": ["policy.height=16", "policy.width=16", "policy.lora.rank=0", "policy.sample_batch_size=4",
               "algorithm.group_size=2", "algorithm.prompts_per_step=2", "algorithm.micro_batch_size=2",
               "policy.train_steps.fraction=0.2"],
 }  # fmt: skip

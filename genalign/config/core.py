@@ -13,8 +13,11 @@ e.g. ``credit: [tree, {name: noise_aware_steps}]``. Saved configs (:func:`to_dic
 hyper-parameters as its bare name. An override reaches an option's keyword through its field, and a list item through
 its index: ``algorithm.clip.eps_high=0.28``, ``algorithm.credit.0.width_keep_fraction=0.5`` (an option given as a bare
 name, or not given at all, becomes the mapping form with that name or the field's default). A field whose metadata
-holds ``"replaces"`` names the key of an older form (a separate ``*_args`` mapping); a config that still has that key
-is refused with the new form computed from it (:mod:`genalign.config.migrate`).
+holds ``"replaces"`` names the key of an older form (a separate ``*_args`` mapping), and one whose metadata holds
+``"absorbs"`` maps older flat keys into its section (``lora_rank`` -> ``lora.rank``); a config that still has such a
+key is refused with the new form computed from it (:mod:`genalign.config.migrate`). A nested section whose field
+default is an instance with its own values (the flow family's ``policy.lora``: rank 32) keeps those for the keys a
+config leaves out.
 
 Numbers must be finite: ``inf`` and ``nan`` are refused in every ``float`` field (a field that can be unlimited or
 switched off takes ``null``). YAML is read with a safe loader that also refuses a key written twice in one mapping
@@ -24,6 +27,7 @@ a file that is not UTF-8 is a :class:`ConfigError` naming the file and the line.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -175,14 +179,15 @@ def _integer_hint(value: Any) -> str:
     return ""
 
 
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
-    """Build dataclass ``cls`` from ``data``, strictly; ``where`` is the dotted path used in messages."""
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "", defaults: T | None = None) -> T:
+    """Build dataclass ``cls`` from ``data``, strictly; ``where`` is the dotted path used in messages; ``defaults``:
+    an instance whose values the keys ``data`` leaves out take (else the class's defaults)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}.")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = get_type_hints(cls)
     unknown = [k for k in data if k not in fields]
-    if any(f.metadata.get("replaces") in data for f in fields.values()):  # a key of the older form
+    if any(_old_keys(f) & data.keys() for f in fields.values()):  # a key of the older form
         from genalign.config.migrate import old_form_message
 
         raise ConfigError(old_form_message(cls, data, where))
@@ -198,7 +203,10 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
         path = f"{where}.{name}" if where else name
         resolve: Callable[[Any, str], type] | None = fields[name].metadata.get("resolve")
         tp = resolve(value, path) if resolve is not None else hints[name]
-        kwargs[name] = _convert(value, tp, path)
+        section = _section_default(fields[name], tp, value)
+        kwargs[name] = _convert(value, tp, path) if section is None else from_dict(_non_null(tp), value, path, section)
+    if defaults is not None:
+        kwargs |= {n: copy.deepcopy(getattr(defaults, n)) for n in fields if n not in kwargs}
     missing = [
         n
         for n, f in fields.items()
@@ -219,6 +227,22 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
         except ValueError as err:
             raise ConfigError(f"{where or cls.__name__}: {err}") from None
     return obj
+
+
+def _old_keys(f: dataclasses.Field) -> set[str]:
+    """Keys of an older form that field ``f`` took over (metadata ``replaces`` and ``absorbs``)."""
+    return {k for k in [f.metadata.get("replaces"), *f.metadata.get("absorbs", {})] if k}
+
+
+def _section_default(f: dataclasses.Field, tp: Any, value: Any) -> Any:
+    """For a nested section given as a mapping: the field's default instance when its factory is not the bare class
+    (a family's own defaults, e.g. the flow family's ``policy.lora``), so the keys left out keep those; else None."""
+    tp = _non_null(tp)
+    plain = not (isinstance(value, dict) and dataclasses.is_dataclass(tp)) or tp is Option
+    if plain or f.metadata.get("resolve") is not None or f.default_factory in (dataclasses.MISSING, tp):
+        return None
+    default = f.default_factory()
+    return default if isinstance(default, tp) else None
 
 
 def to_dict(obj: Any) -> Any:

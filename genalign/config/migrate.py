@@ -4,7 +4,9 @@ Older configs wrote ``advantage: grpo`` with ``advantage_args: {eps: 1.0e-6}``, 
 arguments by name (``credit: [tree]`` with ``credit_args: {tree: {width_keep_fraction: 0.5}}``), and the keywords of
 the ratio level and of the clip form in ``objective_args``. Today an option carries its own hyper-parameters
 (``advantage: {name: grpo, eps: 1.0e-6}``, :mod:`genalign.config.core`). A schema field that took over an old key
-names it in its metadata (``"replaces"``); this module computes the new form from the old one:
+names it in its metadata (``"replaces"``). Older flow configs also wrote their LoRA options as flat keys
+(``policy.lora_rank: 32``), which the section ``policy.lora`` took over (metadata ``"absorbs"``: ``{old key: key in
+the section}``). This module computes the new form from the old one:
 
 * :func:`old_form_message`: a config (a user's YAML or overrides) that still has an old key is refused with the exact
   new form of each old key, computed from the config being loaded (``objective_args``: which keyword goes to the
@@ -37,6 +39,7 @@ class Move:
     new: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     complete: bool = True  # every argument found its option (else the old key stays and the message says why)
+    text: str = ""  # the message's sentence, when it is not the option form's
 
 
 def replaced_keys(cls: type) -> dict[str, str]:
@@ -77,6 +80,8 @@ def plan_moves(cls: type, data: dict[str, Any], where: str = "") -> list[Move]:
                 move.new[name] = _written(option, args, move.old_value)
         work.update(move.new)
         moves.append(move)
+    for name, f in fields.items():
+        moves += _absorb_flat_keys(name, f, work, prefix)
     return moves
 
 
@@ -85,6 +90,9 @@ def old_form_message(cls: type, data: dict[str, Any], where: str) -> str:
     prefix = f"{where}." if where else ""
     sentences = []
     for move in plan_moves(cls, data, where):
+        if move.text:
+            sentences.append(move.text)
+            continue
         writes = " and ".join(f"{prefix}{name}: {yaml_text(value)}" for name, value in move.new.items())
         text = f"{prefix}{move.old_key} = {yaml_text(move.old_value)} was replaced by the option form"
         text += f": write {writes}" if writes else ""
@@ -173,6 +181,26 @@ def _default_aggregation(objective: str | None) -> str:
 
     declared = alg.OBJECTIVES.meta(objective).get("aggregation") if objective in alg.OBJECTIVES else None
     return declared or "token_mean"
+
+
+def _absorb_flat_keys(name: str, f: dataclasses.Field, work: dict[str, Any], prefix: str) -> list[Move]:
+    """Flat keys of an older form that the section ``name`` took over (field metadata ``"absorbs"``: ``{old key: key
+    in the section}``), e.g. ``lora_rank: 8`` -> ``lora: {rank: 8}``. Each move's ``new`` holds the whole section so
+    far, started from the field's default (a saved config then compares equal to the current one on resume)."""
+    moves = []
+    for old, key in (f.metadata.get("absorbs") or {}).items():
+        if old not in work:
+            continue
+        section = work.get(name)
+        if not isinstance(section, dict):
+            default = _default(f)
+            section = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else {}
+        value = work.pop(old)
+        text = (f"{prefix}{old} = {yaml_text(value)} moved into the section {prefix}{name}: write {prefix}{name}: "
+                f"{{{key}: {yaml_text(value)}}} (as an override: {prefix}{name}.{key}={yaml_text(value)}).")  # fmt: skip
+        work[name] = {**section, key: value}
+        moves.append(Move(old, value, new={name: work[name]}, text=text))
+    return moves
 
 
 def _move_list_args(name: str, default: Any, work: dict[str, Any], move: Move, prefix: str) -> None:

@@ -106,15 +106,9 @@ def _check_out(out: Path, *, overwrite: bool) -> None:
         raise ExportError(f"OUT {out}: the folder is not empty; give a new folder, or pass --overwrite to replace it.")
 
 
-def _lora_rank(policy_config: Any) -> int:
-    """The LoRA rank of a policy config (token families: ``policy.lora.rank``; flow: ``policy.lora_rank``)."""
-    lora = getattr(policy_config, "lora", None)
-    return lora.rank if lora is not None else policy_config.lora_rank
-
-
 def _check_options(policy_config: Any, *, merge_lora: bool, ema: bool) -> None:
     """``--merge-lora`` needs adapters, ``--ema`` an EMA of the weights (checked before any model loads)."""
-    if merge_lora and _lora_rank(policy_config) == 0:
+    if merge_lora and policy_config.lora.rank == 0:
         raise ExportError(
             "--merge-lora: this run trained every weight (no LoRA adapters), so there is nothing to merge; drop "
             "--merge-lora (the export is a full model anyway)."
@@ -147,7 +141,7 @@ def _write_atomically(
     tmp.mkdir()
     try:
         with torch.no_grad(), policy.evaluation_weights() if ema else nullcontext():
-            written = _writer(policy)(policy, tmp, merge_lora=merge_lora, dtype=target_dtype)
+            written = _writer(config.policy)(policy, tmp, merge_lora=merge_lora, dtype=target_dtype)
         if out.exists():
             out.rename(aside)
         tmp.rename(out)
@@ -160,13 +154,18 @@ def _write_atomically(
     return written, out
 
 
-def _writer(policy: Any) -> Callable[..., str]:
-    """The family's folder writer: :func:`~genalign.export.token_lm.write_token_lm` or
-    :func:`~genalign.export.flow.write_flow`."""
-    if policy.family == "flow":
-        from genalign.export.flow import write_flow
+#: a family's ``traits.export_format`` -> ``"module:function"`` writing its standard folder
+WRITERS: dict[str, str] = {
+    "token_lm": "genalign.export.token_lm:write_token_lm",
+    "diffusers": "genalign.export.flow:write_flow",
+}
 
-        return write_flow
-    from genalign.export.token_lm import write_token_lm
 
-    return write_token_lm
+def _writer(policy_config: Any) -> Callable[..., str]:
+    """The folder writer of the family's export format (:data:`WRITERS`)."""
+    import importlib
+
+    from genalign.policies import family_traits
+
+    module, _, function = WRITERS[family_traits(policy_config).export_format].partition(":")
+    return getattr(importlib.import_module(module), function)

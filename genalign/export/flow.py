@@ -3,7 +3,7 @@
 * LoRA kept (default): ``pytorch_lora_weights.safetensors`` with the adapter's peft config in its header, written by
   :meth:`genalign.policies.flow.model.FlowModel.save`, so ``pipe.load_lora_weights(folder)`` on the base pipeline
   rebuilds the trained scale ``alpha / rank``;
-* LoRA merged (``merge_lora``) or every weight trained (``policy.lora_rank = 0``): the whole pipeline (transformer with
+* LoRA merged (``merge_lora``) or every weight trained (``policy.lora.rank = 0``): the whole pipeline (transformer with
   the adapters fused into its weights, scheduler, VAE, text encoders, tokenizers) through ``pipe.save_pretrained``,
   loadable with ``DiffusionPipeline.from_pretrained(folder)``.
 
@@ -30,13 +30,13 @@ def write_flow(policy: FlowPolicy, out: Path, *, merge_lora: bool, dtype: torch.
     model, config = policy.model, policy.config
     pipe = model.sampler.pipe
     base = model_location(config.model, marker="model_index.json")
-    if config.lora_rank > 0 and not merge_lora:
+    if config.lora.rank > 0 and not merge_lora:
         if dtype is not None:
             model.transformer.to(dtype)
         model.save(out)
         _write_card(out, base, config.model, lora=True, absent=_absent_components(Path(base)))
-        return f"diffusers LoRA file (rank {config.lora_rank}) for {base}"
-    if config.lora_rank > 0:
+        return f"diffusers LoRA file (rank {config.lora.rank}) for {base}"
+    if config.lora.rank > 0:
         model.transformer.fuse_lora()  # W + scale * B @ A in the weights' dtype (float32 when merging)
         model.transformer.unload_lora()
     if dtype is not None:
@@ -47,7 +47,7 @@ def write_flow(policy: FlowPolicy, out: Path, *, merge_lora: bool, dtype: torch.
             pipe.vae.to(torch.float32)
     pipe.save_pretrained(str(out))
     _write_card(out, base, config.model, lora=False, absent=_absent_components(out))
-    merged = ", LoRA merged" if config.lora_rank > 0 else ""
+    merged = ", LoRA merged" if config.lora.rank > 0 else ""
     return f"diffusers pipeline ({type(pipe).__name__}{merged})"
 
 

@@ -1,5 +1,6 @@
 """End-to-end generation with per-step log-probabilities for concrete model classes, usable without training."""
 
+from genalign.pipelines.architectures import FLOW_ARCHITECTURES, FlowArchitecture, architecture_for
 from genalign.pipelines.flow import (
     FlowGenerationOutput,
     FlowLogProbPipeline,
@@ -8,7 +9,6 @@ from genalign.pipelines.flow import (
     denoise,
     ode_complete,
 )
-from genalign.pipelines.flow_models import FLOW_ARCHITECTURES, FlowArchitecture, architecture_for
 from genalign.pipelines.flow_tree import TreeTrajectory, denoise_tree
 
 __all__ = [

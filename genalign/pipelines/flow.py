@@ -22,7 +22,7 @@ import torch
 from diffusers.pipelines.pipeline_utils import DiffusionPipeline
 from torch import Tensor, nn
 
-from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, architecture_for
+from genalign.pipelines.architectures.base import FlowArchitecture, PromptEmbeddings, architecture_for
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import LogProbForm, LogProbReduction
@@ -250,7 +250,7 @@ class FlowLogProbPipeline:
 
     Args:
         pipe: a loaded ``StableDiffusion3Pipeline``, ``FluxPipeline`` or ``WanPipeline``.
-        architecture: ``"auto"`` (from the pipeline class) or ``"sd3"`` / ``"flux"`` / ``"wan"``.
+        architecture: ``"auto"`` (from the pipeline class) or a name of :data:`~genalign.pipelines.architectures.FLOW_ARCHITECTURES`.
         dynamics, noise_level, log_prob_reduction, log_prob_form: defaults of the :class:`FlowSDEScheduler` built from the
             pipeline's own sigma schedule.
     """

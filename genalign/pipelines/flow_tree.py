@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from genalign.pipelines.architectures.base import FlowArchitecture, PromptEmbeddings, repeat_embeddings
 from genalign.pipelines.flow import FlowTrajectory, check_finite, guided_velocity
-from genalign.pipelines.flow_models import FlowArchitecture, PromptEmbeddings, repeat_embeddings
 from genalign.schedulers.branching import TreePlan
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 

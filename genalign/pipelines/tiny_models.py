@@ -1,28 +1,17 @@
-"""Tiny SD3 / FLUX / Wan pipelines built from configs, for tests, benchmarks and smoke runs (no download).
+"""Shared pieces of the tiny flow pipelines built from configs, for tests, benchmarks and smoke runs (no download).
 
-The models have random weights and the real diffusers architectures (``SD3Transformer2DModel``,
-``FluxTransformer2DModel``, ``WanTransformer3DModel`` with CLIP / T5 / UMT5 text encoders and ``AutoencoderKL`` /
-``AutoencoderKLWan``), at sizes close to diffusers' own fast-test configurations. Tokenizers are word-level
-``PreTrainedTokenizerFast`` objects built in memory, so nothing is fetched from a hub.
+Each architecture builds its own tiny pipeline (``FlowArchitecture.tiny_pipeline`` in
+:mod:`genalign.pipelines.architectures`) from these pieces: CLIP / T5 / UMT5 text encoders and an image
+``AutoencoderKL`` with random weights, at sizes close to diffusers' own fast-test configurations, and word-level
+``PreTrainedTokenizerFast`` tokenizers built in memory, so nothing is fetched from a hub.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import torch
-from diffusers import (
-    AutoencoderKL,
-    AutoencoderKLWan,
-    FlowMatchEulerDiscreteScheduler,
-    FluxPipeline,
-    FluxTransformer2DModel,
-    StableDiffusion3Pipeline,
-    WanPipeline,
-    WanTransformer3DModel,
-)
-from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+from diffusers import AutoencoderKL
 from transformers import (
     CLIPTextConfig,
     CLIPTextModel,
@@ -33,8 +22,6 @@ from transformers import (
     UMT5Config,
     UMT5EncoderModel,
 )
-
-TinyArchitecture = Literal["sd3", "flux", "wan"]
 
 _WORDS = [
     "a",
@@ -97,7 +84,8 @@ def word_tokenizer(*, max_length: int = 16, extra_words: list[str] | None = None
     )
 
 
-def _clip(hidden: int, *, projection: bool, seed: int) -> CLIPTextModel:
+def tiny_clip(hidden: int, *, projection: bool, seed: int) -> CLIPTextModel:
+    """A CLIP text encoder of width ``hidden`` (with the pooled projection: ``CLIPTextModelWithProjection``)."""
     config = CLIPTextConfig(
         bos_token_id=0,
         eos_token_id=2,
@@ -115,13 +103,15 @@ def _clip(hidden: int, *, projection: bool, seed: int) -> CLIPTextModel:
     return CLIPTextModelWithProjection(config) if projection else CLIPTextModel(config)
 
 
-def _t5(d_model: int, *, umt5: bool, seed: int) -> T5EncoderModel:
+def tiny_t5(d_model: int, *, umt5: bool, seed: int) -> T5EncoderModel:
+    """A T5 (or UMT5) encoder of width ``d_model``."""
     kwargs = dict(vocab_size=64, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, pad_token_id=1)
     torch.manual_seed(seed)
     return UMT5EncoderModel(UMT5Config(**kwargs)) if umt5 else T5EncoderModel(T5Config(**kwargs))
 
 
-def _image_vae(latent_channels: int, *, seed: int) -> AutoencoderKL:
+def tiny_image_vae(latent_channels: int, *, seed: int) -> AutoencoderKL:
+    """An image ``AutoencoderKL`` with one level (latent = image size) and SD3's scaling and shift factors."""
     torch.manual_seed(seed)
     return AutoencoderKL(
         sample_size=32,
@@ -138,100 +128,12 @@ def _image_vae(latent_channels: int, *, seed: int) -> AutoencoderKL:
     )
 
 
-def tiny_sd3_pipeline(seed: int = 0) -> StableDiffusion3Pipeline:
-    """SD3 with one transformer layer, two tiny CLIP encoders and a tiny T5 (images 8-32 px, latent = image size)."""
-    torch.manual_seed(seed)
-    from diffusers import SD3Transformer2DModel
+def save_tiny_pipeline(architecture: str, directory: str | Path, *, seed: int = 0) -> Path:
+    """Build the tiny pipeline of the registered ``architecture`` and write it as a diffusers folder; returns the
+    folder."""
+    from genalign.pipelines.architectures import FLOW_ARCHITECTURES
 
-    transformer = SD3Transformer2DModel(
-        sample_size=32,
-        patch_size=1,
-        in_channels=4,
-        num_layers=1,
-        attention_head_dim=8,
-        num_attention_heads=4,
-        caption_projection_dim=32,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        out_channels=4,
-    )
-    return StableDiffusion3Pipeline(
-        transformer=transformer,
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=_image_vae(4, seed=seed),
-        text_encoder=_clip(16, projection=True, seed=seed + 1),
-        tokenizer=word_tokenizer(),
-        text_encoder_2=_clip(16, projection=True, seed=seed + 2),
-        tokenizer_2=word_tokenizer(),
-        text_encoder_3=_t5(32, umt5=False, seed=seed + 3),
-        tokenizer_3=word_tokenizer(),
-    )
-
-
-def tiny_flux_pipeline(seed: int = 0) -> FluxPipeline:
-    """FLUX.1 with one double and one single block, guidance embedding, CLIP + T5 (packed 2x2 latents)."""
-    torch.manual_seed(seed)
-    transformer = FluxTransformer2DModel(
-        patch_size=1,
-        in_channels=4,
-        num_layers=1,
-        num_single_layers=1,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        guidance_embeds=True,
-        axes_dims_rope=(4, 4, 8),
-    )
-    return FluxPipeline(
-        transformer=transformer,
-        scheduler=FlowMatchEulerDiscreteScheduler(),
-        vae=_image_vae(1, seed=seed),
-        text_encoder=_clip(32, projection=False, seed=seed + 1),
-        tokenizer=word_tokenizer(),
-        text_encoder_2=_t5(32, umt5=False, seed=seed + 2),
-        tokenizer_2=word_tokenizer(),
-    )
-
-
-def tiny_wan_pipeline(seed: int = 0) -> WanPipeline:
-    """Wan2.1 text-to-video with two transformer layers, a tiny UMT5 and a tiny 3D VAE (16 px, 5 or 9 frames)."""
-    torch.manual_seed(seed)
-    transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=32,
-    )
-    torch.manual_seed(seed)
-    vae = AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    )
-    return WanPipeline(
-        transformer=transformer,
-        vae=vae,
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
-        text_encoder=_t5(32, umt5=True, seed=seed + 1),
-        tokenizer=word_tokenizer(),
-    )
-
-
-TINY_BUILDERS = {"sd3": tiny_sd3_pipeline, "flux": tiny_flux_pipeline, "wan": tiny_wan_pipeline}
-
-
-def save_tiny_pipeline(architecture: TinyArchitecture, directory: str | Path, *, seed: int = 0) -> Path:
-    """Build the tiny pipeline of ``architecture`` and write it as a diffusers folder; returns the folder."""
-    if architecture not in TINY_BUILDERS:
-        raise ValueError(f"architecture={architecture!r} has no tiny builder; use one of {sorted(TINY_BUILDERS)}.")
-    pipe: DiffusionPipeline = TINY_BUILDERS[architecture](seed)
+    pipe = FLOW_ARCHITECTURES.get(architecture).tiny_pipeline(seed)
     directory = Path(directory)
     pipe.save_pretrained(directory)
     return directory

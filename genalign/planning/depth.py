@@ -37,23 +37,29 @@ def _text_config(config: dict) -> dict:
     return config.get("text_config", config)
 
 
+def _flow_architecture(spec: ComponentSpec):
+    """The flow architecture whose transformer ``spec`` is (None for every other model)."""
+    if spec.library != "diffusers":
+        return None
+    from genalign.pipelines.architectures import architecture_of_transformer
+
+    return architecture_of_transformer(spec.class_name)
+
+
 def block_counts(spec: ComponentSpec) -> dict[str, int] | None:
     """Blocks of each kind of ``spec`` (None when the planner has no depth knob for its class)."""
     config = spec.config
     if spec.library == "transformers" and "num_hidden_layers" in _text_config(config):
         return {"layers": _text_config(config)["num_hidden_layers"]}
-    if spec.class_name == "SD3Transformer2DModel":
-        dual = len(config.get("dual_attention_layers") or ())
-        return {"dual": dual, "joint": config["num_layers"] - dual}
-    if spec.class_name == "FluxTransformer2DModel":
-        return {"double": config["num_layers"], "single": config["num_single_layers"]}
-    if spec.class_name == "WanTransformer3DModel":
-        return {"blocks": config["num_layers"]}
-    return None
+    architecture = _flow_architecture(spec)
+    return None if architecture is None else architecture.block_counts(config)
 
 
 def with_block_counts(spec: ComponentSpec, counts: dict[str, int]) -> ComponentSpec:
     """``spec`` with ``counts`` blocks of each kind (per-layer lists such as ``layer_types`` cut to match)."""
+    architecture = _flow_architecture(spec)
+    if architecture is not None:
+        return ComponentSpec(spec.library, spec.class_name, architecture.with_block_counts(spec.config, counts))
     config = copy.deepcopy(spec.config)
     if "layers" in counts:
         text = _text_config(config)
@@ -64,13 +70,6 @@ def with_block_counts(spec: ComponentSpec, counts: dict[str, int]) -> ComponentS
                 text[key] = value[: counts["layers"]]
         if "max_window_layers" in text:
             text["max_window_layers"] = min(text["max_window_layers"], counts["layers"])
-    elif spec.class_name == "SD3Transformer2DModel":
-        config["num_layers"] = counts["dual"] + counts["joint"]
-        config["dual_attention_layers"] = list(range(counts["dual"]))
-    elif spec.class_name == "FluxTransformer2DModel":
-        config["num_layers"], config["num_single_layers"] = counts["double"], counts["single"]
-    else:
-        config["num_layers"] = counts["blocks"]
     return ComponentSpec(spec.library, spec.class_name, config)
 
 

@@ -56,9 +56,8 @@ def build_dlm_model(policy_cfg, spec: ComponentSpec) -> nn.Module:
 
     model = build_on_meta(spec, DTYPES[policy_cfg.dtype])
     if policy_cfg.lora.rank > 0:
-        task_type = "CAUSAL_LM" if policy_cfg.architecture == "bidirectional_causal_lm" else None
         with init_empty_weights(include_buffers=True):
-            model = add_lora(model, policy_cfg.lora, task_type=task_type)
+            model = add_lora(model, policy_cfg.lora, task_type=policy_cfg.lora_task_type())
     return model
 
 

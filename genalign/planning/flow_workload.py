@@ -1,4 +1,5 @@
-"""Workload of the flow-matching family (``flow``): SD3 / FLUX / Wan pipelines.
+"""Workload of the flow-matching family (``flow``): the pipelines of every registered flow architecture
+(:mod:`genalign.pipelines.architectures`), whose shapes it asks the architecture for.
 
 * Models: the pipeline's transformer (trainable weights added by the policy's own
   :func:`genalign.policies.flow.model.add_trainable_weights`: LoRA in float32, or every weight), and the frozen text
@@ -19,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from genalign.pipelines.architectures.base import FlowArchitecture
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds
 from genalign.planning.lm_workloads import DTYPES, traced_pass
@@ -48,57 +50,38 @@ def steps_with_gradient(policy_cfg, micro_batch: int) -> int:
     return min(steps, micro_batch * per_sample) if strategy.strategy == "random_subset" else per_sample
 
 
-def architecture_name(policy_cfg, pipeline_class: str | None) -> str:
-    """``policy.architecture``, or the registered architecture of the pipeline class for ``auto``."""
-    from genalign.pipelines.flow_models import FLOW_ARCHITECTURES
-
-    if policy_cfg.architecture != "auto":
-        return policy_cfg.architecture
-    for name in FLOW_ARCHITECTURES.names():
-        if pipeline_class in FLOW_ARCHITECTURES.get(name).pipeline_classes:
-            return name
-    raise ValueError(f"policy.architecture = 'auto' but pipeline class {pipeline_class!r} is not sd3 / flux / wan.")
-
-
-def latent_shape(arch: str, transformer: nn.Module, vae: nn.Module, policy_cfg, batch: int) -> tuple[int, ...]:
-    """Latents of ``batch`` samples as ``FlowArchitecture.initial_latents`` makes them (deliberate copy of its shape
-    arithmetic, which needs a loaded pipeline; keep in sync with genalign/pipelines/flow_models.py)."""
-    channels, height, width = transformer.config.in_channels, policy_cfg.height, policy_cfg.width
-    if arch == "wan":
-        spatial, temporal = 2 ** len(vae.config.temperal_downsample), 2 ** sum(vae.config.temperal_downsample)
-        frames = (policy_cfg.num_frames - 1) // temporal + 1
-        return (batch, channels, frames, height // spatial, width // spatial)
-    scale = 2 ** (len(vae.config.block_out_channels) - 1)
-    if arch == "flux":
-        h, w = 2 * (height // (scale * 2)), 2 * (width // (scale * 2))
-        return (batch, (h // 2) * (w // 2), channels)
-    return (batch, channels, height // scale, width // scale)
+def latent_shape(arch: type[FlowArchitecture], transformer: nn.Module, vae: nn.Module, policy_cfg, batch: int):
+    """Latents of ``batch`` samples, as ``arch.initial_latents`` makes them (``arch.latent_shape`` of the configs)."""
+    return arch.latent_shape(
+        transformer.config,
+        vae.config,
+        height=policy_cfg.height,
+        width=policy_cfg.width,
+        num_frames=policy_cfg.num_frames,
+        batch=batch,
+    )
 
 
-def text_embeddings(arch: str, transformer: nn.Module, frozen: dict[str, nn.Module], policy_cfg, batch: int):
+def text_embeddings(arch: type[FlowArchitecture], transformer, frozen: dict[str, nn.Module], policy_cfg, batch: int):
     """Meta prompt embeddings ``{keyword: [batch, ...]}`` of the shapes the pipeline's ``encode_prompt`` returns."""
-    config, dtype, seq = transformer.config, next(transformer.parameters()).dtype, policy_cfg.max_sequence_length
-    if arch == "wan":
-        return {"encoder_hidden_states": torch.zeros(batch, seq, config.text_dim, dtype=dtype, device=META)}
-    if arch == "sd3":
-        seq += frozen["text_encoder"].config.max_position_embeddings  # CLIP tokens, then T5 (zeros without T5)
-    return {
-        "encoder_hidden_states": torch.zeros(batch, seq, config.joint_attention_dim, dtype=dtype, device=META),
-        "pooled_projections": torch.zeros(batch, config.pooled_projection_dim, dtype=dtype, device=META),
-    }
+    dtype = next(transformer.parameters()).dtype
+    configs = {role: module.config for role, module in frozen.items()}
+    shapes = arch.text_embedding_shapes(
+        transformer.config, configs, max_sequence_length=policy_cfg.max_sequence_length, batch=batch
+    )
+    return {keyword: torch.zeros(shape, dtype=dtype, device=META) for keyword, shape in shapes.items()}
 
 
-def build_transformer(policy_cfg, spec: ComponentSpec, arch: str) -> nn.Module:
+def build_transformer(policy_cfg, spec: ComponentSpec, arch: type[FlowArchitecture]) -> nn.Module:
     """The transformer (``spec``, possibly with fewer blocks) on meta with the policy's trainable weights and
     gradient checkpointing."""
     from accelerate import init_empty_weights
 
-    from genalign.pipelines.flow_models import FLOW_ARCHITECTURES
     from genalign.policies.flow.model import add_trainable_weights
 
     transformer = build_on_meta(spec, DTYPES[policy_cfg.dtype]).requires_grad_(False)
     with init_empty_weights(include_buffers=True):
-        add_trainable_weights(transformer, policy_cfg, FLOW_ARCHITECTURES.get(arch).lora_target_modules)
+        add_trainable_weights(transformer, policy_cfg, arch.lora_target_modules)
     if policy_cfg.gradient_checkpointing:
         transformer.enable_gradient_checkpointing()
     return transformer
@@ -113,22 +96,16 @@ def build_frozen(policy_cfg, components: dict[str, ComponentSpec]) -> dict[str, 
     return frozen
 
 
-def _velocity(arch: str, transformer: nn.Module, frozen: dict[str, nn.Module], policy_cfg, batch: int):
-    from genalign.pipelines.flow_models import FLOW_ARCHITECTURES
-
+def _velocity(arch: type[FlowArchitecture], transformer: nn.Module, frozen: dict[str, nn.Module], policy_cfg, batch):
     latents = torch.zeros(latent_shape(arch, transformer, frozen["vae"], policy_cfg, batch), device=META)
     embeds = text_embeddings(arch, transformer, frozen, policy_cfg, batch)
     timestep = torch.zeros(batch, device=META)
-    helper = FLOW_ARCHITECTURES.get(arch)()
-    return helper.velocity(transformer, latents, timestep, embeds, guidance=policy_cfg.guidance_scale)
+    return arch().velocity(transformer, latents, timestep, embeds, guidance=policy_cfg.guidance_scale)
 
 
-def _decode(arch: str, transformer: nn.Module, vae: nn.Module, policy_cfg, batch: int):
+def _decode(arch: type[FlowArchitecture], transformer: nn.Module, vae: nn.Module, policy_cfg, batch: int):
     latents = torch.zeros(latent_shape(arch, transformer, vae, policy_cfg, batch), dtype=vae.dtype, device=META)
-    if arch == "flux":  # unpacked to [B, C, h, w] before decoding
-        scale = 2 ** (len(vae.config.block_out_channels) - 1)
-        h, w = 2 * (policy_cfg.height // (scale * 2)), 2 * (policy_cfg.width // (scale * 2))
-        latents = latents.new_zeros(batch, transformer.config.in_channels // 4, h, w)
+    latents = arch.latents_for_decode(latents, vae.config, height=policy_cfg.height, width=policy_cfg.width)
     return vae.decode(latents, return_dict=False)[0]
 
 
@@ -152,12 +129,12 @@ def _stored_rollout_bytes(arch, transformer, frozen, policy_cfg, shape: BatchSha
 
 def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workload:
     """The :class:`Workload` of a ``flow`` config (module docstring)."""
-    from genalign.pipelines.flow_models import FLOW_ARCHITECTURES
+    from genalign.pipelines.architectures import FLOW_ARCHITECTURES, architecture_name
 
     del gpu_memory_bytes
     policy_cfg, micro = config.policy, shape.micro_batch
     published = resolve_model_spec(policy_cfg.model)
-    arch = architecture_name(policy_cfg, published.pipeline_class)
+    arch = FLOW_ARCHITECTURES.get(architecture_name(policy_cfg.architecture, published.pipeline_class))
     spec = published.components["transformer"]
     frozen = build_frozen(policy_cfg, {r: c for r, c in published.components.items() if r != "transformer"})
 
@@ -177,7 +154,7 @@ def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workloa
     denoise, _ = traced_pass(spec, build, velocity(batch), backward=False)
     decode = trace_peak(lambda: _decode(arch, workload.policy, frozen["vae"], policy_cfg, batch), backward=False)
     workload.rollout = max(denoise, decode, key=lambda p: p.peak)
-    cfg_branch = FLOW_ARCHITECTURES.get(arch).uses_true_cfg and policy_cfg.guidance_scale != 1.0
+    cfg_branch = arch.uses_true_cfg and policy_cfg.guidance_scale != 1.0
     workload.rollout_storage = _stored_rollout_bytes(arch, workload.policy, frozen, policy_cfg, shape, cfg_branch)
     workload.assumptions += [
         f"update micro-batch: {micro} samples x {steps} transformer forward(s) with gradient before one backward; "

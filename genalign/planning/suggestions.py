@@ -12,11 +12,6 @@ from dataclasses import dataclass
 
 from genalign.planning.estimate import GB, MemoryPlan
 
-#: LoRA ranks suggested for full fine-tuning configs (the ranks the presets of each family use).
-SUGGESTED_LORA = {"causal_lm": "policy.lora.rank=64", "vlm": "policy.lora.rank=64",
-                  "diffusion_lm": "policy.lora.rank=128", "flow": "policy.lora_rank=32"}  # fmt: skip
-CHECKPOINTING_FAMILIES = ("causal_lm", "vlm", "flow")
-
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -30,7 +25,10 @@ class Suggestion:
 
 
 def _candidates(config, gpus: int) -> list[tuple[tuple[str, ...], int]]:
-    run, family, policy = config.run, config.policy.family, config.policy
+    from genalign.policies import family_traits
+
+    run, policy = config.run, config.policy
+    traits = family_traits(policy)  # the LoRA rank its presets use, its checkpointing knob, its sampling batch
     found: list[tuple[tuple[str, ...], int]] = []
     strategy = run.distributed if run.distributed != "auto" else ("none" if gpus == 1 else "ddp")
     sharded = ("run.distributed=fsdp",) if strategy != "fsdp" else ()
@@ -40,15 +38,14 @@ def _candidates(config, gpus: int) -> list[tuple[tuple[str, ...], int]]:
         found.append((sharded, gpus))
     if not run.fsdp.cpu_offload:
         found.append(((*sharded, "run.fsdp.cpu_offload=true"), gpus))
-    full_finetuning = (policy.lora_rank if family == "flow" else policy.lora.rank) == 0
-    if full_finetuning:
-        found.append(((SUGGESTED_LORA[family],), gpus))
-    if family in CHECKPOINTING_FAMILIES and not policy.gradient_checkpointing:
+    if policy.lora.rank == 0:
+        found.append(((f"policy.lora.rank={traits.suggested_lora_rank}",), gpus))
+    if traits.suggest_checkpointing and not policy.gradient_checkpointing:
         found.append((("policy.gradient_checkpointing=true",), gpus))
     micro = config.algorithm.micro_batch_size
     if micro > 1:
         found.append(((f"algorithm.micro_batch_size={max(1, micro // 2)}",), gpus))
-    batch_field = {"vlm": "rollout_batch_size", "flow": "sample_batch_size"}.get(family)
+    batch_field = traits.sample_batch_field
     if batch_field and getattr(policy, batch_field) > 1:
         found.append(((f"policy.{batch_field}={getattr(policy, batch_field) // 2}",), gpus))
     return found

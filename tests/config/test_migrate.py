@@ -237,3 +237,65 @@ def test_a_checkpoint_of_an_older_version_resumes_with_the_new_form(tmp_path):
     with pytest.raises(RunDirectoryError, match=r"algorithm.advantage.name = 'grpo', this run has .* = 'rloo'"):
         check_resume_compatible(saved, resumed, allowed=[])
     check_resume_compatible(saved, resumed, allowed=["algorithm.advantage"])
+
+
+# ---- the flow family's flat LoRA keys (policy.lora_rank ...) moved into policy.lora -----------------------------------
+FLAT_LORA = {"lora_rank": 8, "lora_alpha": 16.0, "lora_target_modules": None, "lora_use_dora": False,
+             "lora_use_rslora": True, "lora_init_weights": "gaussian"}  # fmt: skip
+
+
+def flow_config(output_dir: Path) -> dict[str, Any]:
+    import tests.policies.contract_reward  # noqa: F401  (registers the reward)
+    from tests.policies.contract_cases import case_config
+
+    return case_config("flow_sde", str(output_dir))
+
+
+def test_a_flat_lora_key_is_refused_with_its_place_in_the_lora_section(tmp_path):
+    config = flow_config(tmp_path / "run")
+    del config["policy"]["lora"]
+    config["policy"] |= {"lora_rank": 8, "lora_alpha": 16.0}
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path / "c.yaml", config))
+    assert str(err.value) == (
+        "policy.lora_rank = 8 moved into the section policy.lora: write policy.lora: {rank: 8} (as an override: "
+        "policy.lora.rank=8). policy.lora_alpha = 16.0 moved into the section policy.lora: write policy.lora: "
+        "{alpha: 16.0} (as an override: policy.lora.alpha=16.0)."
+    )
+    del config["policy"]["lora_rank"], config["policy"]["lora_alpha"]
+    with pytest.raises(ConfigError, match=r"write policy.lora: \{use_dora: true\} \(as an override: "
+                                          r"policy.lora.use_dora=true\)\.$"):  # fmt: skip
+        load_config(write(tmp_path / "c.yaml", config), ["policy.lora_use_dora=true"])
+
+
+def test_a_partial_lora_section_keeps_the_flow_defaults(tmp_path):
+    from genalign.policies.flow import flow_lora
+
+    config = flow_config(tmp_path / "run")
+    del config["policy"]["lora"]
+    path = write(tmp_path / "c.yaml", config)
+    assert load_config(path).policy.lora == flow_lora()  # rank 32, alpha 64, the architecture's projections
+    assert load_config(path, ["policy.lora.rank=8"]).policy.lora == flow_lora(rank=8)
+    assert load_config(path, ["policy.lora.use_rslora=true"]).policy.lora == flow_lora(use_rslora=True)
+
+
+def test_a_flow_run_config_with_flat_lora_keys_is_read_and_resumed_in_the_new_form(tmp_path, capsys):
+    from genalign.policies.flow import flow_lora
+
+    run = tmp_path / "run"
+    old = to_dict(from_dict(TrainConfig, flow_config(run)))
+    del old["policy"]["lora"]
+    old["policy"] |= FLAT_LORA
+    saved = write(run / "config.yaml", old)
+    (run / "metrics.jsonl").write_text("")
+    expected = flow_lora(rank=8, alpha=16.0, use_rslora=True, init_lora_weights="gaussian")
+    assert load_config(saved).policy.lora == expected
+    assert "policy.lora_rank -> policy.lora" in capsys.readouterr().err
+    checkpoint = write(run / "checkpoints" / "step-2" / "config.yaml", old).parent
+    current = flow_config(run)
+    current["policy"]["lora"] = {"rank": 8, "alpha": 16.0, "use_rslora": True, "init_lora_weights": "gaussian"}
+    resumed = to_dict(load_config(write(tmp_path / "c.yaml", current)))
+    check_resume_compatible(checkpoint_config(checkpoint), resumed, allowed=[])
+    resumed["policy"]["lora"]["rank"] = 4
+    with pytest.raises(RunDirectoryError, match=r"policy.lora = "):
+        check_resume_compatible(checkpoint_config(checkpoint), resumed, allowed=[])

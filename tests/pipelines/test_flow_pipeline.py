@@ -7,8 +7,8 @@ from diffusers import DiffusionPipeline
 from PIL import Image
 
 from genalign.pipelines import FlowLogProbPipeline, NonFiniteLatentsError
+from genalign.pipelines.architectures import FlowArchitecture
 from genalign.pipelines.flow import denoise, guided_velocity
-from genalign.pipelines.flow_models import FlowArchitecture
 
 SIZE = {"sd3": {}, "flux": {}, "wan": {"num_frames": 5}}
 
@@ -152,9 +152,9 @@ def test_bad_inputs_are_named(tiny_model_dirs, tmp_path):
 def test_sd3_without_t5_encoder_pads_with_zero_tokens(tmp_path):
     from diffusers import StableDiffusion3Pipeline
 
-    from genalign.pipelines.tiny_models import tiny_sd3_pipeline
+    from genalign.pipelines.architectures.sd3 import SD3Architecture
 
-    components = dict(tiny_sd3_pipeline().components) | {"text_encoder_3": None, "tokenizer_3": None}
+    components = dict(SD3Architecture.tiny_pipeline().components) | {"text_encoder_3": None, "tokenizer_3": None}
     StableDiffusion3Pipeline(**components).save_pretrained(tmp_path / "sd3_no_t5")
     pipe = FlowLogProbPipeline.from_pretrained(tmp_path / "sd3_no_t5")
     out = pipe(
@@ -166,8 +166,8 @@ def test_sd3_without_t5_encoder_pads_with_zero_tokens(tmp_path):
 def test_wan_unipc_flow_shift_becomes_the_flow_sigma_shift():
     from diffusers import UniPCMultistepScheduler
 
-    from genalign.pipelines.tiny_models import tiny_wan_pipeline
+    from genalign.pipelines.architectures.wan import WanArchitecture
 
-    pipe = tiny_wan_pipeline()
+    pipe = WanArchitecture.tiny_pipeline()
     pipe.scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
     assert FlowLogProbPipeline(pipe).scheduler.config.shift == 3.0

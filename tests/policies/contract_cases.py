@@ -30,8 +30,8 @@ COMMON: dict[str, Any] = {
 LM_ALGORITHM = {"group_size": 4, "prompts_per_step": 2, "micro_batch_size": 4, "inner_epochs": 2, "minibatches": 2}
 FLOW_POLICY = {
     "family": "flow", "model": "builtin:shapes-t2i-faded", "architecture": "sd3", "height": 32, "width": 32,
-    "num_steps": 4, "eval_num_steps": 2, "guidance_scale": 1.0, "max_sequence_length": 1, "lora_rank": 4,
-    "lora_alpha": 8.0, "ema_decay": 0.5, "sample_batch_size": 4,
+    "num_steps": 4, "eval_num_steps": 2, "guidance_scale": 1.0, "max_sequence_length": 1,
+    "lora": {"rank": 4, "alpha": 8.0}, "ema_decay": 0.5, "sample_batch_size": 4,
 }  # fmt: skip
 FLOW_ALGORITHM = {"group_size": 4, "prompts_per_step": 2, "micro_batch_size": 4, "inner_epochs": 2}
 

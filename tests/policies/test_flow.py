@@ -12,7 +12,7 @@ from genalign.algorithms import CREDIT_RULES, StepBatch, aggregate, compute_adva
 from genalign.pipelines import FlowLogProbPipeline
 from genalign.policies import load_family
 from genalign.policies.base import Policy, RolloutRequest, ScoreRequest
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 from genalign.schedulers import TrainStepsConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,8 +38,7 @@ def _config(model_dirs, architecture: str = "sd3", **overrides) -> FlowPolicyCon
         eval_num_steps=3,
         guidance_scale=3.0,
         max_sequence_length=8,
-        lora_rank=4,
-        lora_alpha=4.0,
+        lora=flow_lora(rank=4, alpha=4.0),
     )
     return FlowPolicyConfig(**(values | overrides))
 
@@ -254,8 +253,8 @@ def test_bad_inputs_are_named(model_dirs):
         FlowPolicyConfig().validate()
     with pytest.raises(ValueError, match=r"noise_level=-0\.1"):
         _config(model_dirs, noise_level=-0.1).validate()
-    full = build_policy(_config(model_dirs, lora_rank=0))
-    with pytest.raises(ValueError, match="lora_rank=0"):
+    full = build_policy(_config(model_dirs, lora=flow_lora(rank=0)))
+    with pytest.raises(ValueError, match=r"policy.lora.rank=0"):
         full.score(full.rollout(ROWS[:1], group_size=1), ScoreRequest.of(kl="k3"))
 
 
@@ -346,11 +345,11 @@ def test_state_dict_restores_generators_iteration_and_ema(model_dirs):
 
 
 def test_lora_options_reach_the_adapters(model_dirs):
-    policy = build_policy(_config(model_dirs, lora_alpha=8.0, lora_use_dora=True, lora_use_rslora=True))
+    policy = build_policy(_config(model_dirs, lora=flow_lora(rank=4, alpha=8.0, use_dora=True, use_rslora=True)))
     layers = [m for m in policy.model.transformer.modules() if hasattr(m, "lora_A")]
     assert layers and all("default" in m.lora_magnitude_vector for m in layers)  # DoRA
     assert all(m.scaling["default"] == 8.0 / 4**0.5 for m in layers)  # rsLoRA: alpha / sqrt(rank)
-    everything = build_policy(_config(model_dirs, lora_target_modules=["all-linear"]))
+    everything = build_policy(_config(model_dirs, lora=flow_lora(rank=4, alpha=4.0, target_modules=["all-linear"])))
     transformer = everything.model.transformer
     adapted = {name for name, m in transformer.named_modules() if hasattr(m, "lora_A")}
     wrapped = {f"{name}.{child}" for name in adapted for child, _ in transformer.get_submodule(name).named_modules()}
@@ -361,15 +360,17 @@ def test_lora_options_reach_the_adapters(model_dirs):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"lora_init_weights": "pissa"}, r"policy.lora_init_weights='pissa' is not a LoRA initialisation"),
-        ({"lora_init_weights": "orthogonal", "lora_rank": 3}, r"'orthogonal' needs an even LoRA rank"),
-        ({"lora_target_modules": ["all-linear", "to_q"]}, r"policy.lora_target_modules=\['all-linear', 'to_q'\]"),
-        ({"lora_alpha": 0}, r"policy.lora_alpha=0.0 must be > 0"),
-        ({"lora_rank": 0, "lora_use_dora": True}, r"have no effect with policy.lora_rank=0"),
+        ({"init_lora_weights": "pissa"}, r"policy.lora.init_lora_weights='pissa' is not a LoRA initialisation"),
+        ({"init_lora_weights": "orthogonal", "rank": 3}, r"'orthogonal' needs an even LoRA rank"),
+        ({"target_modules": ["all-linear", "to_q"]}, r"policy.lora.target_modules=\['all-linear', 'to_q'\] mixes"),
+        ({"alpha": 0}, r"policy.lora.alpha=0.0 must be > 0"),
+        ({"rank": 0, "use_dora": True}, r"policy.lora.use_dora=True has no effect with policy.lora.rank=0"),
+        ({"dropout": 0.1}, r"policy.lora.dropout=0.1 is not supported here \(the flow family"),
+        ({"bias": "all"}, r"policy.lora.bias='all' is not supported here"),
     ],
 )
 def test_flow_lora_options_are_checked_at_config_load(overrides, message):
     from genalign.config.core import ConfigError, from_dict
 
     with pytest.raises(ConfigError, match=message):
-        from_dict(FlowPolicyConfig, {"family": "flow", "model": "some/folder"} | overrides, "policy")
+        from_dict(FlowPolicyConfig, {"family": "flow", "model": "some/folder", "lora": overrides}, "policy")

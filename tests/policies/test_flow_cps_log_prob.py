@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from genalign.policies.base import ScoreRequest
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
@@ -28,7 +28,7 @@ def model_dir(tmp_path_factory):
 def _policy(model_dir, form: str):
     config = FlowPolicyConfig(
         model=str(model_dir), height=16, width=16, num_steps=4, eval_num_steps=3, guidance_scale=1.0,
-        max_sequence_length=8, lora_rank=4, lora_alpha=4.0, dynamics="cps", noise_level=0.7, log_prob_form=form,
+        max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0), dynamics="cps", noise_level=0.7, log_prob_form=form,
     )  # fmt: skip
     return build_policy(config)
 

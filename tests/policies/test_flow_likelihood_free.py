@@ -9,7 +9,7 @@ import torch
 from genalign.algorithms import OBJECTIVES, StepBatch, policy_loss
 from genalign.algorithms.objectives import nft_loss, optimality_probability
 from genalign.policies.base import ScoreRequest
-from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, TreeRolloutConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, LikelihoodFreeConfig, TreeRolloutConfig, build_policy, flow_lora
 from genalign.policies.flow.scoring import FlowMatchingScorer, noised
 from genalign.policies.flow.stored import CLEAN
 
@@ -31,7 +31,7 @@ def sd3_dir(tmp_path_factory):
 def _policy(model_dir, method: str, **lf):
     config = FlowPolicyConfig(
         model=str(model_dir), height=16, width=16, num_steps=3, eval_num_steps=2, guidance_scale=3.0,
-        max_sequence_length=8, lora_rank=4, lora_alpha=4.0,
+        max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0),
         likelihood_free=LikelihoodFreeConfig(method=method, num_timesteps=2, **lf),
     )  # fmt: skip
     return build_policy(config)

@@ -9,7 +9,7 @@ import torch
 from genalign.algorithms import CREDIT_RULES, StepBatch
 from genalign.pipelines.flow import denoise
 from genalign.pipelines.flow_tree import denoise_tree
-from genalign.policies.flow import FlowPolicyConfig, TreeRolloutConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, TreeRolloutConfig, build_policy, flow_lora
 from genalign.schedulers.branching import TreePlan
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,8 +33,7 @@ def _config(model_dir, **overrides) -> FlowPolicyConfig:
         eval_num_steps=3,
         guidance_scale=3.0,
         max_sequence_length=8,
-        lora_rank=4,
-        lora_alpha=4.0,
+        lora=flow_lora(rank=4, alpha=4.0),
         tree=TreeRolloutConfig(enabled=True, split_steps=[0, 2], branching=2),
     )
     return FlowPolicyConfig(**(values | overrides))

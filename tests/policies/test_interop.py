@@ -31,12 +31,12 @@ def sd3_dir(tmp_path_factory):
     return save_tiny_pipeline("sd3", tmp_path_factory.mktemp("interop_sd3") / "sd3")
 
 
-def _flow_policy(sd3_dir, **overrides):
-    from genalign.policies.flow import FlowPolicyConfig
+def _flow_policy(sd3_dir, **lora_options):
+    from genalign.policies.flow import FlowPolicyConfig, flow_lora
     from genalign.policies.flow import build_policy as build_flow_policy
 
     values = dict(model=str(sd3_dir), height=16, width=16, num_steps=4, eval_num_steps=4, max_sequence_length=8)
-    policy = build_flow_policy(FlowPolicyConfig(**(values | dict(lora_rank=4, lora_alpha=16.0) | overrides)))
+    policy = build_flow_policy(FlowPolicyConfig(**values, lora=flow_lora(rank=4, alpha=16.0, **lora_options)))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # trained-looking adapters: B != 0, so the LoRA scale shows in every output
         for param in policy.trainable_parameters():
@@ -91,7 +91,7 @@ def test_diffusers_loads_the_flow_lora_at_the_trained_scale_and_generates_the_sa
 
 
 def test_dora_and_rslora_flow_adapters_load_into_diffusers_exactly(sd3_dir, tmp_path):
-    policy = _flow_policy(sd3_dir, lora_use_dora=True, lora_use_rslora=True)
+    policy = _flow_policy(sd3_dir, use_dora=True, use_rslora=True)
     policy.save(tmp_path / "lora")
     pipe = _diffusers_pipeline(sd3_dir, tmp_path / "lora")
     (loaded,) = pipe.transformer.peft_config.values()

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from genalign.pipelines.architectures import FlowArchitecture
 from genalign.pipelines.flow import denoise
-from genalign.pipelines.flow_models import FlowArchitecture
-from genalign.policies.flow import FlowPolicyConfig
+from genalign.policies.flow import FlowPolicyConfig, flow_lora
 from genalign.policies.flow.config import TreeRolloutConfig
 from genalign.registry import UnknownOptionError
 from genalign.schedulers import ODE_SOLVERS, FlowSDEScheduler
@@ -192,7 +192,7 @@ def test_policy_rollout_with_ab2_rescores_exactly_and_keeps_the_window(tmp_path)
     torch.set_num_threads(1)
     window = TrainStepsConfig(strategy="sliding_window", stochastic="trained", window_size=2, advance_every=1)
     values = dict(model=str(save_tiny_pipeline("sd3", tmp_path / "sd3")), height=16, width=16, num_steps=6,
-                  guidance_scale=3.0, max_sequence_length=8, lora_rank=4, lora_alpha=4.0, train_steps=window)  # fmt: skip
+                  guidance_scale=3.0, max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0), train_steps=window)  # fmt: skip
     rows = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
     rollouts = {}
     for solver in ("euler", "ab2"):
@@ -217,7 +217,7 @@ def test_evaluation_solver_can_differ_from_the_rollout_solver(tmp_path):
 
     torch.set_num_threads(1)
     values = dict(model=str(save_tiny_pipeline("sd3", tmp_path / "sd3")), height=16, width=16, num_steps=4,
-                  eval_num_steps=6, guidance_scale=1.0, max_sequence_length=8, lora_rank=4, lora_alpha=4.0)  # fmt: skip
+                  eval_num_steps=6, guidance_scale=1.0, max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0))  # fmt: skip
     rows = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
 
     def evaluation_images(**solvers: str) -> list[np.ndarray]:

@@ -164,6 +164,10 @@ class DiffusionLMPolicyConfig:
             self.block_length, steps_per_block, remasking=self.remasking, **decoding.args
         )
 
+    def lora_task_type(self) -> str | None:
+        """peft's ``task_type`` for the adapters: ``CAUSAL_LM`` for a causal body, none for a masked LM."""
+        return "CAUSAL_LM" if self.architecture == "bidirectional_causal_lm" else None
+
     def capabilities(self) -> PolicyCapabilities:
         """The KL unless ``reference='none'``; no token features; the rollout structure ``path_logp`` with a decoding
         policy (module docstring)."""

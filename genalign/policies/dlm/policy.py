@@ -395,8 +395,7 @@ def build_policy(config: DiffusionLMPolicyConfig, device: torch.device | str = "
     tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=config.architecture == "remote_code")
     model = _load_model(config, model_path, device)
     if config.lora.rank > 0:  # peft's causal-LM wrapper needs generate(), which masked and remote-code models lack
-        task_type = "CAUSAL_LM" if config.architecture == "bidirectional_causal_lm" else None
-        model = add_lora(model, config.lora, task_type=task_type)
+        model = add_lora(model, config.lora, task_type=config.lora_task_type())
     return DiffusionLMPolicy(config, model, tokenizer, device, model_path)
 
 

@@ -8,7 +8,13 @@ log-probs; flow-matching ELBO proxy and velocities), ``components`` (parameter a
 plans and the prefix tree of the leaves), ``dense`` (DenseGRPO step rewards), ``stored`` (what a rollout keeps).
 """
 
-from genalign.policies.flow.config import KL_ESTIMATORS, FlowPolicyConfig, LikelihoodFreeConfig, TreeRolloutConfig
+from genalign.policies.flow.config import (
+    KL_ESTIMATORS,
+    FlowPolicyConfig,
+    LikelihoodFreeConfig,
+    TreeRolloutConfig,
+    flow_lora,
+)
 from genalign.policies.flow.policy import FlowPolicy, build_policy
 
 CONFIG_CLASS = FlowPolicyConfig
@@ -21,4 +27,5 @@ __all__ = [
     "LikelihoodFreeConfig",
     "TreeRolloutConfig",
     "build_policy",
+    "flow_lora",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genalign.pipelines.flow_models import PromptEmbeddings
+from genalign.pipelines.architectures.base import PromptEmbeddings
 from genalign.policies.sharding import release_gathered
 
 

@@ -11,14 +11,32 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from genalign.policies.base import FamilyTraits, PolicyCapabilities
-from genalign.policies.lora_options import ALL_LINEAR, check_lora_init
+from genalign.policies.lora import LoRAConfig, LoRARules
+from genalign.registry import did_you_mean
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
 from genalign.schedulers.train_steps import TrainStepsConfig
 
-#: ``lora_init_weights`` values of the flow family (peft's names). PiSSA / OLoRA are left out: they rewrite the base
-#: weights, and the KL reference (and DiffusionNFT's old model) is the transformer with its adapters disabled.
-FLOW_LORA_INITS: tuple[bool | str, ...] = (True, False, "gaussian", "orthogonal")
+#: ``policy.lora`` of the flow family where the config does not set an option (the other options: LoRAConfig's).
+FLOW_LORA_DEFAULTS = {"rank": 32, "alpha": 64.0, "target_modules": None}
+
+
+def flow_lora(**options) -> LoRAConfig:
+    """``policy.lora`` of the flow family: ``options`` over :data:`FLOW_LORA_DEFAULTS` (e.g. ``flow_lora(rank=8)``)."""
+    return LoRAConfig(**(FLOW_LORA_DEFAULTS | options))
+
+
+#: What the flow family accepts of ``policy.lora``. PiSSA / OLoRA initialisation and trained biases are left out: the
+#: KL reference (and DiffusionNFT's old model) is the transformer with its adapters disabled; no dropout, so that
+#: rollout and re-scoring run the same function; the adapters are saved in diffusers' LoRA format (no
+#: modules_to_save).
+FLOW_LORA = LoRARules(
+    inits=(True, False, "gaussian", "orthogonal"),
+    unsupported=("dropout", "bias", "modules_to_save"),
+    unsupported_reason="the flow family trains adapters without dropout, on a base model its adapters-off reference "
+    "keeps intact, saved in diffusers' LoRA format",
+    null_targets="the architecture's attention projections",
+)
 
 #: Names accepted by ``ScoreRequest.kl_estimator``. A flow step is Gaussian with a shared std, so every name gives the
 #: closed-form KL in mean space, ``|mean - mean_ref|^2 / (2 std^2)`` (the exact KL the k1/k2/k3 estimators estimate).
@@ -204,8 +222,12 @@ class FlowPolicyConfig:
     model: str = field(
         default="", metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline."}
     )
-    architecture: Literal["auto", "sd3", "flux", "wan"] = field(
-        default="auto", metadata={"help": "Model family; 'auto' reads it from the pipeline class."}
+    architecture: str = field(
+        default="auto",
+        metadata={
+            "help": "Registered flow architecture (genalign.pipelines.architectures: sd3, flux, wan, ...); 'auto' "
+            "reads it from the pipeline class."
+        },
     )
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Weights dtype; latents and log-probs stay float32."}
@@ -275,29 +297,19 @@ class FlowPolicyConfig:
     noise_search: NoiseSearchConfig = field(
         default_factory=NoiseSearchConfig, metadata={"help": "Smart-GRPO search of the initial noise."}
     )
-    lora_rank: int = field(default=32, metadata={"help": "LoRA rank on attention projections; 0 trains all weights."})
-    lora_alpha: float = field(
-        default=64.0,
-        metadata={"help": "LoRA alpha: scale = alpha / rank (alpha / sqrt(rank) with rsLoRA); saved with the weights."},
-    )
-    lora_target_modules: list[str] | None = field(
-        default=None,
+    lora: LoRAConfig = field(
+        default_factory=lambda: flow_lora(),
         metadata={
-            "help": "Module names for LoRA (None = the architecture's attention projections; [all-linear] = every "
-            "linear layer of the transformer)."
-        },
-    )
-    lora_use_dora: bool = field(
-        default=False, metadata={"help": "DoRA: a trained magnitude vector per adapted layer (peft use_dora)."}
-    )
-    lora_use_rslora: bool = field(
-        default=False, metadata={"help": "Rank-stabilised LoRA: scale = alpha / sqrt(rank) (peft use_rslora)."}
-    )
-    lora_init_weights: bool | str = field(
-        default=True,
-        metadata={
-            "help": "Adapter initialisation (peft init_lora_weights): true (zero B), false (random, not a no-op), "
-            "gaussian or orthogonal (even rank)."
+            "help": "LoRA adapters of the transformer (rank 0 trains every weight); unset options keep the flow "
+            "defaults: rank 32, alpha 64, target_modules null (the architecture's attention projections).",
+            "absorbs": {
+                "lora_rank": "rank",
+                "lora_alpha": "alpha",
+                "lora_target_modules": "target_modules",
+                "lora_use_dora": "use_dora",
+                "lora_use_rslora": "use_rslora",
+                "lora_init_weights": "init_lora_weights",
+            },
         },
     )
     sample_batch_size: int = field(
@@ -330,6 +342,7 @@ class FlowPolicyConfig:
     def validate(self) -> None:
         if not self.model:
             raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
+        self._validate_architecture()
         SDE_DYNAMICS.get(self.dynamics)
         ODE_SOLVERS.get(self.ode_solver)
         if self.eval_ode_solver is not None:
@@ -347,23 +360,15 @@ class FlowPolicyConfig:
             raise ValueError(f"policy.sample_batch_size={self.sample_batch_size} must be >= 0 (0 = whole batch).")
         if self.noise_level < 0:
             raise ValueError(f"policy.noise_level={self.noise_level} must be >= 0.")
-        if self.lora_rank < 0:
-            raise ValueError(f"policy.lora_rank={self.lora_rank} must be >= 0 (0 = full fine-tuning).")
-        if self.lora_rank > 0:
-            self._validate_lora()
-        elif self.lora_use_dora or self.lora_use_rslora or self.lora_init_weights is not True:
-            raise ValueError(
-                "policy.lora_use_dora / lora_use_rslora / lora_init_weights have no effect with policy.lora_rank=0 "
-                "(every weight is trained); set lora_rank > 0 or remove them."
-            )
+        self.lora.validate(FLOW_LORA)
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"policy.ema_decay={self.ema_decay} must be in [0, 1) (0 disables EMA).")
         if not (isinstance(self.anchor_every, int) and self.anchor_every >= 0):
             raise ValueError(
                 f"policy.anchor_every={self.anchor_every!r} must be an integer >= 0 (0 = no moving anchor)."
             )
-        if self.dtype == "float16" and self.lora_rank == 0:
-            raise ValueError("policy.dtype='float16' with lora_rank=0 trains float16 weights; use bfloat16 or LoRA.")
+        if self.dtype == "float16" and self.lora.rank == 0:
+            raise ValueError("policy.dtype='float16' with lora.rank=0 trains float16 weights; use bfloat16 or LoRA.")
         self.train_steps.validate()
         self.tree.validate(self.num_steps)
         self.likelihood_free.validate()
@@ -372,6 +377,16 @@ class FlowPolicyConfig:
             raise ValueError(
                 f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
                 "rollouts need SDE log-probs; disable one of them."
+            )
+
+    def _validate_architecture(self) -> None:
+        from genalign.pipelines.architectures import FLOW_ARCHITECTURES
+
+        choices = ["auto", *FLOW_ARCHITECTURES.names()]
+        if self.architecture not in choices:
+            raise ValueError(
+                f"policy.architecture={self.architecture!r} is not a registered flow architecture; use one of "
+                f"{', '.join(choices)}.{did_you_mean(str(self.architecture), choices)}"
             )
 
     def _validate_exploration(self) -> None:
@@ -396,24 +411,11 @@ class FlowPolicyConfig:
                     "policy.likelihood_free or the option."
                 )
 
-    def _validate_lora(self) -> None:
-        if self.lora_alpha <= 0:
-            raise ValueError(f"policy.lora_alpha={self.lora_alpha} must be > 0 (e.g. 2 x lora_rank).")
-        targets = self.lora_target_modules
-        if targets is not None and (not targets or (ALL_LINEAR in targets and len(targets) > 1)):
-            raise ValueError(
-                f"policy.lora_target_modules={targets} must name modules, or be [{ALL_LINEAR}] alone, or null for the "
-                "architecture's attention projections."
-            )
-        check_lora_init(
-            self.lora_init_weights, rank=self.lora_rank, field="policy.lora_init_weights", allowed=FLOW_LORA_INITS
-        )
-
     def capabilities(self) -> PolicyCapabilities:
         """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the
         model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
         Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
-        kl = {"kl"} if self.lora_rank > 0 or self.anchor_every > 0 else set()
+        kl = {"kl"} if self.lora.rank > 0 or self.anchor_every > 0 else set()
         search = self.noise_search.enabled  # Smart-GRPO [152] ranks initial noises with the trainer's reward
         method = self.likelihood_free.method
         if method == "elbo":  # the rollout records the proxy through the scorer's code path

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from genalign.pipelines.architectures.base import select_embeddings
 from genalign.pipelines.flow import ode_complete
-from genalign.pipelines.flow_models import select_embeddings
 from genalign.policies.base import RewardProbe, Rollout
 from genalign.policies.flow import stored
 from genalign.policies.flow.model import FlowModel

@@ -13,12 +13,11 @@ import torch
 from torch import Tensor, nn
 
 from genalign.assets import model_location
+from genalign.pipelines.architectures.base import PromptEmbeddings, select_embeddings
 from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise
-from genalign.pipelines.flow_models import PromptEmbeddings, select_embeddings
 from genalign.policies.base import DTYPES
 from genalign.policies.flow.components import ParameterAverage, PromptEmbeddingCache
 from genalign.policies.flow.config import FlowPolicyConfig
-from genalign.policies.lora_options import ALL_LINEAR
 
 
 class FlowModel:
@@ -165,7 +164,7 @@ class FlowModel:
         ``directory/transformer``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if self.config.lora_rank == 0:
+        if self.config.lora.rank == 0:
             self.transformer.save_pretrained(directory / "transformer")
             return
         from peft.utils import get_peft_model_state_dict
@@ -181,7 +180,7 @@ class FlowModel:
         """Load weights written by :meth:`save` into the current adapter (or the full transformer); files with or
         without the adapter metadata (the weights are the same)."""
         directory = Path(directory)
-        if self.config.lora_rank == 0:
+        if self.config.lora.rank == 0:
             loaded = type(self.transformer).from_pretrained(directory / "transformer")
             self.transformer.load_state_dict(loaded.state_dict())
             return
@@ -215,22 +214,14 @@ class FlowModel:
 
 
 def add_trainable_weights(transformer: nn.Module, config: FlowPolicyConfig, default_targets: tuple[str, ...]) -> None:
-    """Make ``transformer``'s trained weights trainable: every weight (``lora_rank`` 0), or LoRA adapters in float32 on
-    ``config.lora_target_modules`` (None: ``default_targets``, the architecture's attention projections)."""
-    if config.lora_rank == 0:
+    """Make ``transformer``'s trained weights trainable: every weight (``policy.lora.rank`` 0), or LoRA adapters in
+    float32 on ``policy.lora.target_modules`` (None: ``default_targets``, the architecture's attention projections)."""
+    lora = config.lora
+    if lora.rank == 0:
         transformer.requires_grad_(True)
         return
     from diffusers.training_utils import cast_training_params
-    from peft import LoraConfig
 
-    targets = config.lora_target_modules or list(default_targets)
-    lora = LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
-        init_lora_weights=config.lora_init_weights,
-        use_dora=config.lora_use_dora,
-        use_rslora=config.lora_use_rslora,
-    )
-    transformer.add_adapter(lora)
+    targets = lora.target_modules if lora.target_modules is not None else list(default_targets)
+    transformer.add_adapter(lora.peft_config(target_modules=targets, task_type=None))
     cast_training_params(transformer, dtype=torch.float32)  # LoRA weights train in float32

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from genalign.pipelines.architectures.base import PromptEmbeddings, repeat_embeddings, select_embeddings
 from genalign.pipelines.flow import guided_velocity
-from genalign.pipelines.flow_models import PromptEmbeddings, repeat_embeddings, select_embeddings
 from genalign.policies.base import RewardProbe
 from genalign.policies.flow.config import NoiseSearchConfig
 from genalign.policies.flow.model import FlowModel

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from genalign.pipelines.architectures.base import repeat_embeddings, select_embeddings
 from genalign.pipelines.flow import concat_trajectories
-from genalign.pipelines.flow_models import repeat_embeddings, select_embeddings
 from genalign.pipelines.flow_tree import denoise_tree
 from genalign.policies.base import RewardProbe, Rollout
 from genalign.policies.flow import stored

@@ -34,9 +34,9 @@ def _check_kl(request: ScoreRequest, model: FlowModel) -> None:
     estimator = request.param("kl", "k3")
     if "kl" in request and estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator={estimator!r} is not supported by the flow policy; use one of {KL_ESTIMATORS}.")
-    if "kl" in request and model.config.lora_rank == 0 and model.anchor is None:
+    if "kl" in request and model.config.lora.rank == 0 and model.anchor is None:
         raise ValueError(
-            "KL needs a reference policy; with lora_rank=0 and no moving anchor there is none. Use LoRA, set "
+            "KL needs a reference policy; with policy.lora.rank=0 and no moving anchor there is none. Use LoRA, set "
             "policy.anchor_every > 0, or set the KL weight to 0."
         )
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from genalign.pipelines.flow_models import PromptEmbeddings
+from genalign.pipelines.architectures.base import PromptEmbeddings
 
 LATENTS, NOISE_LEVEL = "latents", "noise_level"
 CLEAN, SIGMAS, NOISE = "clean_latents", "fm_sigmas", "fm_noise"

@@ -3,7 +3,7 @@
 What every token-LM family has in common lives here once:
 
 * configuration pieces: the weight :data:`DTYPES` (defined in :mod:`genalign.policies.base`), :class:`LoRAConfig`
-  (defined in :mod:`genalign.policies.lm.lora`) and the reference it implies (:func:`lora_reference_mode`), the
+  (defined in :mod:`genalign.policies.lora`, shared with the flow family) and the reference it implies (:func:`lora_reference_mode`), the
   attention kernel (:data:`AttnImplementation`), the declared capabilities (:func:`token_capabilities`) and the
   sampler settings of autoregressive families (:func:`sampling_params`);
 * model plumbing: the end and pad tokens (:func:`end_and_pad_token_ids`), the eval-mode context (:func:`eval_mode`);
@@ -36,7 +36,7 @@ from genalign.algorithms.structure import PrefixTree, token_prefix_tree
 from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
 from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
-from genalign.policies.lm.lora import LoRAConfig, load_weights, save_weights
+from genalign.policies.lm.lora import load_weights, save_weights
 from genalign.policies.lm.reference import (
     ReferenceMode,
     ReferencePolicy,
@@ -45,6 +45,7 @@ from genalign.policies.lm.reference import (
     resolve_reference_mode,
 )
 from genalign.policies.lm.segments import SegmentBoundaries
+from genalign.policies.lora import TOKEN_LORA, LoRAConfig
 
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
 AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk_logp", "hidden"})
@@ -65,7 +66,7 @@ def attention_kwargs(attn_implementation: str | None) -> dict[str, str]:
 def lora_reference_mode(lora: LoRAConfig, reference: ReferenceMode) -> ResolvedReferenceMode:
     """Validate ``lora`` and resolve ``policy.reference`` against it (raises a ``ValueError`` naming the option):
     ``auto`` is the model with adapters disabled when that is the original model, else a frozen copy."""
-    lora.validate()
+    lora.validate(TOKEN_LORA)
     return resolve_reference_mode(reference, lora.rank > 0, adapters_off_is_base=lora.adapters_off_is_base)
 
 

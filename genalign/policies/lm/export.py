@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genalign.policies.lm.lora import ADAPTER_FILE, LoRAConfig
+from genalign.policies.lm.lora import ADAPTER_FILE
+from genalign.policies.lora import LoRAConfig
 
 MODEL_CARD_FILE = "README.md"
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.policies.lm.core import DTYPES
-from genalign.policies.lora_options import ALL_LINEAR
+from genalign.policies.lora import ALL_LINEAR
 from genalign.policies.vlm.config import LoraScope, VLMPolicyConfig
 
 #: Config attributes of Qwen2-VL-style models naming the vision placeholder tokens.

@@ -5,7 +5,7 @@ batches the same way), and the gradient reaches only the conditional branch."""
 import pytest
 import torch
 
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
 
@@ -29,7 +29,7 @@ def _pair(model_dir):
 
 def _policy(model_dir, cfg_batching: str):
     config = FlowPolicyConfig(model=str(model_dir), height=16, width=16, num_steps=3, guidance_scale=4.5,
-                              max_sequence_length=8, lora_rank=4, lora_alpha=4.0, lora_init_weights="gaussian",
+                              max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0, init_lora_weights="gaussian"),
                               cfg_batching=cfg_batching)  # fmt: skip
     return build_policy(config)
 

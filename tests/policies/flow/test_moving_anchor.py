@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from genalign.algorithms.scores import ScoreRequest
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 
 ROWS = [{"prompt": "two red circles"}, {"prompt": "a blue square"}]
 
@@ -21,7 +21,7 @@ def model_dir(tmp_path_factory):
 
 def _policy(model_dir, **overrides):
     config = FlowPolicyConfig(model=str(model_dir), height=16, width=16, num_steps=3, guidance_scale=1.0,
-                              max_sequence_length=8, lora_rank=4, lora_alpha=4.0, **overrides)  # fmt: skip
+                              max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0), **overrides)  # fmt: skip
     return build_policy(config)
 
 
@@ -68,6 +68,6 @@ def test_the_anchor_is_checkpointed_and_needs_no_lora(model_dir):
     assert all(torch.equal(a, b) for a, b in zip(restored.model.anchor.average, policy.model.anchor.average))
     with pytest.raises(ValueError, match="anchor"):
         _policy(model_dir).load_state_dict(state)  # a policy without the anchor refuses its state
-    assert "kl" in FlowPolicyConfig(model=str(model_dir), lora_rank=0, anchor_every=5).capabilities().signals
+    assert "kl" in FlowPolicyConfig(model=str(model_dir), lora=flow_lora(rank=0), anchor_every=5).capabilities().signals
     with pytest.raises(ValueError, match="anchor_every=-1"):
         FlowPolicyConfig(model=str(model_dir), anchor_every=-1).validate()

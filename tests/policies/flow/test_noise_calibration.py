@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from genalign.policies.base import RolloutRequest
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 from genalign.policies.flow.config import NoiseCalibrationConfig
 from genalign.policies.flow.noise_calibration import NoiseCalibrator, step_gain_spread
 
@@ -39,7 +39,7 @@ def model_dir(tmp_path_factory):
 
 def _policy(model_dir):
     config = FlowPolicyConfig(model=str(model_dir), height=16, width=16, num_steps=3, guidance_scale=1.0,
-                              max_sequence_length=8, lora_rank=4, lora_alpha=4.0,
+                              max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0),
                               noise_calibration=NoiseCalibrationConfig(enabled=True))  # fmt: skip
     return build_policy(config)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from genalign.policies.base import RolloutRequest
-from genalign.policies.flow import FlowPolicyConfig, build_policy
+from genalign.policies.flow import FlowPolicyConfig, build_policy, flow_lora
 from genalign.policies.flow.config import NoiseSearchConfig
 from genalign.policies.flow.noise_search import refit
 
@@ -38,7 +38,7 @@ def _brightness(rows, outputs):
 def test_searched_start_keeps_log_probs_exact(model_dir):
     search = NoiseSearchConfig(enabled=True, rounds=2, candidates=4, elites=2)
     config = FlowPolicyConfig(model=str(model_dir), height=16, width=16, num_steps=3, guidance_scale=1.0,
-                              max_sequence_length=8, lora_rank=4, lora_alpha=4.0, noise_search=search)  # fmt: skip
+                              max_sequence_length=8, lora=flow_lora(rank=4, alpha=4.0), noise_search=search)  # fmt: skip
     policy = build_policy(config)
     rollout = policy.rollout(ROWS, group_size=2, request=RolloutRequest(reward_probe=_brightness))
     latents = rollout.per_sample["latents"]  # [N, S + 1, ...]

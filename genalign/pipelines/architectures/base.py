@@ -1,0 +1,232 @@
+"""What genalign knows about a diffusers flow-matching architecture, as one class per architecture registered by name.
+
+A :class:`FlowArchitecture` answers every question the rest of genalign asks about a model family, so that the denoising
+loop (:mod:`genalign.pipelines.flow`), the flow policy, the planner (:mod:`genalign.planning.flow_workload`,
+:mod:`genalign.planning.depth`) and the tests never compare an architecture's name:
+
+* calling a loaded pipeline: prompt encoding, initial latents, the transformer's velocity, decoding, schedule ``mu``;
+* shapes from configs alone (no loaded pipeline), shared by :meth:`~FlowArchitecture.initial_latents` and the planner:
+  the latent shape, the prompt-embedding shapes, the latents the VAE decodes;
+* the transformer's blocks of each kind and a config with other block counts (the planner's shallow traces);
+* LoRA target modules, the pipeline and transformer classes it serves, and a tiny random pipeline for tests.
+
+Adding an architecture is one file in this package (every module here is imported when the package is, so its
+``@FLOW_ARCHITECTURES.register`` runs); ``policy.architecture`` accepts every registered name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from genalign.registry import Registry
+
+if TYPE_CHECKING:
+    from diffusers.pipelines.pipeline_utils import DiffusionPipeline
+
+#: Text conditioning of a batch, keyed by the transformer's keyword names (``encoder_hidden_states`` ...), each ``[B, ...]``.
+PromptEmbeddings = dict[str, Tensor]
+#: A model config: a diffusers ``FrozenDict`` / plain dict, or a transformers ``PretrainedConfig``.
+ModelConfig = Any
+
+
+def select_embeddings(embeddings: PromptEmbeddings | None, rows: slice | Tensor) -> PromptEmbeddings | None:
+    """The ``rows`` of every tensor of ``embeddings`` (None stays None)."""
+    return None if embeddings is None else {k: v[rows] for k, v in embeddings.items()}
+
+
+def repeat_embeddings(embeddings: PromptEmbeddings | None, repeats: int) -> PromptEmbeddings | None:
+    """Every row of ``embeddings`` repeated ``repeats`` times, consecutively (None stays None)."""
+    return None if embeddings is None else {k: v.repeat_interleave(repeats, dim=0) for k, v in embeddings.items()}
+
+
+def config_value(config: ModelConfig, key: str) -> Any:
+    """``config[key]`` of a mapping config, ``config.key`` of a transformers config."""
+    return config[key] if isinstance(config, Mapping) else getattr(config, key)
+
+
+def calculate_shift(seq_len: int, config: Any) -> float:
+    """Dynamic-shift ``mu``: linear in the image token count (diffusers' FLUX / SD3 rule)."""
+    base_len, max_len = config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096)
+    base_shift, max_shift = config.get("base_shift", 0.5), config.get("max_shift", 1.15)
+    slope = (max_shift - base_shift) / (max_len - base_len)
+    return seq_len * slope + base_shift - slope * base_len
+
+
+def vae_scale_factor(vae_config: ModelConfig) -> int:
+    """Pixels per latent of an image ``AutoencoderKL`` (diffusers' SD3 / FLUX pipelines: ``2 ** (levels - 1)``)."""
+    return 2 ** (len(config_value(vae_config, "block_out_channels")) - 1)
+
+
+def decode_images(pipe: DiffusionPipeline, latents: Tensor) -> list[Any]:
+    """PIL images of image latents ``[B, C, h, w]`` through an ``AutoencoderKL`` with scaling and shift factors."""
+    vae = pipe.vae
+    scaled = latents / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
+    images = vae.decode(scaled.to(vae.dtype), return_dict=False)[0]
+    return pipe.image_processor.postprocess(images.float(), output_type="pil")
+
+
+def model_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype the transformer computes in: diffusers' ``ModelMixin.dtype``, which skips the parameters kept in
+    float32 (``_keep_in_fp32_modules``; Wan's first parameter, ``scale_shift_table``, is one of them)."""
+    from diffusers.models.modeling_utils import get_parameter_dtype
+
+    return get_parameter_dtype(module)
+
+
+class FlowArchitecture:
+    """Everything genalign knows about one diffusers pipeline family. Subclasses fill in the model-specific parts."""
+
+    name: ClassVar[str]
+    #: diffusers pipeline classes this architecture drives (``policy.architecture: auto`` picks by them).
+    pipeline_classes: ClassVar[tuple[str, ...]]
+    #: diffusers class of the transformer (the planner finds the architecture of a transformer spec by it).
+    transformer_class: ClassVar[str]
+    #: True: classifier-free guidance with a negative prompt; False: guidance is an embedding input (FLUX.1).
+    uses_true_cfg: ClassVar[bool] = True
+    #: Run the conditional and unconditional branches in one call of twice the batch (``policy.cfg_batching``), in
+    #: rollouts and in scoring alike, so re-scoring stays exact; False: two calls.
+    batch_cfg: bool = False
+    #: Default names of the attention projections that receive LoRA adapters.
+    lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
+
+    # ------------------------------------------------------------------------------ shapes from configs alone
+    @classmethod
+    def latent_shape(
+        cls,
+        transformer_config: ModelConfig,
+        vae_config: ModelConfig,
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        batch: int,
+    ) -> tuple[int, ...]:
+        """Shape of the latents of ``batch`` samples in the layout the transformer takes (``initial_latents`` makes
+        noise of this shape)."""
+        raise NotImplementedError
+
+    @classmethod
+    def text_embedding_shapes(
+        cls,
+        transformer_config: ModelConfig,
+        encoder_configs: dict[str, ModelConfig],
+        *,
+        max_sequence_length: int,
+        batch: int,
+    ) -> dict[str, tuple[int, ...]]:
+        """Shapes ``{keyword: (batch, ...)}`` of the prompt embeddings :meth:`encode` returns for one branch;
+        ``encoder_configs``: the configs of the pipeline's other components by role (``text_encoder``, ``vae`` ...)."""
+        raise NotImplementedError
+
+    @classmethod
+    def latents_for_decode(cls, latents: Tensor, vae_config: ModelConfig, *, height: int, width: int) -> Tensor:
+        """Final latents ``[B, ...]`` in the layout the VAE decodes (before its scaling); the identity by default."""
+        return latents
+
+    @classmethod
+    def block_counts(cls, config: dict[str, Any]) -> dict[str, int]:
+        """Blocks of each kind of a transformer config (every block of a kind saves the same activations)."""
+        raise NotImplementedError
+
+    @classmethod
+    def with_block_counts(cls, config: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+        """A copy of the transformer ``config`` with ``counts`` blocks of each kind (keys of :meth:`block_counts`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def tiny_pipeline(cls, seed: int = 0) -> DiffusionPipeline:
+        """A pipeline of this architecture with random weights and tiny sizes, built from configs (tests, smoke runs)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------ calls into a loaded pipeline
+    def encode(
+        self,
+        pipe: DiffusionPipeline,
+        prompts: list[str],
+        *,
+        negative_prompt: str,
+        max_sequence_length: int,
+        device: torch.device,
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        """Encode ``prompts`` (``[B]``) into conditional and, when ``uses_true_cfg``, unconditional embeddings."""
+        raise NotImplementedError
+
+    def initial_latents(
+        self,
+        pipe: DiffusionPipeline,
+        batch_size: int,
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        generator: torch.Generator,
+    ) -> Tensor:
+        """Gaussian noise ``[B, ...]`` of :meth:`latent_shape` in float32 in the layout the transformer takes."""
+        shape = self.latent_shape(
+            pipe.transformer.config,
+            pipe.vae.config,
+            height=height,
+            width=width,
+            num_frames=num_frames,
+            batch=batch_size,
+        )
+        return torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
+
+    def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor) -> float | None:
+        """``mu`` for dynamic shifting, or None when the scheduler config does not use it."""
+        if not pipe.scheduler.config.get("use_dynamic_shifting", False):
+            return None
+        return calculate_shift(self.image_seq_len(pipe, latents), pipe.scheduler.config)
+
+    def image_seq_len(self, pipe: DiffusionPipeline, latents: Tensor) -> int:
+        """Image tokens the transformer makes of ``latents`` ``[B, ...]``."""
+        raise NotImplementedError
+
+    def velocity(
+        self, transformer: nn.Module, latents: Tensor, timestep: Tensor, embeds: PromptEmbeddings, *, guidance: float
+    ) -> Tensor:
+        """Predicted velocity ``[B, ...]`` in float32 for latents ``[B, ...]`` at ``timestep`` ``[B]`` (sigma x 1000)."""
+        raise NotImplementedError
+
+    def decode(self, pipe: DiffusionPipeline, latents: Tensor, *, height: int, width: int) -> list[Any]:
+        """Decode final latents ``[B, ...]`` into PIL images (or ``[F, H, W, 3]`` uint8 arrays for video)."""
+        raise NotImplementedError
+
+    def scheduler_config(self, pipe: DiffusionPipeline) -> dict[str, Any]:
+        """Sigma-schedule settings of ``pipe.scheduler`` for :class:`~genalign.schedulers.FlowSDEScheduler`."""
+        return dict(pipe.scheduler.config)
+
+
+FLOW_ARCHITECTURES: Registry[type[FlowArchitecture]] = Registry("flow-matching architecture")
+
+
+def architecture_for(pipe: DiffusionPipeline, name: str = "auto") -> FlowArchitecture:
+    """The architecture helper of ``pipe``: by registered ``name``, or detected from the pipeline class."""
+    return FLOW_ARCHITECTURES.get(architecture_name(name, type(pipe).__name__))()
+
+
+def architecture_name(name: str, pipeline_class: str | None) -> str:
+    """``name`` when it is not ``"auto"``, else the registered architecture serving ``pipeline_class``."""
+    if name != "auto":
+        FLOW_ARCHITECTURES.get(name)  # an unknown name: the registry's error lists the valid ones
+        return name
+    for candidate in FLOW_ARCHITECTURES.names():
+        if pipeline_class in FLOW_ARCHITECTURES.get(candidate).pipeline_classes:
+            return candidate
+    served = (c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
+    raise ValueError(
+        f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline; supported: {', '.join(served)}. "
+        f"Set policy.architecture to one of {', '.join(FLOW_ARCHITECTURES.names())} for a subclass with another name."
+    )
+
+
+def architecture_of_transformer(class_name: str) -> type[FlowArchitecture] | None:
+    """The first registered architecture whose transformer class is ``class_name`` (None: no flow architecture)."""
+    for candidate in FLOW_ARCHITECTURES.names():
+        if FLOW_ARCHITECTURES.get(candidate).transformer_class == class_name:
+            return FLOW_ARCHITECTURES.get(candidate)
+    return None

@@ -1,0 +1,68 @@
+"""Every registered flow architecture against its own tiny pipeline: the planner's config-only shapes equal what the
+loaded pipeline makes, and the block counts round-trip through a config with other counts."""
+
+import pytest
+import torch
+
+from genalign.pipelines.architectures import FLOW_ARCHITECTURES, architecture_of_transformer
+from genalign.planning.architectures import ComponentSpec
+from genalign.planning.depth import block_counts, with_block_counts
+
+SIZES = {"height": 16, "width": 16, "num_frames": 5}
+
+
+@pytest.fixture(scope="module", params=FLOW_ARCHITECTURES.names())
+def tiny(request):
+    torch.set_num_threads(1)
+    arch = FLOW_ARCHITECTURES.get(request.param)
+    return arch, arch.tiny_pipeline(0)
+
+
+def test_config_only_latent_shape_is_the_shape_of_the_initial_latents(tiny):
+    arch, pipe = tiny
+    planned = arch.latent_shape(pipe.transformer.config, pipe.vae.config, batch=3, **SIZES)
+    latents = arch().initial_latents(pipe, 3, generator=torch.Generator().manual_seed(0), **SIZES)
+    assert planned == tuple(latents.shape)
+
+
+def test_config_only_text_embedding_shapes_bound_those_of_encode(tiny):
+    """Equal but for the token count, which the planner takes from CLIP's positions (77 in the published SD3 models,
+    the length of their CLIP tokenizers; the tiny tokenizers are shorter): an upper bound."""
+    arch, pipe = tiny
+    configs = {role: module.config for role, module in pipe.components.items() if hasattr(module, "config")}
+    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=4, batch=2)
+    cond, _ = arch().encode(pipe, ["a red circle", "two dogs"], negative_prompt="", max_sequence_length=4,
+                            device=torch.device("cpu"))  # fmt: skip
+    assert planned.keys() == cond.keys()
+    for keyword, tensor in cond.items():
+        assert planned[keyword][0] == 2 and planned[keyword][2:] == tensor.shape[2:], keyword
+        assert planned[keyword][1] >= tensor.shape[1] if tensor.dim() > 2 else planned[keyword] == tensor.shape
+
+
+def test_latents_for_decode_have_the_vae_layout(tiny):
+    arch, pipe = tiny
+    latents = torch.zeros(arch.latent_shape(pipe.transformer.config, pipe.vae.config, batch=2, **SIZES))
+    decodable = arch.latents_for_decode(latents, pipe.vae.config, height=SIZES["height"], width=SIZES["width"])
+    assert decodable.shape[:2] == (2, pipe.vae.config.get("latent_channels", pipe.vae.config.get("z_dim")))
+
+
+def test_block_counts_round_trip_and_find_the_architecture_by_its_transformer_class(tiny):
+    arch, pipe = tiny
+    spec = ComponentSpec("diffusers", type(pipe.transformer).__name__, dict(pipe.transformer.config))
+    assert architecture_of_transformer(spec.class_name) is arch
+    counts = block_counts(spec)
+    assert counts == arch.block_counts(spec.config) and all(n >= 0 for n in counts.values())
+    more = {kind: n + 2 for kind, n in counts.items()}
+    assert block_counts(with_block_counts(spec, more)) == more
+    assert block_counts(with_block_counts(with_block_counts(spec, more), counts)) == counts
+    assert spec.config == dict(pipe.transformer.config)  # the original config is not changed
+
+
+def test_the_architecture_field_accepts_registered_names_only(tmp_path):
+    from genalign.policies.flow.config import FlowPolicyConfig
+
+    for name in ["auto", *FLOW_ARCHITECTURES.names()]:
+        FlowPolicyConfig(model=str(tmp_path), architecture=name).validate()
+    with pytest.raises(ValueError, match=r"policy.architecture='sd35' is not a registered flow architecture; use one "
+                                         r"of auto, flux, sd3, wan\. Did you mean 'sd3'"):  # fmt: skip
+        FlowPolicyConfig(model=str(tmp_path), architecture="sd35").validate()
