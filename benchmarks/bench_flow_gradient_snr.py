@@ -49,7 +49,7 @@ from genalign.config import TrainConfig, from_dict
 from genalign.config.core import apply_overrides, load_yaml
 from genalign.data import load_rows
 from genalign.policies.base import RolloutRequest
-from genalign.trainer.data_stream import PromptStream
+from genalign.sampling.prompt_stream import PromptStream
 from genalign.trainer.optim import named_trainable_parameters
 from genalign.trainer.recipe import build_policy, seed_step
 from genalign.trainer.rewards import RewardSet

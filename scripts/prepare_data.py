@@ -10,7 +10,7 @@ Online, a dataset comes from the Hugging Face Hub (``datasets.load_dataset``) or
 names. Offline (``HF_HUB_OFFLINE=1``, or the source does not answer within 2 s) pass a local copy with ``--from``: a
 ``save_to_disk`` folder (of a DatasetDict: splits by name), a folder of ``<split>.jsonl`` / ``.json`` / ``.parquet`` /
 ``.csv`` / ``.txt`` files, ``SPLIT=FILE`` pairs, or one file for a dataset read from one split. The specs (sources,
-column conversions, output files, presets) are in genalign/data/prepare_specs.py; docs/data.md has the table.
+column conversions, output files, presets) are in genalign/data/published_datasets.py; docs/data.md has the table.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from genalign.data.errors import DataError
 from genalign.data.prepare import prepare
-from genalign.data.prepare_specs import BY_NAME, DATASETS
+from genalign.data.published_datasets import BY_NAME, DATASETS
 from genalign.registry import did_you_mean
 
 

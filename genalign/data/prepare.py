@@ -1,6 +1,6 @@
 """Write the JSONL files the full-scale presets read, from a Hub dataset, raw files on the web, or a local copy.
 
-A :class:`DatasetSpec` (the specs live in :mod:`genalign.data.prepare_specs`) says where a dataset lives (a Hub id and
+A :class:`DatasetSpec` (the specs live in :mod:`genalign.data.published_datasets`) says where a dataset lives (a Hub id and
 subset, or the URLs of raw prompt files), which split feeds which output file, and how one raw row becomes rows of
 the output (``convert``). :func:`prepare` does the rest, in this order:
 

@@ -25,7 +25,7 @@ from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Forced, 
 
 
 class Stream(Protocol):
-    """What the stage needs from :class:`genalign.trainer.data_stream.PromptStream`."""
+    """What the stage needs from :class:`genalign.sampling.prompt_stream.PromptStream`."""
 
     def take(self, count: int) -> list[tuple[int, dict[str, Any]]]: ...
 

@@ -29,6 +29,7 @@ from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import SampleSourceStage, build_rules
+from genalign.sampling.prompt_stream import PromptStream
 from genalign.trainer.async_rollout import AsyncRollout
 from genalign.trainer.checkpoint import (
     CheckpointError,
@@ -39,7 +40,6 @@ from genalign.trainer.checkpoint import (
     save_checkpoint,
 )
 from genalign.trainer.dashboard import refresh_dashboard
-from genalign.trainer.data_stream import PromptStream
 from genalign.trainer.disk_errors import HeldBack, describe_disk_error, explained_disk_errors
 from genalign.trainer.disk_space import is_disk_error
 from genalign.trainer.distributed import (

@@ -16,7 +16,7 @@ from genalign.config.core import load_yaml
 from genalign.data import DataError, DataSourceConfig, load_rows
 from genalign.data import prepare as prepare_module
 from genalign.data.prepare import export_images, prepare
-from genalign.data.prepare_specs import BY_NAME, DATASETS, dapo_row, math_level
+from genalign.data.published_datasets import BY_NAME, DATASETS, dapo_row, math_level
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

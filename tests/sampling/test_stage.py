@@ -7,7 +7,7 @@ import torch
 
 from genalign.registry import Option
 from genalign.sampling import Decision, Forced, LocalSamples, SampleSourceStage, build_rules
-from genalign.trainer.data_stream import PromptStream
+from genalign.sampling.prompt_stream import PromptStream
 from genalign.trainer.state_io import load_state, save_state
 
 ROWS = [{"prompt": f"p{i}", "pid": i} for i in range(4)]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genalign.config.schema import OptimConfig
-from genalign.trainer.data_stream import PromptStream
+from genalign.sampling.prompt_stream import PromptStream
 from genalign.trainer.metrics import JsonlLog
 from genalign.trainer.optim import build_optimizer, lr_multiplier, named_trainable_parameters
 from genalign.trainer.update import split_minibatches
