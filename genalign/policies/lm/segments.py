@@ -1,4 +1,4 @@
-"""Sentence / reasoning-step segments of completions (``RolloutStructure.segment_ids``), from token ids alone.
+"""Sentence / reasoning-step segments of completions (the ``segment_ids`` rollout-structure signal), from token ids alone.
 
 Definition. Token ``v`` is a *boundary token* when its text (``tokenizer.decode([v], skip_special_tokens=True)``)
 contains a newline, or contains ``.``, ``!`` or ``?`` followed by whitespace or by the end of the token's text (regular
