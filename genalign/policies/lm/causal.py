@@ -179,7 +179,8 @@ class CausalLMPolicyConfig:
         self.probes.validate()
         self.tree.validate(max_new_tokens=self.max_new_tokens, engine=self.engine)
         self.vllm.check_policy(engine=self.engine, top_k=self.top_k, top_p=self.top_p)
-        self.multi_turn.validate(max_new_tokens=self.max_new_tokens)
+        self.multi_turn.validate()
+        self.multi_turn.check_lengths(max_new_tokens=self.max_new_tokens)
         if self.multi_turn.enabled:
             self._check_multi_turn()
 

@@ -47,7 +47,7 @@ class MultiTurnOptions:
     def enabled(self) -> bool:
         return self.environments is not None
 
-    def validate(self, *, max_new_tokens: int) -> None:
+    def validate(self) -> None:
         """Check the limits and build the environments once (a wrong name or argument fails here, at config load)."""
         if not self.enabled:
             return
@@ -57,17 +57,20 @@ class MultiTurnOptions:
                 self.max_observation_tokens >= 1,
                 f"policy.multi_turn.max_observation_tokens={self.max_observation_tokens} must be >= 1 (e.g. 1024).",
             ),
-            (
-                self.max_total_tokens is None or self.max_total_tokens > max_new_tokens,
-                f"policy.multi_turn.max_total_tokens={self.max_total_tokens} must exceed policy.max_new_tokens="
-                f"{max_new_tokens} (the prompt and one turn must fit), or be null.",
-            ),
             (bool(self.column), "policy.multi_turn.column is empty; name the row column that routes (e.g. env)."),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
         self.environment_set()
+
+    def check_lengths(self, *, max_new_tokens: int) -> None:
+        """``max_total_tokens`` leaves room for a prompt and one turn of ``policy.max_new_tokens``."""
+        if self.enabled and self.max_total_tokens is not None and self.max_total_tokens <= max_new_tokens:
+            raise ValueError(
+                f"policy.multi_turn.max_total_tokens={self.max_total_tokens} must exceed policy.max_new_tokens="
+                f"{max_new_tokens} (the prompt and one turn must fit), or be null."
+            )
 
     def limits(self) -> ToolLimits | None:
         try:
