@@ -192,9 +192,13 @@ ENVIRONMENTS = {
 @pytest.mark.parametrize("kind", list(ENVIRONMENTS))
 def test_trains_from_python(model_path, tmp_path, kind):
     from genalign.trainer.recipe import train
+    from tests.policies.lm.scripted_environments import CountdownTRL, add
 
-    config = from_dict(TrainConfig, training_config(model_path, ENVIRONMENTS[kind], tmp_path / "run"))
+    objects = {"trl_class": CountdownTRL, "tool_list": {"name": "tools", "tools": ["calculator", add]}}
+    config = from_dict(TrainConfig, training_config(model_path, objects[kind], tmp_path / "run"))
     train(config)
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["policy"]["multi_turn"]["environments"]
+    assert saved == ENVIRONMENTS[kind], "the Python objects are saved by import path"
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["rollout/turns"] >= 4 and r["rollout/trajectories"] == 4 for r in records)
