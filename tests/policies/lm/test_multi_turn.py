@@ -213,3 +213,19 @@ def test_trains_from_yaml_with_the_cli(model_path, tmp_path):
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_an_unknown_multi_turn_key_is_refused_with_a_suggestion(model_path, tmp_path):
+    data = training_config(model_path, f"{HERE}:Scripted", tmp_path / "run")
+    data["policy"]["multi_turn"]["max_turn"] = 3
+    with pytest.raises(ValueError, match=r"max_turn.*max_turns"):
+        from_dict(TrainConfig, data)
+
+
+def test_the_environment_reward_falls_back_where_the_environment_owns_none():
+    from genalign.rewards import reward_factory
+
+    reward = reward_factory("environment")(fallback={"fn": "exact_match"})
+    scores = reward(["p", "p", "p"], ["4", "5", "x"], environment_reward=[0.25, None, None], answer=["4", "5", "4"])
+    assert scores == [0.25, 1.0, 0.0]
+    assert reward_factory("environment")()(["p"], ["4"], environment_reward=[None]) == [None]
