@@ -229,3 +229,44 @@ def test_the_environment_reward_falls_back_where_the_environment_owns_none():
     scores = reward(["p", "p", "p"], ["4", "5", "x"], environment_reward=[0.25, None, None], answer=["4", "5", "4"])
     assert scores == [0.25, 1.0, 0.0]
     assert reward_factory("environment")()(["p"], ["4"], environment_reward=[None]) == [None]
+
+
+CALL = '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
+
+
+def test_a_tool_call_the_model_writes_runs_and_its_answer_is_the_next_context(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from genalign.policies.lm.engines import Generation
+    from genalign.policies.lm.tiny import CHAT_TEMPLATE, tiny_vocabulary
+
+    vocab = {word: i for i, word in enumerate([*tiny_vocabulary(95), CALL])}  # the call is one word of the vocabulary
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
+                                        bos_token="<bos>", unk_token="<unk>")  # fmt: skip
+    tokenizer.chat_template = CHAT_TEMPLATE
+    path = build_tiny_causal_lm(tmp_path / "model", vocab_size=96, tokenizer=tokenizer)
+    policy = make_policy(path, {"name": "tools", "tools": [f"{HERE}:add"]})
+    engine, call, eos = policy.engine, vocab[CALL], tokenizer.eos_token_id
+
+    class CallsFirst:  # the first turn writes the call (a random tiny model would not), later turns are sampled
+        calls = 0
+
+        def generate(self, ids, mask, params, generator):
+            self.calls += 1
+            if self.calls > 1:
+                return engine.generate(ids, mask, params, generator)
+            rows = ids.shape[0]
+            return Generation(torch.tensor([[call, eos]] * rows), torch.ones(rows, 2), torch.full((rows, 2), -1.0),
+                              torch.zeros(rows, dtype=torch.bool))  # fmt: skip
+
+    policy.engine = CallsFirst()
+    rollout = policy.rollout(ROWS[:1], 2, request=STRUCTURE)
+    assert rollout.info["tools/ok"] == 2 and rollout.structure["tool_calls"].tolist() == [1, 1]
+    for i in range(2):
+        ids, mask = rollout.per_sample["completion_ids"][i], rollout.action_mask[i] > 0
+        assert ids[:2].tolist() == [call, eos] and mask[:2].all()
+        answer = ids[2 : int(torch.nonzero(mask[2:])[0]) + 2]  # the environment tokens before the next turn
+        assert tokenizer.decode(answer) == "; <unk> : 3 ; assistant :"  # "tool : 3 ; assistant : " rendered
