@@ -143,9 +143,16 @@ class ChatRenderer:
     def check(self) -> None:
         """Raise :class:`TemplateNotPrefixPreserving` when the template fails on a synthetic conversation (a user
         question, an assistant turn, a tool answer, a user message)."""
+        try:
+            renderings = [self.render(_PROBE[:size], [], generation_prompt=False) for size in range(1, len(_PROBE) + 1)]
+        except Exception as err:  # a Jinja error of the template (e.g. it refuses the tool role)
+            raise ValueError(
+                f"the chat template cannot render a conversation with a tool answer ({type(err).__name__}: {err}); "
+                "a multi-turn rollout renders tool results as role 'tool' messages. Fix: give policy.chat_template a "
+                "template that renders user, assistant and tool messages."
+            ) from None
         for size in range(1, len(_PROBE)):
-            shorter = self.render(_PROBE[:size], [], generation_prompt=False)
-            longer = self.render(_PROBE[: size + 1], [], generation_prompt=False)
+            shorter, longer = renderings[size - 1], renderings[size]
             if not longer.startswith(shorter):
                 raise _not_prefix_preserving(f"adding a {_PROBE[size]['role']} message", shorter, longer)
 

@@ -111,6 +111,9 @@ def multi_turn_rollout(
 def _start(policy: Any, renderer: ChatRenderer, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
     """A trajectory of ``row``: its environment started (an environment that raises in ``reset`` is counted and the
     trajectory runs without it: one turn, no tools) and its prompt rendered and tokenized."""
+    if "prompt" not in row:
+        raise KeyError(f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data mapping.")
+    policy.environments.name_for(row)  # a row that names no environment of the run is a data error: raised
     episode = None
     try:
         episode = policy.environments.start(row)
@@ -118,7 +121,7 @@ def _start(policy: Any, renderer: ChatRenderer, row: dict[str, Any], index: int,
         counts["environment_errors/reset"] += 1
         policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
     observation = episode.observation if episode is not None else None
-    messages = renderer.prompt_messages(row.get("prompt", ""), observation, index)
+    messages = renderer.prompt_messages(row["prompt"], observation, index)
     tools = episode.tool_schemas if episode is not None else []
     prompt = renderer.encode(renderer.render(messages, tools, generation_prompt=True))
     limit = policy.config.max_prompt_tokens

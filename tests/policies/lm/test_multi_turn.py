@@ -270,3 +270,13 @@ def test_a_tool_call_the_model_writes_runs_and_its_answer_is_the_next_context(tm
         assert ids[:2].tolist() == [call, eos] and mask[:2].all()
         answer = ids[2 : int(torch.nonzero(mask[2:])[0]) + 2]  # the environment tokens before the next turn
         assert tokenizer.decode(answer) == "; <unk> : 3 ; assistant :"  # "tool : 3 ; assistant : " rendered
+
+
+def test_a_row_naming_no_environment_of_the_run_is_a_data_error(model_path):
+    policy = make_policy(model_path, {"a": f"{HERE}:Scripted", "b": f"{HERE}:ScriptedTools"})
+    with pytest.raises(Exception, match="'c'"):
+        policy.rollout([{"prompt": "1 + 2 =", "env": "c"}], 1)
+    rollout = policy.rollout(
+        [{"prompt": "1 + 2 =", "env": "a"}, {"prompt": "1 + 2 =", "env": "b"}], 1, request=STRUCTURE
+    )
+    assert rollout.structure["tool_calls"].tolist() == [0, 5]  # max_turns=4: 1 + 1 + 1 + 2 calls
