@@ -15,6 +15,10 @@ renders again identically); rows are sampled in one engine call per sampling ``t
 Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
 (replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
 
+Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with environments configured, ``rollout``
+dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
+turns (``per_sample["completion_attention"]``); without them nothing here changes.
+
 Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
 ``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
 top-k log-probs and hidden states come from the same pass, the KL from the reference policy of the token-LM core
@@ -219,8 +223,9 @@ class CausalLMPolicy(TokenLMPolicy):
     """A ``transformers`` causal LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
-    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]``; the truncation flags
-    (and segment ids) are in ``Rollout.structure``.
+    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]`` (and, for multi-turn
+    rollouts, ``completion_attention`` ``[N, C]``); the truncation flags (and segment ids) are in
+    ``Rollout.structure``.
     """
 
     family = "causal_lm"
