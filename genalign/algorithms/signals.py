@@ -234,3 +234,12 @@ declare_signal("segment_ids", ("N", "T"), "rollout",
                check=_non_decreasing)  # fmt: skip
 declare_signal("step_std", ("N", "T"), "rollout",
                "Standard deviation of the transition each action sampled (flow SDE steps; 0 for deterministic ones).")  # fmt: skip
+
+# Structure of multi-turn rollouts (token families with environments, genalign.environments).
+declare_signal("turn_ids", ("N", "T"), "rollout",
+               "The model turn (from 0) of each action position; environment tokens carry the turn they answer.",
+               dtype="integer", check=_non_decreasing)  # fmt: skip
+declare_signal("turn_rewards", ("N", "K"), "rollout",
+               "The environment's reward of each model turn (StepResult.reward); NaN where it gave none.")  # fmt: skip
+declare_signal("tool_calls", ("N",), "rollout", "Tool calls the sample made over its episode (errors included).",
+               dtype="integer")  # fmt: skip

@@ -248,10 +248,11 @@ def _section_default(f: dataclasses.Field, tp: Any, value: Any) -> Any:
 def to_dict(obj: Any) -> Any:
     """Plain-python view of a config (for saving the resolved config); an option is written as its bare name when it
     has no hyper-parameters, else as ``{name, **hyper-parameters}``; a callable (a reward passed from Python) is
-    written as its import path when it has one."""
+    written as its import path when it has one, and so is a class (an environment passed from Python)."""
     if isinstance(obj, Option):
         return to_dict(obj.to_config())
-    if callable(obj) and not isinstance(obj, type | str) and not dataclasses.is_dataclass(obj):
+    plain_class = isinstance(obj, type) and not dataclasses.is_dataclass(obj)  # an environment class from Python
+    if plain_class or (callable(obj) and not isinstance(obj, type | str) and not dataclasses.is_dataclass(obj)):
         from genalign.rewards.base import callable_reference
 
         return callable_reference(obj)

@@ -207,9 +207,9 @@ class EnvironmentSet:
 
 def _entry_name(entry: EnvironmentSpec) -> str:
     if isinstance(entry, Mapping):
-        if "name" not in entry or not isinstance(entry["name"], str):
+        if "name" not in entry or not entry["name"]:
             raise ValueError(f"environment {dict(entry)!r}: a mapping needs a 'name' key.")
-        return entry["name"]
+        return _entry_name(entry["name"])  # a string, or from Python a class or factory
     if isinstance(entry, str):
         return entry
     return getattr(entry, "__name__", type(entry).__name__)

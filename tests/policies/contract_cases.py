@@ -20,6 +20,11 @@ SHAPES_VQA = {
     "source": "procedural:shapes_vqa",
     "args": {"size": 64, "seed": 0, "split": "train", "kinds": ["count"], "colors": ["red"], "shape_kinds": ["circle"]},
 }
+#: a chat template for the demo model's character vocabulary: messages written one after the other, an assistant turn
+#: closed by a space, so that a multi-turn episode reads "12+34=46 +1=47 "
+ARITH_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'assistant' %} {% endif %}{% endfor %}"
+)
 COMMON: dict[str, Any] = {
     "rewards": [{"fn": "contract_reward", "name": "score"}],
     "optim": {"lr": 1.0e-3, "max_grad_norm": 1.0},
@@ -39,6 +44,14 @@ FLOW_ALGORITHM = {"group_size": 4, "prompts_per_step": 2, "micro_batch_size": 4,
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "causal_lm": ("causal_lm", {
         "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_prompt_tokens": 16, "max_new_tokens": 4},
+        "data": {"train": ARITHMETIC},
+        "algorithm": LM_ALGORITHM | {"kl_coef": 0.01},
+    }),
+    "causal_lm_multi_turn": ("causal_lm", {
+        "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_prompt_tokens": 16, "max_new_tokens": 4,
+                   "use_chat_template": True, "chat_template": ARITH_CHAT_TEMPLATE,
+                   "multi_turn": {"environments": {"name": "tests.policies.lm.scripted_environments:Scripted",
+                                                   "turns": 2, "reward": None}, "max_turns": 3}},
         "data": {"train": ARITHMETIC},
         "algorithm": LM_ALGORITHM | {"kl_coef": 0.01},
     }),

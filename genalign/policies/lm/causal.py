@@ -15,6 +15,10 @@ renders again identically); rows are sampled in one engine call per sampling ``t
 Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
 (replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
 
+Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with environments configured, ``rollout``
+dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
+turns (``per_sample["completion_attention"]``); without them nothing here changes.
+
 Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
 ``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
 top-k log-probs and hidden states come from the same pass, the KL from the reference policy of the token-LM core
@@ -25,6 +29,7 @@ so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scor
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
@@ -34,6 +39,7 @@ from torch import Tensor, nn
 from genalign.algorithms.structure import PrefixTree
 from genalign.assets import model_location
 from genalign.policies.base import FamilyTraits, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.chat_turns import ChatRenderer
 from genalign.policies.lm.core import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
@@ -66,12 +72,17 @@ from genalign.policies.lm.guidance import (
 )
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.multi_turn import multi_turn_rollout
+from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 from genalign.policies.lm.probes import ProbeOptions, probe_structure
 from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.policies.lm.trees import LMTreeConfig, sample_tree_group
+
+#: Rollout structure a multi-turn rollout records (:mod:`genalign.policies.lm.multi_turn`).
+MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
 
 
 @dataclass
@@ -96,6 +107,9 @@ class CausalLMPolicyConfig:
         default=False, metadata={"help": "Render prompts with the tokenizer's chat template."}
     )
     system_prompt: str | None = field(default=None, metadata={"help": "System message prepended (chat template only)."})
+    chat_template: str | None = field(
+        default=None, metadata={"help": "A Jinja chat template that replaces the tokenizer's (null keeps it)."}
+    )
     max_prompt_tokens: int | None = field(default=512, metadata={"help": "Longest prompt in tokens; None = no limit."})
     on_long_prompt: Literal["error", "truncate_left", "skip"] = field(
         default="error",
@@ -135,6 +149,10 @@ class CausalLMPolicyConfig:
         default_factory=LMTreeConfig,
         metadata={"help": "Shared-prefix tree rollouts (static engine): split positions, branching, entropy splits."},
     )
+    multi_turn: MultiTurnOptions = field(
+        default_factory=MultiTurnOptions,
+        metadata={"help": "Multi-turn rollouts: environments and tools, turn and token limits (unset: one turn)."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler's random generator."})
 
     def validate(self) -> None:
@@ -165,12 +183,33 @@ class CausalLMPolicyConfig:
         self.probes.validate()
         self.tree.validate(max_new_tokens=self.max_new_tokens, engine=self.engine)
         self.vllm.check_policy(engine=self.engine, top_k=self.top_k, top_p=self.top_p)
+        self.multi_turn.validate()
+        self.multi_turn.check_lengths(max_new_tokens=self.max_new_tokens)
+        if self.multi_turn.enabled:
+            self._check_multi_turn()
+
+    def _check_multi_turn(self) -> None:
+        """The options a multi-turn rollout does not combine with."""
+        checks = [
+            (self.use_chat_template, "policy.multi_turn renders turns with the chat template; set "
+             "policy.use_chat_template=true (and policy.chat_template when the tokenizer has none)."),
+            (not self.tree.enabled, "policy.tree (shared-prefix trees) samples one turn; set policy.tree.enabled=false "
+             "or remove policy.multi_turn."),
+            (self.on_long_prompt != "skip", "policy.on_long_prompt='skip' would drop members of a multi-turn group; "
+             "use 'error' or 'truncate_left'."),
+        ]  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
 
     def capabilities(self) -> PolicyCapabilities:
         """Entropy, vocabulary terms, top-k log-probs, hidden states and raw-logit statistics from the chunked head
         pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
         rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
         rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`."""
+        if self.multi_turn.enabled:  # no forcing, guidance, trees or probes: they assume one turn
+            return token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
+                                      structure=MULTI_TURN_STRUCTURE)  # fmt: skip
         capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
@@ -184,8 +223,9 @@ class CausalLMPolicy(TokenLMPolicy):
     """A ``transformers`` causal LM behind the :class:`~genalign.policies.base.Policy` contract.
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
-    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]``; the truncation flags
-    (and segment ids) are in ``Rollout.structure``.
+    ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]`` (and, for multi-turn
+    rollouts, ``completion_attention`` ``[N, C]``); the truncation flags (and segment ids) are in
+    ``Rollout.structure``.
     """
 
     family = "causal_lm"
@@ -213,6 +253,12 @@ class CausalLMPolicy(TokenLMPolicy):
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
         self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
         self.segments = SegmentBoundaries(tokenizer)
+        if config.multi_turn.enabled:
+            self.environments = config.multi_turn.environment_set()
+            self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
+            self.chat_renderer.check()
+            #: the last failures of environment code (counted in rollout info), for inspection
+            self.environment_failures: deque[str] = deque(maxlen=32)
 
     # ---- rollout -------------------------------------------------------------------------------------------------
     def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
@@ -244,6 +290,8 @@ class CausalLMPolicy(TokenLMPolicy):
         honouring the rows' guidance (module docstring)."""
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1.")
+        if self.config.multi_turn.enabled:
+            return multi_turn_rollout(self, rows, group_size, mode, request)
         info: dict[str, Any] = {}
         guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
         if any(g.self_hint is not None for g in guidance):
@@ -397,16 +445,19 @@ class CausalLMPolicy(TokenLMPolicy):
         data = rollout.per_sample
         prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
         completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        attention = data.get("completion_attention")  # multi-turn: environment tokens are attended, not scored
         # Drop columns that are padding in every row of this (micro-)batch; positions come from the mask, so the
-        # values do not change, only the work.
-        first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() else 0
-        width = int(completion_mask.any(dim=0).sum())
+        # values do not change, only the work. Multi-turn rollouts keep their full width: their long sequences make
+        # the float rounding of attention depend on the key length, and scores must not depend on the split.
+        first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() and attention is None else 0
+        width = int(completion_mask.any(dim=0).sum()) if attention is None else completion_ids.shape[1]
         scores = completion_scores(
             module,
             prompt_ids[:, first:],
             prompt_mask[:, first:],
             completion_ids[:, :width],
             completion_mask[:, :width],
+            completion_attention=attention[:, :width] if attention is not None else None,
             temperature=self.config.temperature,
             chunk_size=self.config.logprob_chunk_size,
             with_entropy="entropy" in request,
@@ -446,6 +497,8 @@ def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu
     tokenizer = load_tokenizer(
         model_location(config.tokenizer, field="policy.tokenizer", marker=None) if config.tokenizer else model_path
     )
+    if config.chat_template is not None:
+        tokenizer.chat_template = config.chat_template
     model = _load_model(config, model_path, device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -314,6 +314,7 @@ def completion_scores(
     *,
     temperature: float,
     chunk_size: int,
+    completion_attention: Tensor | None = None,
     with_entropy: bool = False,
     vocab_term: VocabTerm | None = None,
     topk: int = 0,
@@ -324,14 +325,17 @@ def completion_scores(
 
     Args:
         prompt_ids: ``[B, P]`` left-padded prompt ids, ``prompt_mask`` ``[B, P]``.
-        completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]``.
+        completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]`` (the tokens scored).
+        completion_attention: ``[B, C]`` the completion tokens attended to, when they are more than the scored ones
+            (multi-turn: environment tokens are context); None: ``completion_mask``.
         vocab_term, topk, with_hidden, with_logit_stats: optional features, see :func:`token_scores_from_hidden`.
 
     Returns:
         :class:`TokenScores` with ``[B, C]`` (``[B, C, k]``, ``[B, C, H]``) tensors.
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
-    attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [B, P + C]
+    attended = completion_mask if completion_attention is None else completion_attention  # [B, C]
+    attention_mask = torch.cat([prompt_mask.long(), attended.long()], dim=1)  # [B, P + C]
     hidden = backbone_hidden_states(
         causal_lm,
         input_ids=input_ids,

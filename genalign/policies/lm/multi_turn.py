@@ -1,0 +1,279 @@
+"""Multi-turn rollouts of the causal-LM family: the model takes turns with an environment (``policy.multi_turn``).
+
+Per trajectory (``group_size`` per row, one environment instance each, :class:`~genalign.environments.EnvironmentSet`
+choosing it by the row's column): ``reset`` may give the first observation, appended to the prompt's last user
+message; the prompt is rendered with the chat template and the episode's tool schemas. Then, while trajectories are
+active, one engine call samples a turn for every active one (a turn ends at an end-of-sequence token, the template's
+end-of-turn token, or ``policy.max_new_tokens``); each turn goes to ``environment.step`` (tool calls parsed and run
+there: in parallel, with timeouts and output caps, every failure an error observation of a counted kind), and what the
+environment answers is rendered with the chat template and appended as a suffix (:mod:`genalign.policies.lm.chat_turns`:
+earlier turns are never tokenized again; a template that is not prefix-preserving is refused).
+
+A trajectory ends when the environment says ``done``, or *truncated* at ``max_turns``, at ``max_total_tokens``, or when
+an answer is longer than ``max_observation_tokens`` (it is then not appended). An environment that raises in
+``reset``, ``step`` or ``reward`` is counted and ends its trajectory (after one turn for ``reset``; the reward of an
+episode whose ``step`` raised is not read, the reward functions score it); nothing an
+environment or the model does stops the run, except a chat template that is not prefix-preserving (a configuration
+error).
+
+What the backend sees: ``per_sample`` holds the prompt ids (left-padded) and one completion ``[N, C]`` per sample, the
+model's turns and the environment's tokens in order; ``completion_mask`` (the action mask, ``Rollout.action_mask``) is
+1 on model tokens only, ``completion_attention`` 1 on every token. Behaviour log-probs are recorded on model tokens, 0
+elsewhere; ``score`` runs the single-turn scoring pass over the same ids with the environment tokens as attended
+context, so re-scoring reproduces the sampled sequence token for token.
+
+Rewards: each sample's row gets the column ``environment_reward`` (the environment's episode reward, None where it
+owns none); the reward functions receive the whole transcript after the prompt (model turns and the environment's
+rendered messages, decoded without special tokens) as the completion. The ``environment`` reward returns that column
+(with a fallback reward for episodes without one): :mod:`genalign.rewards.environment`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import torch
+
+from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
+from genalign.policies.base import Rollout, RolloutRequest
+from genalign.policies.lm.chat_turns import ChatRenderer, text_content
+from genalign.policies.lm.core import completion_structure, eval_mode
+from genalign.policies.lm.forced import LEFT_PADDED
+
+#: the row column that carries a sample's episode reward to the reward functions
+ENVIRONMENT_REWARD_COLUMN = "environment_reward"
+
+
+@dataclass
+class Trajectory:
+    """One sample's episode so far: the prompt ids and the completion laid out position by position."""
+
+    row: dict[str, Any]
+    episode: Episode | None
+    messages: list[dict[str, Any]]
+    prompt: list[int]
+    ids: list[int] = field(default_factory=list)  # model and environment tokens after the prompt
+    actions: list[float] = field(default_factory=list)  # 1 on model tokens
+    logp: list[float] = field(default_factory=list)  # behaviour log-probs, 0 on environment tokens
+    turn_ids: list[int] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    tool_calls: int = 0
+    done: bool = False
+    truncated: bool = False
+    failed: bool = False  # the environment raised in step: its reward is not read
+    reward: float | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.ids)
+
+    def extend(self, ids: list[int], logp: list[float] | None, turn: int) -> None:
+        self.ids += ids
+        self.actions += [1.0 if logp is not None else 0.0] * len(ids)
+        self.logp += logp if logp is not None else [0.0] * len(ids)
+        self.turn_ids += [turn] * len(ids)
+
+    def end(self, *, truncated: bool = False) -> None:
+        self.done, self.truncated = True, self.truncated or truncated
+
+
+def multi_turn_rollout(
+    policy: Any, rows: list[dict[str, Any]], group_size: int, mode: Literal["train", "eval"], request: RolloutRequest
+) -> Rollout:
+    """``group_size`` trajectories per row (module docstring); ``policy`` is the causal-LM policy."""
+    options = policy.config.multi_turn
+    renderer: ChatRenderer = policy.chat_renderer
+    params = policy.sampling_params(mode)
+    params = replace(params, eos_token_ids=tuple(sorted({*params.eos_token_ids, *renderer.end_of_turn_ids()})))
+    counts: Counter[str] = Counter()
+    trajectories = [
+        _start(policy, renderer, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
+    ]
+    for turn in range(options.max_turns):
+        active = [t for t in trajectories if not t.done]
+        if not active:
+            break
+        with eval_mode(policy.model):
+            turns = _generate_turn(policy, active, params, counts)
+        for trajectory, (ids, logp, cut) in zip(active, turns):
+            trajectory.extend(ids, logp, turn)
+            _answer(policy, renderer, trajectory, ids, cut, turn, counts)
+    for trajectory in trajectories:
+        if not trajectory.done:  # still active after max_turns turns
+            trajectory.end(truncated=True)
+        _finish(trajectory, counts)
+    return _assemble(policy, trajectories, group_size, request, counts)
+
+
+def _start(policy: Any, renderer: ChatRenderer, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
+    """A trajectory of ``row``: its environment started (an environment that raises in ``reset`` is counted and the
+    trajectory runs without it: one turn, no tools) and its prompt rendered and tokenized."""
+    if "prompt" not in row:
+        raise KeyError(f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data mapping.")
+    policy.environments.name_for(row)  # a row that names no environment of the run is a data error: raised
+    episode = None
+    try:
+        episode = policy.environments.start(row)
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/reset"] += 1
+        policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
+    observation = episode.observation if episode is not None else None
+    messages = renderer.prompt_messages(row["prompt"], observation, index)
+    tools = episode.tool_schemas if episode is not None else []
+    prompt = renderer.encode(renderer.render(messages, tools, generation_prompt=True))
+    limit = policy.config.max_prompt_tokens
+    if limit is not None and len(prompt) > limit:
+        if policy.config.on_long_prompt == "error":
+            raise ValueError(
+                f"row {index}: the multi-turn prompt has {len(prompt)} tokens, more than policy.max_prompt_tokens="
+                f"{limit}; raise the limit or set policy.on_long_prompt to 'truncate_left'."
+            )
+        prompt = prompt[-limit:]
+        counts["prompts_truncated"] += 1
+    return Trajectory(row=row, episode=episode, messages=messages, prompt=prompt)
+
+
+def _generate_turn(policy: Any, active: list[Trajectory], params: Any, counts: Counter):
+    """One engine call for the active trajectories: ``[(ids, logp, cut)]``, ``cut`` when the turn hit its token
+    budget (``policy.max_new_tokens`` or what ``max_total_tokens`` leaves) before an end token."""
+    total = policy.config.multi_turn.max_total_tokens
+    budgets = [params.max_new_tokens if total is None else min(params.max_new_tokens, total - t.length) for t in active]
+    width = max(t.length for t in active)
+    ids = torch.full((len(active), width), policy.pad_token_id, dtype=torch.long)  # [B, L] left-padded
+    mask = torch.zeros(len(active), width, dtype=torch.long)  # [B, L]
+    for row, trajectory in enumerate(active):
+        context = trajectory.prompt + trajectory.ids
+        ids[row, width - len(context) :] = torch.tensor(context, dtype=torch.long)
+        mask[row, width - len(context) :] = 1
+    turn_params = replace(params, max_new_tokens=max(1, max(budgets)))
+    generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), turn_params, policy.generator)
+    lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [B]
+    counts["generated_tokens"] += int(sum(lengths))
+    out = []
+    for row, (length, budget) in enumerate(zip(lengths, budgets)):
+        keep = max(1, min(length, budget))
+        cut = bool(generation.truncated[row]) or keep < length
+        out.append((generation.completion_ids[row, :keep].tolist(), generation.logp[row, :keep].float().tolist(), cut))
+    return out
+
+
+def _answer(
+    policy: Any, renderer: ChatRenderer, t: Trajectory, ids: list[int], cut: bool, turn: int, counts: Counter
+) -> None:
+    """Give the turn to the environment and append its answer (or end the trajectory)."""
+    options = policy.config.multi_turn
+    text = policy.tokenizer.decode(ids, skip_special_tokens=True)
+    counts["turns"] += 1
+    if t.episode is None:  # reset failed: one turn, no environment
+        t.end()
+        return
+    try:
+        result: StepResult = resolve(t.episode.environment.step(ModelTurn(text, index=turn, truncated=cut)))
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/step"] += 1
+        policy.environment_failures.append(f"step: {type(err).__name__}: {err}")
+        t.failed = True
+        t.end()
+        return
+    record_counts = dict(result.record.counts)
+    counts.update({f"tools/{key}": value for key, value in record_counts.items()})
+    t.tool_calls += record_counts.get("calls", 0)
+    t.turn_rewards.append(math.nan if result.reward is None else float(result.reward))
+    if result.done:
+        t.end()
+        return
+    if turn + 1 >= options.max_turns:
+        return  # ended as truncated by the caller, without rendering an answer no turn will read
+    assistant = {"role": "assistant", "content": text}
+    answer = [{**m, "content": text_content(m["content"])} for m in result.messages()]
+    model_text = policy.tokenizer.decode(ids, skip_special_tokens=False)
+    suffix = renderer.observation_ids(t.messages, t.episode.tool_schemas, assistant, model_text, answer)
+    total = options.max_total_tokens
+    if len(suffix) > options.max_observation_tokens:
+        counts["observations_too_long"] += 1
+        t.end(truncated=True)
+    elif total is not None and t.length + len(suffix) >= total:
+        counts["trajectories_at_max_total_tokens"] += 1
+        t.end(truncated=True)
+    else:
+        t.extend(suffix, None, turn)
+        t.messages += [assistant, *answer]
+
+
+def _finish(t: Trajectory, counts: Counter) -> None:
+    """The episode's reward and ``close``; failures are counted."""
+    counts["trajectories"] += 1
+    counts["trajectories_truncated"] += int(t.truncated)
+    if t.episode is None:
+        return
+    environment = t.episode.environment
+    try:
+        t.reward = None if t.failed else episode_reward(environment)
+    except Exception:  # any failure of environment code: counted, the reward functions score the sample
+        counts["environment_errors/reward"] += 1
+    try:
+        environment.close()
+    except Exception:
+        counts["environment_errors/close"] += 1
+
+
+def _assemble(
+    policy: Any, trajectories: list[Trajectory], group_size: int, request: RolloutRequest, counts: Counter
+) -> Rollout:
+    """The rollout of finished trajectories (layout in the module docstring)."""
+    n, pad = len(trajectories), policy.pad_token_id
+    width = max(len(t.prompt) for t in trajectories)
+    length = max(len(t.ids) for t in trajectories)
+    prompt_ids = torch.full((n, width), pad, dtype=torch.long)  # [N, P]
+    prompt_mask = torch.zeros(n, width, dtype=torch.long)  # [N, P]
+    completion_ids = torch.full((n, length), pad, dtype=torch.long)  # [N, C]
+    attention = torch.zeros(n, length)  # [N, C]
+    actions = torch.zeros(n, length)  # [N, C]
+    logp = torch.zeros(n, length)  # [N, C]
+    turn_ids = torch.zeros(n, length, dtype=torch.long)  # [N, C]
+    turns = max(len(t.turn_rewards) for t in trajectories)
+    turn_rewards = torch.full((n, max(1, turns)), math.nan)  # [N, K]
+    for i, t in enumerate(trajectories):
+        prompt_ids[i, width - len(t.prompt) :] = torch.tensor(t.prompt, dtype=torch.long)
+        prompt_mask[i, width - len(t.prompt) :] = 1
+        size = len(t.ids)
+        completion_ids[i, :size] = torch.tensor(t.ids, dtype=torch.long)
+        attention[i, :size] = 1
+        actions[i, :size] = torch.tensor(t.actions)
+        logp[i, :size] = torch.tensor(t.logp)
+        turn_ids[i, :size] = torch.tensor(t.turn_ids, dtype=torch.long)
+        turn_ids[i, size:] = t.turn_ids[-1] if t.turn_ids else 0  # padding keeps turn_ids non-decreasing
+        turn_rewards[i, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards)
+    truncated = torch.tensor([t.truncated for t in trajectories], dtype=torch.bool)
+    group_ids = torch.arange(n // group_size).repeat_interleave(group_size)
+    structure = completion_structure(request, policy.segments, truncated, completion_ids, actions, group_ids)
+    extra = {"turn_ids": turn_ids, "turn_rewards": turn_rewards}
+    extra["tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.long)
+    structure |= {name: value for name, value in extra.items() if name in request.structure}
+    info: dict[str, Any] = {key: int(value) for key, value in sorted(counts.items())}
+    info["completion_tokens"] = int(actions.sum())
+    info["turns_per_trajectory"] = counts["turns"] / max(1, n)
+    device = policy.device
+    return Rollout(
+        rows=[{**t.row, ENVIRONMENT_REWARD_COLUMN: t.reward} for t in trajectories],
+        outputs=[policy.tokenizer.decode(t.ids, skip_special_tokens=True) for t in trajectories],
+        group_ids=group_ids,
+        old_logp=logp.to(device),
+        action_mask=actions.to(device),
+        structure=structure,
+        per_sample={
+            "prompt_ids": prompt_ids.to(device),
+            "prompt_mask": prompt_mask.to(device),
+            "completion_ids": completion_ids.to(device),
+            "completion_mask": actions.to(device),
+            "completion_attention": attention.to(device),
+        },
+        info=info,
+        left_padded=LEFT_PADDED,
+    )
+
+
+__all__ = ["ENVIRONMENT_REWARD_COLUMN", "Trajectory", "multi_turn_rollout"]
