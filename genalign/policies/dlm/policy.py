@@ -41,6 +41,7 @@ from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES, ProxyOutput
 from genalign.policies.lm.core import (
     DTYPES,
     TokenLMPolicy,
+    TrainedModule,
     attention_kwargs,
     empty_rollout,
     eval_mode,
@@ -291,38 +292,13 @@ class DiffusionLMPolicy(TokenLMPolicy):
         return torch.cat([proxy, decoding], dim=1)
 
     # ---- parameters and weights with a decoding policy -----------------------------------------------------------
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        own = [] if self.decoding is None else list(self.decoding.module.parameters())
-        return ([] if self.config.freeze_denoiser else super().trainable_parameters()) + own
-
-    def modules_to_train(self) -> list[nn.Module]:
-        own = [] if self.decoding is None else [self.decoding.module]
-        return ([] if self.config.freeze_denoiser else [self.model]) + own
-
-    def prepare_sharding(self, wrap) -> None:
-        """The model and its frozen reference copy (unless frozen), and the decoding policy."""
-        if not self.config.freeze_denoiser:
-            super().prepare_sharding(wrap)
+    def trained_modules(self) -> list[TrainedModule]:
+        """The denoiser (unless ``freeze_denoiser``) and the decoding policy (``decoding_policy.safetensors``) when one
+        is configured; a checkpoint with a frozen denoiser holds the tokenizer and the decoding policy only."""
+        parts = [] if self.config.freeze_denoiser else super().trained_modules()
         if self.decoding is not None:
-            wrap(self.decoding.module)
-
-    def save(self, directory: Path) -> None:
-        """The model's weights (:meth:`TokenLMPolicy.save`; only the tokenizer with a frozen denoiser) and the
-        decoding policy's parameters (``decoding_policy.safetensors``)."""
-        directory = Path(directory)
-        if self.config.freeze_denoiser:
-            directory.mkdir(parents=True, exist_ok=True)
-            self.tokenizer.save_pretrained(str(directory))
-        else:
-            super().save(directory)
-        if self.decoding is not None:
-            self.decoding.save(directory)
-
-    def load(self, directory: Path) -> None:
-        if not self.config.freeze_denoiser:
-            super().load(directory)
-        if self.decoding is not None:
-            self.decoding.load(Path(directory))
+            parts.append(TrainedModule(self.decoding.module, self.decoding.save, self.decoding.load))
+        return parts
 
     # ---- checkpoints and resumable state (weights, tokenizer and reference: TokenLMPolicy) --------------------------
     def checkpoint_facts(self) -> CheckpointFacts:

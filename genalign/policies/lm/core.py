@@ -24,6 +24,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -177,6 +178,18 @@ def empty_rollout(info: dict[str, Any]) -> Rollout:
     )
 
 
+@dataclass(frozen=True)
+class TrainedModule:
+    """A module the optimizer trains, as data: the module, how its weights are written to and read from a checkpoint
+    folder, and whether it is the policy's model (then its frozen reference copy is sharded like it, and the folder
+    gets the model card and generation config that load it without genalign)."""
+
+    module: nn.Module
+    save: Callable[[Path], None]
+    load: Callable[[Path], None]
+    is_model: bool = False
+
+
 class TokenLMPolicy(Policy):
     """Base class of the token-LM families: KL, parameters, checkpoints and resumable state (module docstring).
 
@@ -248,26 +261,38 @@ class TokenLMPolicy(Policy):
             )
 
     # ---- parameters and weights ----------------------------------------------------------------------------------
+    def trained_modules(self) -> list[TrainedModule]:
+        """What the optimizer trains, as data (a family with other trained parts, e.g. the diffusion LM's decoding
+        policy, lists them here): by default the model, saved as LoRA adapters alone (peft format) or all weights
+        (``model.safetensors`` + config)."""
+        model = self.model
+        return [TrainedModule(model, lambda d: save_weights(model, d), lambda d: load_weights(model, d), True)]
+
     def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
+        return [p for part in self.trained_modules() for p in part.module.parameters() if p.requires_grad]
 
     def modules_to_train(self) -> list[nn.Module]:
-        return [self.model]
+        return [part.module for part in self.trained_modules()]
 
     def prepare_sharding(self, wrap: Callable[[nn.Module], None]) -> None:
-        """The model, and the frozen reference copy when it is loaded (on the first KL request, in every process at
-        the same micro-batch)."""
-        wrap(self.model)
-        self.reference.prepare_frozen = wrap
+        """Every trained module, and the model's frozen reference copy when it is loaded (on the first KL request, in
+        every process at the same micro-batch)."""
+        for part in self.trained_modules():
+            wrap(part.module)
+            if part.is_model:
+                self.reference.prepare_frozen = wrap
 
     def save(self, directory: Path) -> None:
-        """LoRA adapters alone (peft format) or all weights (``model.safetensors`` + config), the tokenizer or
-        processor as it was loaded, the generation config genalign samples with (autoregressive families) and a model
-        card (``README.md``), so the folder loads without genalign (:mod:`genalign.policies.lm.export`)."""
+        """Every trained module's weights, the tokenizer or processor as it was loaded, and (when the model is
+        trained) the generation config genalign samples with (autoregressive families) and a model card
+        (``README.md``), so the folder loads without genalign (:mod:`genalign.policies.lm.export`)."""
         directory = Path(directory)
-        save_weights(self.model, directory)
+        parts = self.trained_modules()
+        for part in parts:
+            part.save(directory)
         self.preprocessor.save_pretrained(str(directory))
-        write_checkpoint_extras(directory, self.checkpoint_facts(), self.generation_config())
+        if any(part.is_model for part in parts):
+            write_checkpoint_extras(directory, self.checkpoint_facts(), self.generation_config())
 
     @abstractmethod
     def checkpoint_facts(self) -> CheckpointFacts:
@@ -279,7 +304,8 @@ class TokenLMPolicy(Policy):
         return None
 
     def load(self, directory: Path) -> None:
-        load_weights(self.model, Path(directory))
+        for part in self.trained_modules():
+            part.load(Path(directory))
 
     # ---- resumable state -----------------------------------------------------------------------------------------
     def random_generators(self) -> dict[str, torch.Generator]:
