@@ -107,7 +107,9 @@ def prepare(
         if callable(rewards) or isinstance(rewards, str | RewardSpec | dict):
             raise ConfigError("rewards= takes a list of rewards, e.g. rewards=[my_reward]; got one reward.")
         data["rewards"] = [_reward_entry(reward, i) for i, reward in enumerate(rewards)]
-    return from_dict(TrainConfig, data), supplied
+    train_config = from_dict(TrainConfig, data)
+    train_config.data.validate()  # also when the config has no data section (it names train_dataset)
+    return train_config, supplied
 
 
 __all__ = ["ConfigLike", "RewardLike", "SuppliedRows", "prepare", "raw_config"]
