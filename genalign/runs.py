@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from genalign.config import TrainConfig, load_config
+from genalign.config import TrainConfig, load_config_without_rewards
 
 if TYPE_CHECKING:
     from genalign.policies.base import Policy
@@ -66,7 +66,8 @@ def _verified(output_dir: Path, value: str) -> str:
 
 def open_run_or_checkpoint(value: str, *, argument: str) -> tuple[TrainConfig, Path]:
     """The config and the checkpoint folder of ``value``, a run folder (its newest verified checkpoint) or a
-    checkpoint folder; the config is the one saved with the checkpoint (the run's for checkpoints of older versions).
+    checkpoint folder; the config is the one saved with the checkpoint (the run's for checkpoints of older versions),
+    read without loading its rewards (they may be functions of the script that trained, or files not here).
 
     Raises:
         FileNotFoundError: ``value`` is not a run or checkpoint folder, or the run has no checkpoint yet; the message
@@ -93,7 +94,7 @@ def open_run_or_checkpoint(value: str, *, argument: str) -> tuple[TrainConfig, P
     config_file = checkpoint / CONFIG_FILE if (checkpoint / CONFIG_FILE).is_file() else run_file
     if not config_file.is_file():
         raise FileNotFoundError(f"{argument} {value}: no {CONFIG_FILE} in {checkpoint} nor in its run folder.")
-    return load_config(config_file), checkpoint
+    return load_config_without_rewards(config_file), checkpoint
 
 
 def load_policy(config: TrainConfig, checkpoint: str | Path | None, *, verified: bool = False) -> Policy:

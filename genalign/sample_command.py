@@ -73,17 +73,11 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # -- 1. config ------------------------------------------------------------------------------------------------------
-def _not_loaded(prompts: list[str], completions: list[Any], **columns: Any) -> list[float | None]:
-    """Stands in for every reward while the config is validated without loading them; never called."""
-    raise AssertionError("a reward held aside by genalign sample was called")
-
-
 def load_sampling_config(source: str, overrides: list[str], args: argparse.Namespace):
     """``(config, reward dicts, run folder or None)``: the validated config of ``source`` (a YAML file or a run folder)
     with the sampler flags applied, its rewards held aside unloaded (each replaced by a stand-in of the same name and
     weight for validation), and the run folder whose checkpoints ``latest`` means."""
-    from genalign.config import ConfigError, TrainConfig, apply_overrides, from_dict
-    from genalign.config.core import load_yaml
+    from genalign.config import ConfigError, TrainConfig, apply_overrides, from_dict, hold_rewards, read_config_data
     from genalign.runs import CONFIG_FILE
 
     path, run_dir = Path(source), None
@@ -94,18 +88,8 @@ def load_sampling_config(source: str, overrides: list[str], args: argparse.Names
                 f"{source}: a folder without {CONFIG_FILE}; give a run folder (the run.output_dir of a training run) "
                 "or a YAML config."
             )
-    data = apply_overrides(load_yaml(path), list(overrides))
-    rewards = data.get("rewards")
-    held = [dict(r) for r in rewards] if isinstance(rewards, list) and all(isinstance(r, dict) for r in rewards) else []
-    for reward in held:  # reward files are relative to the config file (as genalign.config.load_config does)
-        fn = reward.get("fn")
-        if isinstance(fn, str) and ".py:" in fn and not Path(fn.rsplit(":", 1)[0]).expanduser().is_absolute():
-            reward["fn"] = str(path.resolve().parent / fn)
-    if held:
-        data["rewards"] = [
-            {"fn": _not_loaded, "name": r.get("name") or str(r.get("fn") or f"rewards[{i}]"), "weight": r.get("weight", 1.0)}
-            for i, r in enumerate(held)
-        ]  # fmt: skip
+    data = read_config_data(path, list(overrides))
+    held = hold_rewards(data)
     config = from_dict(TrainConfig, data)
     flags = _sampler_overrides(config, args)
     if flags:

@@ -8,6 +8,7 @@ from typing import Any
 
 from genalign.config.core import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from genalign.config.migrate import migrate_saved_config
+from genalign.config.paths import place_saved_run
 from genalign.config.schema import (
     AlgorithmConfig,
     DataConfig,
@@ -24,7 +25,15 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
 
     The ``config.yaml`` a run wrote (in its run folder or in one of its checkpoints) is read in the current form even
     when an older version wrote it (:func:`migrate_run_config`, in memory; the file is not changed); a note on
-    stderr says so. Any other file with a key of the older form is refused with the new form."""
+    stderr says so. Any other file with a key of the older form is refused with the new form. Paths: see
+    :mod:`genalign.config.paths` (a saved run config's ``run.output_dir`` is the folder it is in)."""
+    return from_dict(TrainConfig, read_config_data(path, overrides))
+
+
+def read_config_data(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The raw config of the YAML file ``path`` with the overrides applied, before validation: a run's saved config
+    migrated and placed in its run folder (:func:`genalign.config.paths.place_saved_run`), reward files relative to
+    the config file made absolute."""
     data = load_yaml(path)
     if is_saved_run_config(path):
         moved = migrate_run_config(data)
@@ -34,11 +43,38 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
                 f"({'; '.join(moved)}).",
                 file=sys.stderr,
             )
+        place_saved_run(data, path, in_checkpoint=(Path(path).parent / "COMPLETE").exists())
     data = apply_overrides(data, list(overrides), TrainConfig)
     for reward in data.get("rewards") or []:  # reward files are relative to the config file
         fn = reward.get("fn") if isinstance(reward, dict) else None
         if isinstance(fn, str) and ".py:" in fn and not Path(fn.rsplit(":", 1)[0]).expanduser().is_absolute():
             reward["fn"] = str(Path(path).resolve().parent / fn)
+    return data
+
+
+def _not_loaded(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+    """Stands in for every reward while a config is validated without loading them; never called."""
+    raise AssertionError("a reward held aside (not loaded) was called")
+
+
+def hold_rewards(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace, in place, the rewards of the raw config ``data`` by stand-ins of the same name and weight, so that it
+    validates without importing or building them (``genalign sample`` without ``--score``, ``genalign export``);
+    return the rewards as written, to load later if asked (:func:`genalign.config.schema.RewardSpec`)."""
+    rewards = data.get("rewards")
+    held = [dict(r) for r in rewards] if isinstance(rewards, list) and all(isinstance(r, dict) for r in rewards) else []
+    if held:
+        data["rewards"] = [
+            {"fn": _not_loaded, "name": r.get("name") or str(r.get("fn") or f"rewards[{i}]"), "weight": r.get("weight", 1.0)}
+            for i, r in enumerate(held)
+        ]  # fmt: skip
+    return held
+
+
+def load_config_without_rewards(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """:func:`load_config` with the rewards held aside (:func:`hold_rewards`): for commands that never score."""
+    data = read_config_data(path, overrides)
+    hold_rewards(data)
     return from_dict(TrainConfig, data)
 
 
@@ -70,8 +106,11 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "from_dict",
+    "hold_rewards",
     "is_saved_run_config",
     "load_config",
+    "load_config_without_rewards",
     "migrate_run_config",
+    "read_config_data",
     "to_dict",
 ]

@@ -124,7 +124,10 @@ class DataConfig:
 
     def validate(self) -> None:
         if not self.train.source:
-            raise ConfigError("data.train.source is empty; give a file path or 'procedural:<task>'.")
+            raise ConfigError(
+                "data.train.source is empty; give a file path or 'procedural:<task>' (from Python: "
+                "genalign.train(config, train_dataset=...))."
+            )
         self.train.config_path = "data.train"  # named so in the errors of reading it
         if self.eval is not None:
             self.eval.config_path = "data.eval"
@@ -533,7 +536,10 @@ class TrainConfig:
         if self.policy is None:
             raise ConfigError("policy: missing; give at least policy.family and the model path.")
         if not self.rewards:
-            raise ConfigError("rewards: empty; list at least one reward function (e.g. - fn: exact_match).")
+            raise ConfigError(
+                "rewards: empty; list at least one reward function (e.g. - fn: exact_match; from Python: "
+                "genalign.train(config, rewards=[my_reward]))."
+            )
         check_capabilities(self.algorithm, self.policy)
         check_sizes(self)
         check_reward_count(self.algorithm, self.rewards)

@@ -15,6 +15,9 @@ Supported sources:
   split=split)``. Offline (``HF_HUB_OFFLINE=1``, or the Hub does not answer within 2 s) only the local datasets cache
   is read, and a dataset that is not there fails at once with the command that pre-downloads it (see
   :mod:`genalign.data.hub`).
+* ``"python:rows=N,sha256=HEX"``: rows passed to ``genalign.train(train_dataset=..., eval_dataset=...)`` from Python
+  (:mod:`genalign.data.in_memory`); the saved config records only this fingerprint, so :func:`load_rows` refuses it
+  with how to pass the rows again.
 
 A bad row raises :class:`DataError` naming the file, the row (``line N`` for text files, 1-based; ``row N`` for
 Parquet, ``datasets`` folders and Hub datasets, 0-based) and the column; so does a file that is not UTF-8 text (with
@@ -32,6 +35,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,6 +47,8 @@ from genalign.errors import UserPathError
 from genalign.registry import did_you_mean
 
 PROCEDURAL_PREFIX = "procedural:"
+#: the source recorded for rows passed to ``genalign.train`` from Python: ``python:rows=N,sha256=HEX``
+PYTHON_PREFIX = "python:"
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
@@ -59,7 +65,8 @@ class DataSourceConfig:
         metadata={
             "help": "A .jsonl/.json/.csv/.parquet file, a folder saved with datasets' save_to_disk, "
             "'procedural:<task>' (tasks: arithmetic, reasoning_gym, ...) or 'hf:ORG/NAME' (a Hugging Face Hub "
-            "dataset; offline, only the local cache is read)."
+            "dataset; offline, only the local cache is read).",
+            "path": True,
         },
     )
     columns: dict[str, Any] = field(
@@ -99,7 +106,9 @@ class DataSourceConfig:
                 f"data.subset={self.subset!r} only applies to hf: sources, but data.source={self.source!r}; remove "
                 f"data.subset (or write data.source: hf:<name> for a Hub dataset)."
             )
-        if self.source.startswith(HUB_PREFIX):
+        if self.source.startswith(PYTHON_PREFIX):
+            self._validate_python()
+        elif self.source.startswith(HUB_PREFIX):
             self._validate_hub()
         elif self.source.startswith(PROCEDURAL_PREFIX):
             self._validate_procedural()
@@ -112,6 +121,14 @@ class DataSourceConfig:
                 )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"data.limit={self.limit!r} must be a positive integer or null (all rows).")
+
+    def _validate_python(self) -> None:
+        for key in ("args", "subset", "split"):
+            if getattr(self, key):
+                raise ValueError(
+                    f"data.{key}={getattr(self, key)!r} does not apply to rows passed from Python "
+                    f"(data.source={self.source!r}); remove data.{key}."
+                )
 
     def _validate_procedural(self) -> None:
         task = self.source[len(PROCEDURAL_PREFIX) :]
@@ -436,7 +453,22 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
         ImportError: Parquet or ``datasets`` support is not installed (message says what to install).
     """
     config.validate()
+    if config.source.startswith(PYTHON_PREFIX):
+        raise DataError(
+            f"{config.config_path}.source = {config.source!r}: these rows were passed to genalign.train() from Python "
+            f"and are not saved with the run (only their fingerprint is). Pass them again "
+            f"(genalign.train(config, {config.config_path.split('.')[-1]}_dataset=...)), or set "
+            f"{config.config_path}.source to a file, e.g. {config.config_path}.source=prompts.jsonl."
+        )
     name, raw_rows = _read_source(config)
+    return finish_rows(name, raw_rows, config, required)
+
+
+def finish_rows(
+    name: str, raw_rows: list[tuple[str, dict[str, Any]]], config: DataSourceConfig, required: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Rows with ``"prompt"`` from ``[(location, raw row), ...]`` read from the source ``name``: renamed through
+    ``config.columns``, checked, shuffled and cut as configured (:func:`load_rows`)."""
     if not raw_rows:
         raise DataError(f"{name}: the source holds no rows.")
     required_columns = ["prompt", *(c for c in required if c != "prompt")]
@@ -448,4 +480,14 @@ def load_rows(config: DataSourceConfig, *, required: list[str] | tuple[str, ...]
     return rows
 
 
-__all__ = ["FILE_SUFFIXES", "HUB_PREFIX", "LOCATION_KEY", "DataError", "DataSourceConfig", "load_rows", "read_records"]
+__all__ = [
+    "FILE_SUFFIXES",
+    "HUB_PREFIX",
+    "LOCATION_KEY",
+    "PYTHON_PREFIX",
+    "DataError",
+    "DataSourceConfig",
+    "finish_rows",
+    "load_rows",
+    "read_records",
+]

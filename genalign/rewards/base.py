@@ -125,6 +125,13 @@ def _import_target(spec: str) -> Callable[..., Any] | None:
                 f"PYTHONPATH), or name a file: {IMPORT_FORMS}"
             ) from None
     target = getattr(module, name, None)
+    if not callable(target) and where == "__main__":
+        raise AttributeError(
+            f"reward {spec!r} is a function of the script that started the run (recorded by name); it cannot be "
+            f"loaded outside that script. Move it into a file and name it there, e.g. "
+            f"rewards.0.fn=path/to/my_rewards.py:{name} (genalign sample and export never need the rewards; "
+            "genalign eval and sample --score do)"
+        )
     if not callable(target):
         raise AttributeError(f"reward {spec!r}: {where} has no callable {name!r}")
     return target

@@ -10,11 +10,10 @@ only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stag
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ import torch
 import yaml
 
 from genalign import algorithms as alg
-from genalign.config import RewardSpec, TrainConfig, to_dict
+from genalign.config import TrainConfig, to_dict
+from genalign.config.paths import saved_run_config
 from genalign.data import load_rows
 from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
@@ -51,6 +51,7 @@ from genalign.trainer.distributed import (
 )
 from genalign.trainer.evaluate import evaluate
 from genalign.trainer.guards import CollapseMonitor, NonFiniteTrainingError, all_finite, optimizer_state_tensors
+from genalign.trainer.inputs import ConfigLike, RewardLike, SuppliedRows, prepare
 from genalign.trainer.metrics import (
     EVAL_FILE,
     METRICS_FILE,
@@ -142,7 +143,13 @@ class TrainingRun:
         return parts
 
 
-def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = None) -> dict[str, Any]:
+def train(
+    config: ConfigLike,
+    *,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
+    rewards: Sequence[RewardLike] | None = None,
+) -> dict[str, Any]:
     """Run training as configured; return the final evaluation (or last metrics when there is no eval data).
 
     One trainer writes a run directory (a lock held for the run: :mod:`genalign.trainer.run_lock`). SIGTERM and SIGINT
@@ -151,18 +158,20 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
     raises :class:`~genalign.trainer.disk_space.StorageError`. Every process of a run takes these decisions alike.
 
     Args:
-        rewards: reward callables ``f(prompts, completions, **columns) -> list[float | None]`` to use instead of
-            ``config.rewards`` (weight 1 each, named after the function).
+        config: a :class:`TrainConfig`, a dict of the YAML form or the path of a YAML file; it may leave out the data
+            and rewards given here (validated once with them: :func:`genalign.trainer.inputs.prepare`).
+        train_dataset, eval_dataset: rows instead of ``data.train`` / ``data.eval``: a ``datasets.Dataset`` or
+            ``IterableDataset``, a list of row dicts or any iterable of them, each with a ``prompt`` (a string or a
+            list of chat messages) and the columns the rewards read (:mod:`genalign.data.in_memory`).
+        rewards: rewards instead of ``config.rewards``: callables ``f(prompts, completions, **columns) ->
+            list[float | None]`` (weight 1 each, named after the function), registered names, RewardSpecs.
     """
-    if rewards is not None:
-        specs = [RewardSpec(fn=fn) for fn in rewards]
-        for spec in specs:
-            spec.validate()
-        config = dataclasses.replace(config, rewards=specs)
-        config.validate()
+    supplied = SuppliedRows()
+    if not isinstance(config, TrainConfig) or any(x is not None for x in (train_dataset, eval_dataset, rewards)):
+        config, supplied = prepare(config, train_dataset=train_dataset, eval_dataset=eval_dataset, rewards=rewards)
     out = config.run.output_dir
     with StopSignals() as signals, released_at_exit(out), explained_disk_errors(out):
-        run, start_step = start_run(config)
+        run, start_step = start_run(config, supplied)
         if start_step == 0 and config.eval.at_start:
             run_eval(run, 0)
         progress = progress_bar(config.run, start_step, run.main)
@@ -201,13 +210,13 @@ def train(config: TrainConfig, *, rewards: list[Callable[..., Any]] | None = Non
         return finish(run, step, last_eval)
 
 
-def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
+def start_run(config: TrainConfig, supplied: SuppliedRows | None = None) -> tuple[TrainingRun, int]:
     """Everything that can fail runs before anything is written: the main process takes the run directory's lock
     (another trainer on it is an error naming its PID and host), claims the output folder (a previous run there is an
     error unless resumed or moved aside) and removes this run's leftovers; the data, rewards, policy and optimizer are
     built, a resume checkpoint is found, verified and checked against this config. Then the folder, ``config.yaml``
     and the logs are written. The lock is held until :func:`train` ends (or this process does). Returns the run and
-    the step it starts after."""
+    the step it starts after. ``supplied``: rows passed from Python instead of the config's sources."""
     from accelerate import Accelerator
 
     run_cfg, cfg = config.run, config.algorithm
@@ -241,7 +250,7 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
     if not all_true(refusal is None):  # the other processes stop too when the main one may not start
         raise refusal or RunDirectoryError(f"the main process may not start in {out}; see its message.")
     try:
-        run = _build_run(config, accelerator, rank, world, out)
+        run = _build_run(config, accelerator, rank, world, out, supplied or SuppliedRows())
         try:
             start_step = resume(run) if run_cfg.resume else 0
         except (TypeError, KeyError, IndexError, AttributeError) as err:  # extras of a malformed trainer state
@@ -254,7 +263,8 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
             if moved is not None:
                 run.print(f"run.overwrite: the previous run in {out} was moved to {moved}")
             out.mkdir(parents=True, exist_ok=True)
-            (out / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+            saved = saved_run_config(config, in_checkpoint=False)  # portable: genalign.config.paths
+            (out / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
             run.trackers.start(to_dict(config))
     except BaseException:
         release_run_directory(out)
@@ -262,11 +272,16 @@ def start_run(config: TrainConfig) -> tuple[TrainingRun, int]:
     return run, start_step
 
 
-def _build_run(config: TrainConfig, accelerator: Any, rank: int, world: int, out: Path) -> TrainingRun:
+def _build_run(
+    config: TrainConfig, accelerator: Any, rank: int, world: int, out: Path, supplied: SuppliedRows
+) -> TrainingRun:
     """The components: data first (cheap to check), then rewards, policy, optimizer, estimator statistics."""
     run_cfg, cfg = config.run, config.algorithm
-    train_rows = load_rows(config.data.train)
-    eval_rows = load_rows(config.data.eval)[: config.eval.num_prompts] if config.data.eval else []
+    train_rows = supplied.train if supplied.train is not None else load_rows(config.data.train)
+    eval_rows = (
+        supplied.eval if supplied.eval is not None else (load_rows(config.data.eval) if config.data.eval else [])
+    )
+    eval_rows = eval_rows[: config.eval.num_prompts]
     rewards = RewardSet(config.rewards)
     torch.manual_seed(run_cfg.seed)
     policy = build_policy(config, accelerator.device)
@@ -310,7 +325,8 @@ def resume(run: TrainingRun) -> int:
     found = find_checkpoint(run.out, run_cfg.resume)
     for path, reason in found.skipped:
         run.print(f"resume: skipped {path} ({reason})")
-    check_resume_compatible(checkpoint_config(found.path), to_dict(run.config), allowed=run_cfg.resume_changes)
+    current = saved_run_config(run.config, in_checkpoint=True)
+    check_resume_compatible(checkpoint_config(found.path), current, allowed=run_cfg.resume_changes)
     state = load_checkpoint(
         found.path, run.policy, run.optimizer, run.scheduler,
         named_parameters=run.named_parameters, allow_pickle=run_cfg.allow_pickle_checkpoints,
@@ -337,7 +353,7 @@ def checkpoint(run: TrainingRun, step: int) -> Path | None:
     if not all_finite(run.parameters) or not all_finite(optimizer_state_tensors(run.optimizer)):
         run.print(f"step {step}: not saving a checkpoint: the weights or the optimizer state hold NaN/inf")
         return None
-    config = to_dict(run.config)
+    config = saved_run_config(run.config, in_checkpoint=True)
     try:
         return save_checkpoint(
             run.out, step, run.policy, run.optimizer, run.scheduler, state_of(run), run.config.run.keep_last, config,

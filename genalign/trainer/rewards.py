@@ -11,6 +11,11 @@ evaluation, the dashboard's panel ``reward: <name>``), given by :func:`metric_na
    module, ``<file stem or last module part>.<function>`` (``a/clip.py:score`` -> ``clip.score``, beside
    ``b/aesthetic.py:score`` -> ``aesthetic.score``); if that still collides, by its position in ``rewards:``
    (``score_0``, ``score_1``). A ``name:`` is never changed: set one to choose the name yourself.
+
+Conversational data (TRL's convention). When a row's prompt is a list of chat messages, a reward of one's own (a
+Python callable, an import path or a reward file; not a registered reward such as ``exact_match``) receives that
+message list as its prompt and ``[{"role": "assistant", "content": text}]`` as its completion, and the plain texts as
+the keyword column ``completion_text``. Registered rewards read text either way.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from torch import Tensor
 from genalign.config.schema import RewardSpec
 from genalign.errors import UserError
 from genalign.policies.base import GUIDANCE_KEY
-from genalign.rewards import reward_factory
+from genalign.rewards import REWARDS, reward_factory
 from genalign.rewards.runner import call_reward
 
 
@@ -83,6 +88,25 @@ def _prompts_and_columns(
     return [prompt_text(r) for r in rows], {k: [r.get(k) for r in rows] for k in keys} | extra_columns
 
 
+def is_conversational(rows: list[dict[str, Any]]) -> bool:
+    """Some row's prompt is a list of chat messages (TRL's "conversational" format)."""
+    return any(isinstance(row.get("prompt"), list) for row in rows)
+
+
+def conversational_view(
+    rows: list[dict[str, Any]], outputs: list[Any], columns: dict[str, list[Any]]
+) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
+    """TRL's convention for rewards of one's own on a conversational batch: a chat row's prompt is its message list
+    and its completion ``[{"role": "assistant", "content": text}]``; the plain texts come as the column
+    ``completion_text`` (rows with a text prompt keep text prompts and completions)."""
+    prompts, completions = [], []
+    for row, output in zip(rows, outputs, strict=True):
+        chat = isinstance(row["prompt"], list) and isinstance(output, str)
+        prompts.append(row["prompt"] if chat else prompt_text(row))
+        completions.append([{"role": "assistant", "content": output}] if chat else output)
+    return prompts, completions, columns | {"completion_text": list(outputs)}
+
+
 class RewardLoadError(UserError, ValueError):
     """A configured reward whose function cannot be found, imported or built with its ``args``."""
 
@@ -97,6 +121,8 @@ class RewardSet:
         self.specs = specs
         self.labels = metric_names(specs)
         self.weights = torch.tensor([s.weight for s in specs], dtype=torch.float32)
+        #: a reward of the user's own (a callable, an import path or a file) gets TRL's conversational convention
+        self.users_own = [not (isinstance(s.fn, str) and s.fn in REWARDS) for s in specs]
         self.fns = []
         for i, (spec, name) in enumerate(zip(specs, self.labels)):
             try:
@@ -106,6 +132,15 @@ class RewardSet:
                 raise RewardLoadError(
                     f"reward rewards[{i}] {name!r} (fn {spec.fn!r}) cannot be loaded ({what}): {err}"
                 ) from err
+
+    def _arguments(self, rows: list[dict[str, Any]], outputs: list[Any], extra_columns: dict[str, list[Any]]):
+        """``(prompts, completions, columns)`` for genalign's registered rewards (text prompts, the outputs as they
+        are) and for the user's own (TRL's conversational convention on chat rows: :func:`conversational_view`)."""
+        prompts, columns = _prompts_and_columns(rows, extra_columns)
+        ours = (prompts, outputs, columns)
+        if not any(self.users_own) or not is_conversational(rows):
+            return ours, ours
+        return ours, conversational_view(rows, outputs, columns)
 
     def name_of(self, reference: str | None) -> str:
         """The metric name of the reward that ``reference`` names: its metric name or its config label (``name:``,
@@ -123,10 +158,11 @@ class RewardSet:
         self, rows: list[dict[str, Any]], outputs: list[Any], **extra_columns: list[Any]
     ) -> tuple[Tensor, Tensor]:
         """``extra_columns`` come from the rollout (e.g. ``completion_length``, the number of actions per sample)."""
-        prompts, columns = _prompts_and_columns(rows, extra_columns)
+        for_ours, for_users = self._arguments(rows, outputs, extra_columns)
         values, errors = [], []
-        for spec, fn in zip(self.specs, self.fns):
-            scores, num_errors = call_reward(spec.label, fn, prompts, outputs, columns, on_error=spec.on_error)
+        for spec, fn, own in zip(self.specs, self.fns, self.users_own):
+            prompts, completions, columns = for_users if own else for_ours
+            scores, num_errors = call_reward(spec.label, fn, prompts, completions, columns, on_error=spec.on_error)
             values.append(torch.tensor(scores, dtype=torch.float32))
             errors.append(num_errors)
         return torch.stack(values, dim=1), torch.tensor(errors, dtype=torch.float32)  # [N, K], [K]
@@ -135,11 +171,12 @@ class RewardSet:
         """``[N, K]`` rewards where a reward that raises (e.g. on prompts without the ``answer`` column it reads) is
         NaN for the whole batch instead of stopping the others; returns the failures by metric name too. For
         ``genalign sample --score``, which scores free-text prompts."""
-        prompts, columns = _prompts_and_columns(rows, {})
+        for_ours, for_users = self._arguments(rows, outputs, {})
         values, failures = [], {}
-        for name, fn in zip(self.labels, self.fns):
+        for name, fn, own in zip(self.labels, self.fns, self.users_own):
+            prompts, completions, columns = for_users if own else for_ours
             try:
-                scores, _ = call_reward(name, fn, prompts, outputs, columns, on_error="raise")
+                scores, _ = call_reward(name, fn, prompts, completions, columns, on_error="raise")
             except Exception as err:  # any failure of user code: reported by name, the other rewards still score
                 scores, failures[name] = [float("nan")] * len(outputs), f"{type(err).__name__}: {err}"
             values.append(torch.tensor(scores, dtype=torch.float32))

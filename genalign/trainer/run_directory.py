@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from genalign.config.bounds import RUN_MARKERS, holds_a_run
+from genalign.config.paths import same_setting
+from genalign.data.sources import PYTHON_PREFIX
 from genalign.errors import UserError
 
 #: config fields whose change makes a checkpoint's state mean something else (weights of another model or adapter,
@@ -96,12 +98,27 @@ def check_resume_compatible(saved: dict[str, Any] | None, current: dict[str, Any
         if path in allowed or any(path.startswith(a + ".") for a in allowed):
             continue
         before, now = _field(saved, path), _field(current, path)
-        if before != now:
+        if not same_setting(before, now):
+            _refuse_other_python_rows(path, before, now)
             raise RunDirectoryError(
                 f"the checkpoint was written with {path} = {before!r}, this run has {path} = {now!r}: the saved state "
                 f"belongs to another setup. Resume with the original value, start a new run.output_dir, or, if the "
                 f"change is deliberate, add it to run.resume_changes (e.g. run.resume_changes=[{path}])."
             )
+
+
+def _refuse_other_python_rows(path: str, before: Any, now: Any) -> None:
+    """The resume error for rows passed from Python that differ from the run's (their recorded fingerprints)."""
+    sources = [value.get("source") if isinstance(value, dict) else None for value in (before, now)]
+    if not any(isinstance(source, str) and source.startswith(PYTHON_PREFIX) for source in sources):
+        return
+    argument = f"{path.rsplit('.', 1)[-1]}_dataset"
+    raise RunDirectoryError(
+        f"the run was started with other {path} rows than this resume gets ({path}.source was {sources[0]!r}, now "
+        f"{sources[1]!r}; rows passed from Python are recorded by their count and SHA-256). A resumed run must get "
+        f"the same rows in the same order: pass the same {argument}, start a new run.output_dir, or, to continue on "
+        f"other rows deliberately, add run.resume_changes=[{path}]."
+    )
 
 
 def check_steps_left(step: int, max_steps: int) -> None:

@@ -29,9 +29,11 @@ class DiffusionLMPolicyConfig:
     family: Literal["diffusion_lm"] = field(default="diffusion_lm", metadata={"help": "Policy family."})
     model: str = field(
         default="builtin:arith-dlm",
-        metadata={"help": "Local model folder or 'builtin:<name>' (never downloaded)."},
+        metadata={"help": "Local model folder or 'builtin:<name>' (never downloaded).", "path": True},
     )
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder; None uses the model folder."})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder; None uses the model folder.", "path": True}
+    )
     architecture: Literal["masked_lm", "remote_code", "bidirectional_causal_lm"] = field(
         default="masked_lm",
         metadata={

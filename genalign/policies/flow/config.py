@@ -220,7 +220,8 @@ class FlowPolicyConfig:
 
     family: Literal["flow"] = field(default="flow", metadata={"help": "Policy family (selects this schema)."})
     model: str = field(
-        default="", metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline."}
+        default="",
+        metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline.", "path": True},
     )
     architecture: str = field(
         default="auto",

@@ -93,9 +93,12 @@ class CausalLMPolicyConfig:
 
     family: Literal["causal_lm"] = field(default="causal_lm", metadata={"help": "Policy family."})
     model: str = field(
-        default="builtin:arith-lm", metadata={"help": "Model folder, or 'builtin:<name>' for a bundled model."}
+        default="builtin:arith-lm",
+        metadata={"help": "Model folder, or 'builtin:<name>' for a bundled model.", "path": True},
     )
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder; None uses the model folder."})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder; None uses the model folder.", "path": True}
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = field(default="float32", metadata={"help": "Weight dtype."})
     attn_implementation: AttnImplementation | None = field(
         default=None,

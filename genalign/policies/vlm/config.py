@@ -34,10 +34,14 @@ class VLMPolicyConfig:
     family: Literal["vlm"] = field(default="vlm", metadata={"help": "Model family; selects this adapter."})
     model: str = field(
         default="builtin:shapes-vlm",
-        metadata={"help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL / Qwen2.5-VL)."},
+        metadata={
+            "help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL / Qwen2.5-VL).",
+            "path": True,
+        },
     )
     processor: str | None = field(
-        default=None, metadata={"help": "Processor folder (or 'builtin:<name>'); None uses the model folder."}
+        default=None,
+        metadata={"help": "Processor folder (or 'builtin:<name>'); None uses the model folder.", "path": True},
     )
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Parameter dtype of the model."}
@@ -47,7 +51,7 @@ class VLMPolicyConfig:
     )
     image_column: str = field(default="image", metadata={"help": "Row column holding the image(s) of the prompt."})
     image_root: str | None = field(
-        default=None, metadata={"help": "Directory that relative image paths are resolved against."}
+        default=None, metadata={"help": "Directory that relative image paths are resolved against.", "path": True}
     )
     min_pixels: int = field(default=56 * 56, metadata={"help": "Images smaller than this area are upscaled."})
     max_pixels: int = field(default=1280 * 28 * 28, metadata={"help": "Images larger than this area are downscaled."})
