@@ -149,9 +149,9 @@ def render() -> str:
 def signal_table() -> list[str]:
     """The *Signals* section: every declared signal with its producer, shape, the built-in families whose default
     options supply it (score and rollout signals) and the options that read it."""
-    from genalign.policies import FAMILY_MODULES, load_family
+    from genalign.policies import BUILTIN_FAMILIES, load_family
 
-    supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in sorted(FAMILY_MODULES)}
+    supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in BUILTIN_FAMILIES}
     readers: dict[str, list[str]] = {}
     for registry in SECTIONS:
         for option in registry.names():

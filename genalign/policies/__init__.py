@@ -30,6 +30,8 @@ FAMILY_MODULES: dict[str, str] = {
     "flow": "genalign.policies.flow",
     "diffusion_lm": "genalign.policies.dlm.policy",
 }
+#: the families genalign ships (the docs and the contract test list these; tests may add their own to FAMILY_MODULES)
+BUILTIN_FAMILIES: tuple[str, ...] = tuple(sorted(FAMILY_MODULES))
 _REGISTERED: dict[str, SimpleNamespace] = {}
 
 
@@ -69,6 +71,7 @@ def traits_of_family(name: str) -> FamilyTraits:
 
 
 __all__ = [
+    "BUILTIN_FAMILIES",
     "FAMILY_MODULES",
     "FamilyTraits",
     "Policy",
