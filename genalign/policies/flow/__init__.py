@@ -15,9 +15,24 @@ from genalign.policies.flow.config import (
     TreeRolloutConfig,
     flow_lora,
 )
-from genalign.policies.flow.policy import FlowPolicy, build_policy
 
 CONFIG_CLASS = FlowPolicyConfig
+
+
+def build_policy(config: FlowPolicyConfig, device):
+    """:func:`genalign.policies.flow.policy.build_policy` (imported here on first use: reading the family's config
+    never imports diffusers)."""
+    from genalign.policies.flow.policy import build_policy as build
+
+    return build(config, device)
+
+
+def __getattr__(name: str):
+    if name == "FlowPolicy":
+        from genalign.policies.flow.policy import FlowPolicy
+
+        return FlowPolicy
+    raise AttributeError(f"module 'genalign.policies.flow' has no attribute {name!r}")
 
 __all__ = [
     "CONFIG_CLASS",
