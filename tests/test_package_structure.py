@@ -133,3 +133,23 @@ def test_modules_and_functions_stay_small():
                 if length > MAX_FUNCTION_LINES and f"{name}.{node.name}" not in LONG_FUNCTIONS:
                     too_long.append(f"function {name}.{node.name}: {length} lines")
     assert not too_long, "split these (or list a function in LONG_FUNCTIONS with the reason):\n" + "\n".join(too_long)
+
+
+def test_only_a_family_compares_family_or_architecture_names():
+    """Planning, export, the CLI and the trainer ask a family (its traits, its architecture registry) instead of
+    comparing its name: no ``==`` / ``in`` against a built-in family or flow-architecture name outside the families'
+    folders."""
+    names = {"causal_lm", "vlm", "diffusion_lm", "flow", "sd3", "flux", "wan"}
+    rooms = (PACKAGE / "policies", PACKAGE / "pipelines" / "architectures")
+    offenders = []
+    for name, path in sorted(modules().items()):
+        if any(path.is_relative_to(room) for room in rooms):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            literals = {c.value for o in operands for c in ast.walk(o) if isinstance(c, ast.Constant)}
+            if literals & names:
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, "compare a family's traits, not its name: " + ", ".join(offenders)
