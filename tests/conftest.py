@@ -1,0 +1,11 @@
+"""One intra-op thread per test process: two pytest workers share two cores, and the training processes that tests
+start inherit OMP_NUM_THREADS (a run's own ``run.num_threads`` still wins). Tests that compare runs compare them
+under the same setting."""
+
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
