@@ -106,25 +106,35 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path):
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
 
 
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory) -> Path:
+    """The one-process reference of the multi-process tests: 2 steps of layout-free sampling (so that any number of
+    processes trains on the same samples); its run folder."""
+    folder = tmp_path_factory.mktemp("one")
+    one = write_config(
+        folder, run={"max_steps": 2, "output_dir": str(folder / "run")}, policy={"layout_free_sampling": True}
+    )
+    run_cli("train", str(one))
+    return folder / "run"
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy):
+def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy, one_process_run):
     """Sampling that does not depend on the process layout, so two processes train on the same samples as one."""
     settings = {"max_steps": 2}
     policy = {"layout_free_sampling": True}
-    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
     two = write_config(
         tmp_path / "two",
         run={**settings, "output_dir": str(tmp_path / "two" / "run"), "distributed": strategy},
         policy=policy,
     )
-    run_cli("train", str(one))
     proc = run_cli("train", str(two), launcher=TORCHRUN)
     assert proc.stdout.count('"eval/accuracy"') == 1, "the result is printed by the main process only"
-    a = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    a = load_file(str(one_process_run / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     b = load_file(str(tmp_path / "two" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     assert not torch.equal(a["logits"], torch.zeros_like(a["logits"]))
     torch.testing.assert_close(a["logits"], b["logits"], rtol=1e-6, atol=1e-7)
-    assert without_times(metrics(tmp_path / "one" / "run"))[-1]["reward/mean"] == pytest.approx(
+    assert without_times(metrics(one_process_run))[-1]["reward/mean"] == pytest.approx(
         without_times(metrics(tmp_path / "two" / "run"))[-1]["reward/mean"]
     )
 
@@ -144,14 +154,12 @@ def test_two_processes_stop_after_the_same_step_when_one_of_them_is_signalled(tm
     assert (run / "checkpoints" / "step-3" / "rng-rank1.json").exists()  # process 1 wrote its part
 
 
-def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path):
+def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path, one_process_run):
     """Shard groups of 2 replicated twice (HSDP) give the one-process parameters; gathering parameters in bf16 trains
     float32 master weights."""
     settings = {"max_steps": 2}
     policy = {"layout_free_sampling": True}
-    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
-    run_cli("train", str(one))
-    reference = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    reference = load_file(str(one_process_run / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     launchers = {"hybrid": (*TORCHRUN[:-1], "4"), "bf16": TORCHRUN}
     fsdp = {"hybrid": {"shard_size": 2}, "bf16": {"param_dtype": "bfloat16"}}
     for name, launcher in launchers.items():
