@@ -11,7 +11,7 @@ from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig, AsyncRolloutConfig
 from genalign.policies.base import ScoreRequest
 from genalign.trainer.async_rollout import rollout_version
-from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
+from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
 ASYNC = {"clip": "off_policy", "async_rollout": {"enabled": True}}
 
@@ -65,7 +65,7 @@ def test_async_multi_step_update_centres_on_the_current_weights_not_the_stale_sa
     torch.testing.assert_close(old, rollout.old_logp)  # synchronous: the sampler's weights are the current ones
 
 
-def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
+def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path, monkeypatch):
     straight = write_config(
         tmp_path / "a", algorithm=ASYNC, run={"save_every": 2, "output_dir": str(tmp_path / "a" / "run")}
     )
@@ -76,7 +76,7 @@ def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     assert [r["rollout/policy_version"] for r in records] == [0, 0, 2, 2, 4, 4]
 
     sync = write_config(tmp_path / "s", algorithm={"clip": "off_policy"}, run={"output_dir": str(tmp_path / "s" / "r")})
-    run_cli("train", str(sync))
+    train_in_process(monkeypatch, sync)  # no rollout process: in this one
     sync_records = metrics(tmp_path / "s" / "r")
     assert records[0]["reward/mean"] == sync_records[0]["reward/mean"]  # step 1: same weights, same seeds
     assert [r["reward/mean"] for r in records] != [r["reward/mean"] for r in sync_records]  # stale afterwards
