@@ -29,7 +29,6 @@ keys.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shlex
@@ -99,12 +98,13 @@ def gradient_statistics(gradients: torch.Tensor, samples_per_batch: int) -> dict
     noise = float(((gradients - mean) ** 2).sum(1).sum() / (k - 1))  # V = tr Sigma of one batch
     signal = float(mean.square().sum()) - noise / k  # unbiased |mu|^2
     unit = gradients / gradients.norm(dim=1, keepdim=True).clamp_min(1e-30)
-    cosines = torch.tensor([float(unit[i] @ unit[j]) for i, j in itertools.combinations(range(k), 2)])
+    total = unit.double().sum(0)  # the mean over the pairs i < j of u_i . u_j, from |sum u|^2 - sum |u_i|^2
+    mean_cosine = (float(total @ total) - float(unit.double().square().sum())) / (k * (k - 1))
     snr2 = signal / noise if noise > 0 else float("inf")
     return {
         "snr2_per_batch": snr2,
         "samples_for_snr_1": samples_per_batch / snr2 if snr2 > 0 else float("inf"),
-        "mean_pairwise_cosine": float(cosines.mean()),
+        "mean_pairwise_cosine": mean_cosine,
         "gradient_norm": float(gradients.norm(dim=1).mean()),
     }
 

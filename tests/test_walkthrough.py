@@ -14,7 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "walkthrough.md"
 
 
-def test_the_walkthrough_runs_as_written(tmp_path):
+def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
+    """``python`` commands run as processes; ``genalign`` commands through the command's entry point
+    (``genalign.cli:main``) in this process, in the page's folder."""
+    from genalign.cli import main
+
     text = PAGE.read_text()
     files = re.findall(r"```\w+ file=(\S+)\n(.*?)```", text, flags=re.S)
     commands = [line for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S) for line in block.splitlines()]
@@ -22,13 +26,22 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     for name, content in files:
         (tmp_path / name).write_text(content)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    monkeypatch.chdir(tmp_path)
     outputs = {}
     for command in commands:
         argv = shlex.split(command)
-        argv = [sys.executable, *argv[1:]] if argv[0] == "python" else [sys.executable, "-m", "genalign.cli", *argv[1:]]
-        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-        outputs[command] = proc.stdout
+        if argv[0] == "python":
+            proc = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=600)  # fmt: skip
+            assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            outputs[command] = proc.stdout
+            continue
+        assert argv[0] == "genalign", command
+        capsys.readouterr()
+        code = main(argv[1:])
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command}\n{out[-2000:]}\n{err[-3000:]}"
+        outputs[command] = out
     assert [json.loads(line)["step"] for line in (tmp_path / "runs/lm/metrics.jsonl").read_text().splitlines()] == [
         1,
         2,

@@ -40,6 +40,7 @@ def test_measure_runs_the_trainer_objective_on_the_demo(monkeypatch):
     overrides = [
         *["algorithm.prompts_per_step=2", "algorithm.group_size=2", "policy.num_steps=2", "run.num_threads=1"],
         *["rewards=[{fn: jpeg_compressibility}]", "eval.accuracy_reward=null"],  # continuous: no tied groups
+        "data.train.args.size=16",  # two prompts are drawn: the 20,000-prompt demo set would take seconds to build
     ]
     result = snr.measure(snr.DEFAULT_CONFIG, overrides, batches=2)
     assert result["samples_per_batch"] == 4

@@ -173,20 +173,53 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return {f"{path.name}/{k}": v for path in sorted(folder.rglob("*.safetensors")) for k, v in load_file(path).items()}
 
 
+def run_each(commands: list[list[str]], folder: Path) -> tuple[list[int], str]:
+    """``commands`` (CLI argument lists) one after the other in one runner process: their exit codes, its stderr."""
+    folder.mkdir()
+    listing = folder / "commands.json"
+    listing.write_text(json.dumps(commands))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(RUNNER), "--each", str(listing)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(listing.read_text())["codes"], proc.stderr
+
+
+@pytest.fixture(scope="module")
+def killed_runs(tmp_path_factory) -> dict[str, dict]:
+    """Per case: the uninterrupted reference run, a run killed inside step 3 and its resume. The references of all
+    cases train in one process, then each killed run in its own, then the resumes in one process."""
+    root = tmp_path_factory.mktemp("killed_runs")
+    runs: dict[str, dict] = {}
+    for case in CASES:
+        folder = root / case
+        folder.mkdir()
+        config = folder / "config.yaml"
+        config.write_text(yaml.safe_dump(case_config(case, str(folder / "reference"))))
+        runs[case] = {"config": config, "reference": folder / "reference", "killed": folder / "killed"}
+    codes, stderr = run_each([["train", str(r["config"])] for r in runs.values()], root / "references")
+    for r, code in zip(runs.values(), codes, strict=True):
+        r["reference_code"], r["reference_stderr"] = code, stderr
+    for r in runs.values():
+        r["killed_proc"] = run(r["config"], f"run.output_dir={r['killed']}", kill_at_call=3)
+        r["steps_logged_when_killed"] = [record["step"] for record in records(r["killed"])]
+    resumes = [["train", str(r["config"]), f"run.output_dir={r['killed']}", "run.resume=latest"] for r in runs.values()]
+    codes, stderr = run_each(resumes, root / "resumes")
+    for r, code in zip(runs.values(), codes, strict=True):
+        r["resumed_code"], r["resumed_stderr"] = code, stderr
+    return runs
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_run_killed_after_a_checkpoint_resumes_exactly(case, tmp_path):
+def test_run_killed_after_a_checkpoint_resumes_exactly(case, killed_runs):
     """4 steps with a checkpoint every 2; the killed run dies by SIGKILL inside step 3 (its reward call), after the
-    step-2 checkpoint, and ``run.resume=latest`` finishes it."""
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(case_config(case, str(tmp_path / "reference"))))
-    reference = run(config)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    killed_dir = str(tmp_path / "killed")
-    killed = run(config, f"run.output_dir={killed_dir}", kill_at_call=3)
+    step-2 checkpoint, and ``run.resume=latest`` finishes it (in another process)."""
+    r = killed_runs[case]
+    assert r["reference_code"] == 0, r["reference_stderr"][-3000:]
+    killed = r["killed_proc"]
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
-    assert [r["step"] for r in records(Path(killed_dir))] == [1, 2]
-    resumed = run(config, f"run.output_dir={killed_dir}", "run.resume=latest")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert records(Path(killed_dir)) == records(tmp_path / "reference"), "metrics after the resume differ"
-    expected, got = final_weights(tmp_path / "reference"), final_weights(Path(killed_dir))
+    assert r["steps_logged_when_killed"] == [1, 2]
+    assert r["resumed_code"] == 0, r["resumed_stderr"][-3000:]
+    assert records(r["killed"]) == records(r["reference"]), "metrics after the resume differ"
+    expected, got = final_weights(r["reference"]), final_weights(r["killed"])
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)

@@ -4,10 +4,7 @@ checkpoint is ever executed by `genalign eval` or `genalign sample`."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -74,7 +71,10 @@ class Payload:
         return (open, (str(self.marker), "w"))
 
 
-def test_eval_and_sample_never_unpickle_checkpoint_files(tmp_path):
+def test_eval_and_sample_never_unpickle_checkpoint_files(tmp_path, capsys):
+    """Through the CLI's entry point in this process (an unpickled payload would create its marker here as well)."""
+    from genalign.cli import main
+
     config = {
         "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_new_tokens": 4},
         "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 32, "digits": 2}},
@@ -86,15 +86,13 @@ def test_eval_and_sample_never_unpickle_checkpoint_files(tmp_path):
     }  # fmt: skip
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    cli = [sys.executable, "-m", "genalign.cli"]
-    assert subprocess.run([*cli, "train", str(path)], env=env, capture_output=True).returncode == 0
+    assert main(["train", str(path)]) == 0
     checkpoint = tmp_path / "run" / "checkpoints" / "step-1"
     marker = tmp_path / "pwned"
     for name in ("optimizer.pt", "rng.pt", "policy_state.pt", "trainer_extra.pt", "policy/extra.pt"):
         (checkpoint / name).write_bytes(pickle.dumps(Payload(marker)))
     for command in (["eval", str(path)], ["sample", str(path), "--prompt", "1+2=", "--checkpoint", str(checkpoint)]):
-        proc = subprocess.run([*cli, *command], env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        capsys.readouterr()
+        assert main(command) == 0, capsys.readouterr().err[-2000:]
     assert not marker.exists()
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["checkpoint"] == str(checkpoint)

@@ -12,7 +12,7 @@ import yaml
 import tests.sampling.truncating_toy  # noqa: F401  (registers the toy families)
 from genalign.trainer import recipe
 from tests.sampling.test_training import toy_config
-from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
+from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
 
 def letter_match(output: str, answer: str = "abc") -> float:
@@ -63,10 +63,11 @@ def rounds_config(directory, output_dir):
     return path
 
 
-def test_a_killed_run_with_extra_rounds_resumes_exactly(tmp_path):
+def test_a_killed_run_with_extra_rounds_resumes_exactly(tmp_path, monkeypatch):
+    """The crash in its own process; the uninterrupted run and the resume in this one."""
     straight_dir, crashed_dir = tmp_path / "a" / "run", tmp_path / "b" / "run"
     straight = rounds_config(tmp_path / "a", straight_dir)
-    run_cli("train", str(straight))
+    train_in_process(monkeypatch, straight)
     expected = without_times(metrics(straight_dir))
     assert sum(record["sampling/extra_samples"] for record in expected) > 0, "no extra round was sampled"
     assert any(record["sampling/rounds"] == 3.0 for record in expected), "AERO never asked for a third round"
@@ -76,7 +77,7 @@ def test_a_killed_run_with_extra_rounds_resumes_exactly(tmp_path):
     proc = run_cli("train", str(crashing), f"rewards.0.args={{crash_on_call: {crash_call}}}", check=False)
     assert proc.returncode == 17
     assert len(metrics(crashed_dir)) == 4
-    run_cli("train", str(crashing), "run.resume=latest")
+    train_in_process(monkeypatch, crashing, "run.resume=latest")
     assert without_times(metrics(crashed_dir)) == expected
     state = json.loads((crashed_dir / "checkpoints" / "step-6" / "trainer_state.json").read_text())
     assert set(state["extra"]["components"]["sample_sources"]) == {"dars", "aero"}

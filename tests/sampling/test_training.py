@@ -15,7 +15,7 @@ from genalign.algorithms import StepBatch
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.trainer import recipe
-from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
+from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
 REAL_UPDATE = recipe.run_update
 SOURCES = {
@@ -27,15 +27,16 @@ SOURCES = {
 }
 
 
-def test_a_killed_run_resumes_the_sample_sources_exactly(tmp_path):
+def test_a_killed_run_resumes_the_sample_sources_exactly(tmp_path, monkeypatch):
+    """The crash in its own process; the uninterrupted run and the resume in this one."""
     straight_dir, crashed_dir = tmp_path / "a" / "run", tmp_path / "b" / "run"
     straight = write_config(tmp_path / "a", run={"save_every": 2, "output_dir": str(straight_dir)}, algorithm=SOURCES)
-    run_cli("train", str(straight))
+    train_in_process(monkeypatch, straight)
     crashing = write_config(tmp_path / "b", run={"save_every": 2, "output_dir": str(crashed_dir)}, algorithm=SOURCES)
     # One reward call per step plus the eval at step 0: call 6 is step 5, after the checkpoint of step 4.
     proc = run_cli("train", str(crashing), "rewards.0.args={crash_on_call: 6}", check=False)
     assert proc.returncode == 17
-    run_cli("train", str(crashing), "run.resume=latest")
+    train_in_process(monkeypatch, crashing, "run.resume=latest")
     expected = without_times(metrics(straight_dir))
     assert without_times(metrics(crashed_dir)) == expected
     assert sum(record["sampling/depo/skipped"] for record in expected) > 0, "the curriculum never acted"

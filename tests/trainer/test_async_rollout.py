@@ -11,7 +11,7 @@ from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig, AsyncRolloutConfig
 from genalign.policies.base import ScoreRequest
 from genalign.trainer.async_rollout import rollout_version
-from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
+from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
 ASYNC = {"clip": "off_policy", "async_rollout": {"enabled": True}}
 
@@ -65,7 +65,7 @@ def test_async_multi_step_update_centres_on_the_current_weights_not_the_stale_sa
     torch.testing.assert_close(old, rollout.old_logp)  # synchronous: the sampler's weights are the current ones
 
 
-def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
+def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path, monkeypatch):
     straight = write_config(
         tmp_path / "a", algorithm=ASYNC, run={"save_every": 2, "output_dir": str(tmp_path / "a" / "run")}
     )
@@ -76,7 +76,7 @@ def test_async_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     assert [r["rollout/policy_version"] for r in records] == [0, 0, 2, 2, 4, 4]
 
     sync = write_config(tmp_path / "s", algorithm={"clip": "off_policy"}, run={"output_dir": str(tmp_path / "s" / "r")})
-    run_cli("train", str(sync))
+    train_in_process(monkeypatch, sync)  # no rollout process: in this one
     sync_records = metrics(tmp_path / "s" / "r")
     assert records[0]["reward/mean"] == sync_records[0]["reward/mean"]  # step 1: same weights, same seeds
     assert [r["reward/mean"] for r in records] != [r["reward/mean"] for r in sync_records]  # stale afterwards
@@ -99,6 +99,7 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     the uninterrupted run."""
     import json
     import os
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
@@ -107,8 +108,8 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     common = ["run.save_every=2", "algorithm.async_rollout.enabled=true", "algorithm.clip.name=off_policy",
               "eval.at_start=false", "eval.every=0", "eval.num_prompts=4", "eval.batch_size=4",
               "algorithm.prompts_per_step=2", "policy.sample_batch_size=16", "algorithm.micro_batch_size=16",
-              "algorithm.minibatches=2", "policy.num_steps=4",
-              "run.progress_bar=false"]  # fmt: skip
+              "algorithm.minibatches=2", "policy.num_steps=4", "run.progress_bar=false",
+              "data.train.args.size=64", "data.eval.args.size=8"]  # fmt: skip  # 8 of the demo's 20,256 prompts used
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
 
     def train(out: Path, steps: int, *extra: str) -> None:
@@ -124,6 +125,10 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     train(tmp_path / "straight", 4)
     expected = records(tmp_path / "straight")
     assert [r["rollout/staleness"] for r in expected] == [0, 1, 0, 1]
-    train(tmp_path / "resumed", 2)  # stops at the step-2 checkpoint, a drain point
+    # the run as it stood at its step-2 checkpoint (a drain point), then resumed from it
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "step-4")
+    log = tmp_path / "resumed" / "metrics.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:2]))  # steps 3-4 must be rerun
     train(tmp_path / "resumed", 4, "run.resume=latest")
     assert records(tmp_path / "resumed") == expected

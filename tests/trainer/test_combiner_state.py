@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.trainer.test_recipe import metrics, run_cli, without_times, write_config
+from tests.trainer.test_recipe import metrics, train_in_process, without_times, write_config
 
 MOMENTUM = 0.5
 
@@ -23,8 +23,8 @@ def _config(folder, steps: int):
     return path
 
 
-def test_self_paced_competence_is_the_ema_of_earlier_steps_and_resumes_exactly(tmp_path):
-    run_cli("train", str(_config(tmp_path / "straight", 4)))
+def test_self_paced_competence_is_the_ema_of_earlier_steps_and_resumes_exactly(tmp_path, monkeypatch):
+    train_in_process(monkeypatch, _config(tmp_path / "straight", 4))
     records = metrics(tmp_path / "straight" / "run")
     means = [r["reward/match/mean"] for r in records]
     expected = [means[0]]  # the first step: its own batch mean (no earlier steps)
@@ -34,6 +34,6 @@ def test_self_paced_competence_is_the_ema_of_earlier_steps_and_resumes_exactly(t
     assert len(set(expected)) > 1  # the competence moved
 
     resumed = _config(tmp_path / "resumed", 2)
-    run_cli("train", str(resumed))
-    run_cli("train", str(resumed), "run.max_steps=4", "run.resume=latest")
+    train_in_process(monkeypatch, resumed)
+    train_in_process(monkeypatch, resumed, "run.max_steps=4", "run.resume=latest")
     assert without_times(metrics(tmp_path / "resumed" / "run")) == without_times(records)

@@ -54,6 +54,16 @@ def run_cli(*args: str, launcher: tuple[str, ...] = (sys.executable,), check: bo
     return proc
 
 
+def train_in_process(monkeypatch, config: Path, *overrides: str) -> None:
+    """``genalign train CONFIG k=v ...`` through the CLI's entry point in this process, with the toy family (as
+    ``run_toy.py``): for runs whose subject is not a process boundary."""
+    from genalign.cli import main
+    from genalign.policies import FAMILY_MODULES
+
+    monkeypatch.setitem(FAMILY_MODULES, "toy", "tests.trainer.toy_policy")
+    assert main(["train", str(config), *overrides]) == 0
+
+
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -62,9 +72,9 @@ def without_times(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
-def test_training_learns_and_writes_every_artifact(tmp_path, capsys):
+def test_training_learns_and_writes_every_artifact(tmp_path, capsys, monkeypatch):
     config = write_config(tmp_path, run={"max_steps": 25, "sample_every": 5})
-    run_cli("train", str(config))
+    train_in_process(monkeypatch, config)
     run = tmp_path / "run"
     records = metrics(run)
     assert len(records) == 25 and set(records[0]) >= REQUIRED_METRICS
@@ -76,6 +86,7 @@ def test_training_learns_and_writes_every_artifact(tmp_path, capsys):
     assert (run / "dashboard.png").stat().st_size > 1000 and not (run / "reward_curve.png").exists()
     from genalign.cli import main
 
+    capsys.readouterr()
     assert main(["report", str(run)]) == 0  # the dashboard redrawn from the logs, and the summary
     best = max(evals, key=lambda e: (e["eval/accuracy"], -e["step"]))
     summary = capsys.readouterr().out
@@ -86,9 +97,10 @@ def test_training_learns_and_writes_every_artifact(tmp_path, capsys):
     assert yaml.safe_load((run / "config.yaml").read_text())["algorithm"]["group_size"] == 4
 
 
-def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The crash in its own process; the uninterrupted run and the resume in this one."""
     straight = write_config(tmp_path / "a", run={"save_every": 2, "output_dir": str(tmp_path / "a" / "run")})
-    run_cli("train", str(straight))
+    train_in_process(monkeypatch, straight)
     crashed_dir = tmp_path / "b" / "run"
     crashing = write_config(tmp_path / "b", run={"save_every": 2, "output_dir": str(crashed_dir)})
     # One reward call per step plus the eval at step 0: call 6 is step 5, after the checkpoint of step 4.
@@ -96,7 +108,7 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert proc.returncode == 17
     assert len(metrics(crashed_dir)) == 4
     assert not any(p.name.startswith(".tmp") for p in (crashed_dir / "checkpoints").iterdir())
-    run_cli("train", str(crashing), "run.resume=latest")
+    train_in_process(monkeypatch, crashing, "run.resume=latest")
     assert without_times(metrics(crashed_dir)) == without_times(metrics(tmp_path / "a" / "run"))
     a = load_file(str(tmp_path / "a" / "run" / "checkpoints" / "step-6" / "policy" / "weights.safetensors"))
     b = load_file(str(crashed_dir / "checkpoints" / "step-6" / "policy" / "weights.safetensors"))
@@ -106,25 +118,35 @@ def test_crash_then_resume_reproduces_the_uninterrupted_run(tmp_path):
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
 
 
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory) -> Path:
+    """The one-process reference of the multi-process tests: 2 steps of layout-free sampling (so that any number of
+    processes trains on the same samples); its run folder."""
+    folder = tmp_path_factory.mktemp("one")
+    one = write_config(
+        folder, run={"max_steps": 2, "output_dir": str(folder / "run")}, policy={"layout_free_sampling": True}
+    )
+    run_cli("train", str(one))
+    return folder / "run"
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy):
+def test_one_and_two_processes_give_the_same_parameters(tmp_path, strategy, one_process_run):
     """Sampling that does not depend on the process layout, so two processes train on the same samples as one."""
     settings = {"max_steps": 2}
     policy = {"layout_free_sampling": True}
-    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
     two = write_config(
         tmp_path / "two",
         run={**settings, "output_dir": str(tmp_path / "two" / "run"), "distributed": strategy},
         policy=policy,
     )
-    run_cli("train", str(one))
     proc = run_cli("train", str(two), launcher=TORCHRUN)
     assert proc.stdout.count('"eval/accuracy"') == 1, "the result is printed by the main process only"
-    a = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    a = load_file(str(one_process_run / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     b = load_file(str(tmp_path / "two" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     assert not torch.equal(a["logits"], torch.zeros_like(a["logits"]))
     torch.testing.assert_close(a["logits"], b["logits"], rtol=1e-6, atol=1e-7)
-    assert without_times(metrics(tmp_path / "one" / "run"))[-1]["reward/mean"] == pytest.approx(
+    assert without_times(metrics(one_process_run))[-1]["reward/mean"] == pytest.approx(
         without_times(metrics(tmp_path / "two" / "run"))[-1]["reward/mean"]
     )
 
@@ -144,14 +166,12 @@ def test_two_processes_stop_after_the_same_step_when_one_of_them_is_signalled(tm
     assert (run / "checkpoints" / "step-3" / "rng-rank1.json").exists()  # process 1 wrote its part
 
 
-def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path):
+def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path, one_process_run):
     """Shard groups of 2 replicated twice (HSDP) give the one-process parameters; gathering parameters in bf16 trains
     float32 master weights."""
     settings = {"max_steps": 2}
     policy = {"layout_free_sampling": True}
-    one = write_config(tmp_path / "one", run={**settings, "output_dir": str(tmp_path / "one" / "run")}, policy=policy)
-    run_cli("train", str(one))
-    reference = load_file(str(tmp_path / "one" / "run" / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
+    reference = load_file(str(one_process_run / "checkpoints" / "step-2" / "policy" / "weights.safetensors"))
     launchers = {"hybrid": (*TORCHRUN[:-1], "4"), "bf16": TORCHRUN}
     fsdp = {"hybrid": {"shard_size": 2}, "bf16": {"param_dtype": "bfloat16"}}
     for name, launcher in launchers.items():
@@ -166,13 +186,13 @@ def test_hybrid_sharding_over_four_processes_and_bf16_gathering(tmp_path):
             assert not torch.equal(weights["logits"], reference["logits"])
 
 
-def test_dynamic_sampling_trains_only_informative_groups(tmp_path):
+def test_dynamic_sampling_trains_only_informative_groups(tmp_path, monkeypatch):
     config = write_config(
         tmp_path,
         algorithm={"dynamic_sampling": {"enabled": True, "oversample": 2.0}},
         run={"max_steps": 3, "output_dir": str(tmp_path / "run")},
     )
-    run_cli("train", str(config))
+    train_in_process(monkeypatch, config)
     for record in metrics(tmp_path / "run"):
         assert record["num_samples"] == 8 * 4  # 2 × 4 prompts sampled, G = 4
         informative = round((1 - record["frac_reward_zero_std"]) * 8)
