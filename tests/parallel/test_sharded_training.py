@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_STEPS = ROOT / "tests" / "parallel" / "run_steps.py"
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
 RESUMED = ["causal_lm", "flow_sde"]
+#: cases sharded training is compared on: the multi-turn case is left out because a multi-turn rollout is padded to the
+#: longest trajectory of the process that sampled it, so one and two processes score different token grids (float
+#: rounding differs at ~1e-4; its single-process exactness is the contract test's)
+SHARDED_CASES = [case for case in CASES if case != "causal_lm_multi_turn"]
 
 
 def _run(out: Path, cases: list[str], *args: str, processes: int) -> None:
@@ -41,8 +45,8 @@ def runs(tmp_path_factory) -> Path:
     """``one``/``two``: every case for 3 steps (checkpoint at step 2) with 1 and 2 processes; ``two_to_one`` and
     ``one_to_two``: the resumed cases restored from the other layout's step-2 checkpoint and trained to step 3."""
     root = tmp_path_factory.mktemp("parallel")
-    _run(root / "one", list(CASES), "--save-at", "2", processes=1)
-    _run(root / "two", list(CASES), "--save-at", "2", processes=2)
+    _run(root / "one", SHARDED_CASES, "--save-at", "2", processes=1)
+    _run(root / "two", SHARDED_CASES, "--save-at", "2", processes=2)
     _run(root / "two_to_one", RESUMED, "--resume-from", str(root / "two"), "--resume-step", "2", processes=1)
     _run(root / "one_to_two", RESUMED, "--resume-from", str(root / "one"), "--resume-step", "2", processes=2)
     return root
@@ -55,7 +59,7 @@ def _max_difference(a: Path, b: Path) -> float:
     return max(float((left[k] - right[k]).abs().max()) for k in left)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", SHARDED_CASES)
 def test_two_sharded_processes_train_to_the_parameters_of_one(runs, case):
     one, two = (
         load_file(str(runs / "one" / f"{case}.safetensors")),

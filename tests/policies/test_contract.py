@@ -3,7 +3,7 @@ contracts 2-4): the first ratio is exactly 1, scores do not depend on the micro-
 state_dict -> load_state_dict restore the policy exactly, and a run killed with SIGKILL after a checkpoint resumes with
 ``run.resume=latest`` to the uninterrupted run's metrics and final weights, bit for bit.
 
-The cases (tests/policies/contract_cases.py) cover every built-in family (``genalign.policies.FAMILY_MODULES``); a new family
+The cases (tests/policies/contract_cases.py) cover every built-in family (``genalign.policies.BUILTIN_FAMILIES``); a new family
 fails :func:`test_every_registered_family_has_a_contract_case` until it gets one.
 """
 
@@ -28,7 +28,7 @@ from genalign.algorithms import names_by
 from genalign.config import from_dict
 from genalign.config.schema import TrainConfig
 from genalign.data import load_rows
-from genalign.policies import FAMILY_MODULES
+from genalign.policies import BUILTIN_FAMILIES
 from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreRequest
 from genalign.trainer.evaluate import evaluation_randomness
 from genalign.trainer.recipe import build_policy
@@ -82,7 +82,7 @@ def perturb(policy: Policy) -> None:
 
 def test_every_registered_family_has_a_contract_case():
     covered = {family for family, _ in CASES.values()}
-    missing = sorted(set(FAMILY_MODULES) - covered)
+    missing = sorted(set(BUILTIN_FAMILIES) - covered)
     assert not missing, f"add a case to tests/policies/contract_cases.py for policy families {missing}"
 
 

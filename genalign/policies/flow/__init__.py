@@ -19,7 +19,7 @@ from genalign.policies.flow.config import (
 CONFIG_CLASS = FlowPolicyConfig
 
 
-def build_policy(config: FlowPolicyConfig, device):
+def build_policy(config: FlowPolicyConfig, device="cpu"):
     """:func:`genalign.policies.flow.policy.build_policy` (imported here on first use: reading the family's config
     never imports diffusers)."""
     from genalign.policies.flow.policy import build_policy as build
@@ -33,6 +33,7 @@ def __getattr__(name: str):
 
         return FlowPolicy
     raise AttributeError(f"module 'genalign.policies.flow' has no attribute {name!r}")
+
 
 __all__ = [
     "CONFIG_CLASS",
