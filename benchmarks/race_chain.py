@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
-            args.methods, args.seeds, args.eval_every = args.methods or SMOKE_METHODS, [0], 1
+            args.methods, args.seeds, args.eval_every = args.methods or SMOKE_METHODS, [0], 2  # at the start, the end
             args.work = args.work or Path(tmp) / "runs"
             args.png = args.png or Path(tmp) / "race_chain.png"
             args.table = args.table or Path(tmp) / "race_chain_results.md"

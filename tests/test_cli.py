@@ -49,12 +49,18 @@ def test_list_shows_registered_options_sources_and_families():
     assert out.returncode == 0 and "clipped_ratio" in out.stdout and "nft" in out.stdout
 
 
-def test_sample_checks_its_arguments_before_loading_a_model(tmp_path):
+def test_sample_checks_its_arguments_before_loading_a_model(tmp_path, capsys, monkeypatch):
+    """Through the CLI's entry point in this process."""
+    from genalign.cli import main
+
+    monkeypatch.chdir(ROOT)
     started = time.perf_counter()
-    out = cli("sample", "configs/demo_shapes_flow_grpo.yaml", "--prompt", "two red circles", "--checkpoint", "none")
-    assert out.returncode == 2 and "pass --out FOLDER" in out.stderr
-    out = cli("sample", "configs/demo_arith_grpo.yaml", "--prompt", "1+1=", "--image", "x.png", "--checkpoint", "none")
-    assert out.returncode == 2 and "--image is for policies that take images" in out.stderr
+    code = main(["sample", "configs/demo_shapes_flow_grpo.yaml", "--prompt", "two red circles", "--checkpoint", "none"])
+    assert code == 2 and "pass --out FOLDER" in capsys.readouterr().err
+    code = main(
+        ["sample", "configs/demo_arith_grpo.yaml", "--prompt", "1+1=", "--image", "x.png", "--checkpoint", "none"]
+    )
+    assert code == 2 and "--image is for policies that take images" in capsys.readouterr().err
     assert time.perf_counter() - started < 60  # no model was loaded
 
 

@@ -82,12 +82,15 @@ def test_bad_reward_names_and_args_are_caught_at_load(reward_module, fn, args, m
         load_config(write_config(reward_module, fn, args))
 
 
-def test_the_cli_trains_with_a_file_reward_and_validates_the_saved_config(tmp_path, reward_module):
+def test_the_cli_trains_with_a_file_reward_and_validates_the_saved_config(tmp_path, reward_module, monkeypatch):
+    """Training through the CLI's entry point in this process (from another folder); the saved config is validated in
+    a fresh process, which has never loaded the reward file."""
+    from genalign.cli import main
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     path = write_config(reward_module, "my_rewards.py:digit_reward")
-    train = subprocess.run([sys.executable, "-m", "genalign.cli", "train", str(path)], env=env, cwd=tmp_path,
-                           capture_output=True, text=True)  # fmt: skip
-    assert train.returncode == 0, train.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(path)]) == 0
     saved = reward_module / "run" / "config.yaml"
     check = subprocess.run([sys.executable, "-m", "genalign.cli", "validate", str(saved)], env=env, cwd=ROOT,
                            capture_output=True, text=True)  # fmt: skip
