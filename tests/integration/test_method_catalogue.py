@@ -67,6 +67,13 @@ LM_CREDIT_RULES = [
     for name in alg.CREDIT_RULES.names()
     if not CausalLMPolicyConfig().capabilities().missing(alg.CREDIT_RULES.meta(name).get("needs", ()))
 ]
+#: ratio levels the single-turn causal LM supplies inputs for (``turn`` reads multi-turn structure: trained in
+#: tests/integration/test_turn_credit_training.py)
+LM_RATIO_LEVELS = [
+    name
+    for name in alg.RATIO_LEVELS.names()
+    if not CausalLMPolicyConfig().capabilities().missing(alg.RATIO_LEVELS.meta(name).get("needs", ()))
+]
 
 
 def _cycle(names: list[str], count: int) -> list[str]:
@@ -76,10 +83,10 @@ def _cycle(names: list[str], count: int) -> list[str]:
 def _cases() -> list[dict[str, Any]]:
     estimators = alg.ADVANTAGE_ESTIMATORS.names()
     clips = alg.CLIP_FORMS.names()  # the trainer passes entropy, rollout log-probs and group std in the context
-    count = max(len(estimators), len(clips), len(alg.RATIO_LEVELS), len(LM_CREDIT_RULES) + 1)
+    count = max(len(estimators), len(clips), len(LM_RATIO_LEVELS), len(LM_CREDIT_RULES) + 1)
     columns = {
         "advantage": _cycle(estimators, count),
-        "ratio_level": _cycle(alg.RATIO_LEVELS.names(), count),
+        "ratio_level": _cycle(LM_RATIO_LEVELS, count),
         "clip": _cycle(clips, count),
         "reward_combination": _cycle(alg.REWARD_COMBINERS.names(), count),
         "credit": _cycle(["none", *LM_CREDIT_RULES], count),
@@ -108,7 +115,7 @@ CASES = _cases()
 def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
     used = {key: {case[key] for case in CASES if key in case} for key in CASES[0]}
     assert used["advantage"] == set(alg.ADVANTAGE_ESTIMATORS.names())
-    assert used["ratio_level"] == set(alg.RATIO_LEVELS.names())
+    assert used["ratio_level"] == set(LM_RATIO_LEVELS) == set(alg.RATIO_LEVELS.names()) - {"turn"}
     assert used["clip"] == set(alg.CLIP_FORMS.names())
     assert used["reward_combination"] == set(alg.REWARD_COMBINERS.names())
     assert used["credit"] == {"none", *LM_CREDIT_RULES}

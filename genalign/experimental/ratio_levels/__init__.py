@@ -5,4 +5,5 @@ from genalign.experimental.ratio_levels import (  # noqa: F401  (register the op
     grouped,
     means,
     segments,
+    turns,
 )
