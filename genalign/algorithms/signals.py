@@ -54,6 +54,9 @@ class Signal:
         needs_rewards: the family measures it during the rollout with the trainer's reward probe (it cannot be
             produced where the rewards are not callable, e.g. in an asynchronous rollout process).
         check: a constraint on the value beyond its shape: ``fn(value) -> error text or None``.
+        pad: how the per-sample axis after ``N`` is filled when rollouts of different widths are joined
+            (:func:`~genalign.algorithms.structure.cat_structures`): ``"zero"``, ``"last"`` (each row's last entry
+            repeated: keeps ids non-decreasing) or ``"nan"`` (missing values).
     """
 
     name: str
@@ -67,6 +70,7 @@ class Signal:
     param: str | None = None
     needs_rewards: bool = False
     check: Callable[[Any], str | None] | None = None
+    pad: Literal["zero", "last", "nan"] = "zero"
 
     @property
     def shape_text(self) -> str:
@@ -231,15 +235,15 @@ declare_signal("action_ids", ("N", "T"), "rollout", "The token id of each action
                dtype="integer")  # fmt: skip
 declare_signal("segment_ids", ("N", "T"), "rollout",
                "The segment (sentence or reasoning step) of each action, non-decreasing along T.", dtype="integer",
-               check=_non_decreasing)  # fmt: skip
+               check=_non_decreasing, pad="last")  # fmt: skip
 declare_signal("step_std", ("N", "T"), "rollout",
                "Standard deviation of the transition each action sampled (flow SDE steps; 0 for deterministic ones).")  # fmt: skip
 
 # Structure of multi-turn rollouts (token families with environments, genalign.environments).
 declare_signal("turn_ids", ("N", "T"), "rollout",
                "The model turn (from 0) of each action position; environment tokens carry the turn they answer.",
-               dtype="integer", check=_non_decreasing)  # fmt: skip
+               dtype="integer", check=_non_decreasing, pad="last")  # fmt: skip
 declare_signal("turn_rewards", ("N", "K"), "rollout",
-               "The environment's reward of each model turn (StepResult.reward); NaN where it gave none.")  # fmt: skip
+               "The environment's reward of each model turn (StepResult.reward); NaN where it gave none.", pad="nan")  # fmt: skip
 declare_signal("tool_calls", ("N",), "rollout", "Tool calls the sample made over its episode (errors included).",
                dtype="integer")  # fmt: skip

@@ -69,8 +69,9 @@ def select_structure(structure: Mapping[str, Any], index: Tensor) -> dict[str, A
 
 def cat_structures(parts: list[Mapping[str, Any]], sizes: list[int]) -> dict[str, Any]:
     """The structure of rollouts joined along the sample axis (``sizes[i]`` samples in ``parts[i]``): a signal set
-    in any non-empty part must be set in every one; tensors are right-padded with zeros to the longest per-sample
-    axis. A prefix tree does not join (its node ids are per rollout): raises ``ValueError``."""
+    in any non-empty part must be set in every one; tensors are right-padded to the longest per-sample axis as the
+    signal declares (``Signal.pad``: zeros, each row's last entry, or NaN). A prefix tree does not join (its node ids
+    are per rollout): raises ``ValueError``."""
     live = [part for part, size in zip(parts, sizes, strict=True) if size > 0]
     names = {name for part in live for name in part}
     joined: dict[str, Any] = {}
@@ -83,13 +84,14 @@ def cat_structures(parts: list[Mapping[str, Any]], sizes: list[int]) -> dict[str
                 f"cannot join rollouts that carry {name!r} (a prefix tree's node ids are per rollout); "
                 "tree rollouts do not combine with sample sources that add samples."
             )
-        joined[name] = pad_cat(values, side="right")
+        joined[name] = pad_cat(values, side="right", fill=signal(name).pad)
     return joined
 
 
-def pad_cat(tensors: list[Tensor], *, side: str = "right") -> Tensor:
-    """Concatenate ``[n_i, L_i, ...]`` tensors along dim 0, zero-padding dim 1 to the longest ``L_i`` on ``side``
-    (``"left"`` or ``"right"``); 1-d tensors are concatenated as they are. Trailing dims must agree."""
+def pad_cat(tensors: list[Tensor], *, side: str = "right", fill: str = "zero") -> Tensor:
+    """Concatenate ``[n_i, L_i, ...]`` tensors along dim 0, padding dim 1 to the longest ``L_i`` on ``side``
+    (``"left"`` or ``"right"``) with ``fill``: ``"zero"``, ``"nan"``, or ``"last"`` (each row's entry nearest to the
+    padding, repeated); 1-d tensors are concatenated as they are. Trailing dims must agree."""
     if tensors[0].dim() < 2:
         return torch.cat(tensors, dim=0)
     width = max(t.shape[1] for t in tensors)
@@ -97,10 +99,21 @@ def pad_cat(tensors: list[Tensor], *, side: str = "right") -> Tensor:
     for t in tensors:
         missing = width - t.shape[1]
         if missing:
-            filler = t.new_zeros((t.shape[0], missing, *t.shape[2:]))
+            filler = _filler(t, missing, side, fill)
             t = torch.cat([filler, t] if side == "left" else [t, filler], dim=1)
         padded.append(t)
     return torch.cat(padded, dim=0)
+
+
+def _filler(t: Tensor, missing: int, side: str, fill: str) -> Tensor:
+    """``[n, missing, ...]``: what pads ``t`` ``[n, L, ...]`` on ``side`` (see :func:`pad_cat`)."""
+    shape = (t.shape[0], missing, *t.shape[2:])
+    if fill == "last" and t.shape[1] > 0:
+        edge = t[:, :1] if side == "left" else t[:, -1:]
+        return edge.expand(shape).clone()
+    if fill == "nan":
+        return t.new_full(shape, torch.nan)
+    return t.new_zeros(shape)
 
 
 def tree_from_levels(node_at_state: list[Tensor], depth_after_step: Tensor, *, num_trees: int) -> PrefixTree:

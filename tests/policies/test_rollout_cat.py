@@ -37,6 +37,25 @@ def test_pad_cat_pads_the_second_axis_on_the_requested_side():
     assert pad_cat([torch.tensor([1]), torch.tensor([2, 3])]).tolist() == [1, 2, 3]
 
 
+def test_pad_cat_fills_with_the_last_entry_or_nan_when_asked():
+    a, b = torch.tensor([[0, 1]]), torch.tensor([[0, 0, 1, 2]])
+    assert pad_cat([a, b], fill="last").tolist() == [[0, 1, 1, 1], [0, 0, 1, 2]]
+    assert pad_cat([a, b], side="left", fill="last").tolist() == [[0, 0, 0, 1], [0, 0, 1, 2]]
+    joined = pad_cat([torch.tensor([[0.5]]), torch.tensor([[1.0, 2.0]])], fill="nan")
+    assert joined[0, 0] == 0.5 and joined[0, 1].isnan() and joined[1].tolist() == [1.0, 2.0]
+
+
+def test_multi_turn_structure_joins_as_its_signals_declare():
+    """Turn ids stay non-decreasing (each row's last turn repeated, so the joined value passes its check) and missing
+    turn rewards are NaN, not a reward of 0."""
+    short = {"turn_ids": torch.tensor([[0, 0, 1]]), "turn_rewards": torch.tensor([[1.0]])}
+    long = {"turn_ids": torch.tensor([[0, 1, 1, 2, 2]]), "turn_rewards": torch.tensor([[0.0, 0.5, 1.0]])}
+    joined = cat_structures([short, long], [1, 1])
+    assert joined["turn_ids"].tolist() == [[0, 0, 1, 1, 1], [0, 1, 1, 2, 2]]
+    assert joined["turn_rewards"][0, 0] == 1.0 and joined["turn_rewards"][0, 1:].isnan().all()
+    assert joined["turn_rewards"][1].tolist() == [0.0, 0.5, 1.0]
+
+
 def test_cat_keeps_left_padded_prompts_aligned_and_right_pads_actions():
     first, second = lm_like([2, 3], [1, 4], group=0), lm_like([4], [2], group=5)
     joined = Rollout.cat([first, second])
