@@ -94,6 +94,11 @@ class RunConfig:
     )
     trackers: list[str] = _help("accelerate trackers: 'tensorboard', 'wandb' (optional installs).", factory=list)
     progress_bar: bool = _help("Show a tqdm progress bar.", True)
+    dashboard: bool | None = _help(
+        "Redraw dashboard.png after each evaluation and at the end (about a second of CPU each); null = on unless "
+        "the environment sets GENALIGN_DASHBOARD=0 (test suites, CI). `genalign report RUN` draws it at any time.",
+        None,
+    )
 
     def validate(self) -> None:
         self.fsdp.validate()

@@ -46,6 +46,7 @@ import torch.multiprocessing as mp
 from genalign.algorithms import names_by
 from genalign.policies import load_family
 from genalign.policies.base import Rollout, RolloutRequest
+from genalign.trainer.torch_settings import apply_torch_settings
 
 #: the recipe's TrainingRun (not imported: the recipe imports this module)
 TrainingRun = Any
@@ -209,8 +210,7 @@ def _worker(builder, policy_config, settings, state, buffer, requests, results, 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        torch.set_num_threads(settings["threads"])
-        torch.use_deterministic_algorithms(settings["deterministic"], warn_only=True)
+        apply_torch_settings(settings["threads"], settings["deterministic"])
         torch.manual_seed(settings["seed"])
         build = importlib.import_module(builder).build_policy if isinstance(builder, str) else builder
         policy = build(policy_config, torch.device(settings["device"]))

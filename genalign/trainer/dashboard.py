@@ -35,6 +35,7 @@ flat line: the footer lists it with its value. Reward panels are always drawn.
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import textwrap
@@ -317,6 +318,18 @@ def draw_dashboard(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig.savefig(tmp, dpi=80, format="png")
     tmp.replace(path)
     return path
+
+
+#: ``GENALIGN_DASHBOARD=0`` turns the in-training redraw off where ``run.dashboard`` is left unset (null)
+DASHBOARD_ENV = "GENALIGN_DASHBOARD"
+
+
+def dashboard_enabled(setting: bool | None) -> bool:
+    """Whether the trainer redraws the dashboard: ``run.dashboard`` when set, else on unless the environment's
+    ``GENALIGN_DASHBOARD`` is ``0`` / ``false`` / ``no`` / ``off``."""
+    if setting is not None:
+        return setting
+    return os.environ.get(DASHBOARD_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def refresh_dashboard(run_dir: Path) -> Path | None:

@@ -8,26 +8,31 @@ every process must take alike).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.tensor import DTensor
+
+#: the module that defines DTensor; a DTensor exists only once it is imported (``fully_shard`` imports it), so the
+#: checks below read it from ``sys.modules`` instead of importing it (about a second of start-up for every process)
+_DTENSOR_MODULE = "torch.distributed.tensor"
 
 
 def is_sharded(tensor: object) -> bool:
     """Whether ``tensor`` is a DTensor (a parameter, gradient or optimizer state of a wrapped module)."""
-    return isinstance(tensor, DTensor)
+    module = sys.modules.get(_DTENSOR_MODULE)
+    return module is not None and isinstance(tensor, module.DTensor)
 
 
 def local_part(tensor: Tensor) -> Tensor:
     """This process's shard of a DTensor, or the tensor itself."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return tensor.to_local() if is_sharded(tensor) else tensor
 
 
 def full_value(tensor: Tensor) -> Tensor:
     """The whole value of a DTensor, gathered from every process (collective), or the tensor itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    return tensor.full_tensor() if is_sharded(tensor) else tensor
 
 
 def join_launched_processes(cpu: bool) -> None:

@@ -39,7 +39,7 @@ from genalign.trainer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from genalign.trainer.dashboard import refresh_dashboard
+from genalign.trainer.dashboard import dashboard_enabled, refresh_dashboard
 from genalign.trainer.disk_errors import HeldBack, describe_disk_error, explained_disk_errors
 from genalign.trainer.disk_space import is_disk_error
 from genalign.trainer.distributed import (
@@ -75,6 +75,7 @@ from genalign.trainer.run_lock import hold_run_directory, record_holder, release
 from genalign.trainer.shutdown import StopSignals, agree_to_stop, interrupted
 from genalign.trainer.step_batch import build_step_batch
 from genalign.trainer.step_samples import StepSamples, collect_samples
+from genalign.trainer.torch_settings import apply_torch_settings
 from genalign.trainer.trackers import Trackers
 from genalign.trainer.update import run_update
 
@@ -220,9 +221,7 @@ def start_run(config: TrainConfig, supplied: SuppliedRows | None = None) -> tupl
     from accelerate import Accelerator
 
     run_cfg, cfg = config.run, config.algorithm
-    if run_cfg.num_threads:
-        torch.set_num_threads(run_cfg.num_threads)
-    torch.use_deterministic_algorithms(run_cfg.deterministic, warn_only=True)
+    apply_torch_settings(run_cfg.num_threads, run_cfg.deterministic)
     join_launched_processes(run_cfg.cpu)
     accelerator = Accelerator(
         cpu=run_cfg.cpu,
@@ -509,7 +508,8 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
         run.trackers.log(result, step)
         label = run.rewards.name_of(eval_cfg.accuracy_reward)
         run.print(f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts")
-        refresh_dashboard(run.out)
+        if dashboard_enabled(run.config.run.dashboard):
+            refresh_dashboard(run.out)
     return result
 
 
@@ -519,7 +519,7 @@ def finish(run: TrainingRun, step: int, last_eval: dict[str, Any]) -> dict[str, 
     if run.main:
         if last_eval:
             (run.out / "eval.json").write_text(json.dumps(last_eval, indent=2))
-        if not run.eval_rows:  # (an evaluation has just redrawn it)
+        if not run.eval_rows and dashboard_enabled(run.config.run.dashboard):  # (an evaluation has just redrawn it)
             refresh_dashboard(run.out)
     run.trackers.end()
     return last_eval or (run.metrics_log.read()[-1] if run.main and run.metrics_log.read() else {})

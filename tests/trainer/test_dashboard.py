@@ -13,6 +13,7 @@ from genalign.trainer.dashboard import (
     DASHBOARD_FILE,
     RunInfo,
     build_panels,
+    dashboard_enabled,
     draw_dashboard,
     read_logs,
     refresh_dashboard,
@@ -105,3 +106,12 @@ def test_a_drawing_failure_is_reported_and_training_goes_on(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("\n".join([lines[0], "{torn", *lines[1:]]) + "\n")
     assert refresh_dashboard(run) is None
     assert "could not draw" in capsys.readouterr().err and not (run / DASHBOARD_FILE).exists()
+
+
+def test_run_dashboard_wins_over_the_environment_default(monkeypatch):
+    monkeypatch.setenv("GENALIGN_DASHBOARD", "0")
+    assert not dashboard_enabled(None) and dashboard_enabled(True)
+    monkeypatch.setenv("GENALIGN_DASHBOARD", "1")
+    assert dashboard_enabled(None) and not dashboard_enabled(False)
+    monkeypatch.delenv("GENALIGN_DASHBOARD")
+    assert dashboard_enabled(None)

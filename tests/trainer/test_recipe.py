@@ -73,7 +73,7 @@ def without_times(records: list[dict]) -> list[dict]:
 
 
 def test_training_learns_and_writes_every_artifact(tmp_path, capsys, monkeypatch):
-    config = write_config(tmp_path, run={"max_steps": 25, "sample_every": 5})
+    config = write_config(tmp_path, run={"max_steps": 25, "sample_every": 5, "dashboard": True})
     train_in_process(monkeypatch, config)
     run = tmp_path / "run"
     records = metrics(run)
