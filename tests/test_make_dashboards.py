@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from genalign.trainer.dashboard import RunInfo, build_panels, read_logs
@@ -15,6 +16,8 @@ from genalign.trainer.dashboard import RunInfo, build_panels, read_logs
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from make_dashboards import DEMOS  # noqa: E402
+
+pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
 
 
 def test_the_committed_dashboards_are_in_the_readme():

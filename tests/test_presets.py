@@ -11,6 +11,8 @@ import pytest
 from genalign.cli import main
 from genalign.config import load_config
 
+pytestmark = pytest.mark.heavy(cpu_s=60)  # scheduled first (tests/conftest.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 

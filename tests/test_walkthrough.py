@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "walkthrough.md"
 

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.heavy(cpu_s=30)  # scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -25,6 +25,8 @@ from genalign.config.schema import TrainConfig
 from genalign.policies.lm.causal import CausalLMPolicyConfig
 from genalign.trainer import train
 
+pytestmark = pytest.mark.heavy(cpu_s=45)  # scheduled first (tests/conftest.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "demo_arith_grpo.yaml"

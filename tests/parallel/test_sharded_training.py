@@ -18,6 +18,8 @@ from safetensors.torch import load_file
 
 from tests.policies.contract_cases import CASES
 
+pytestmark = pytest.mark.heavy(cpu_s=95)  # scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN_STEPS = ROOT / "tests" / "parallel" / "run_steps.py"
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")

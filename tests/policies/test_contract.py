@@ -34,6 +34,8 @@ from genalign.trainer.evaluate import evaluation_randomness
 from genalign.trainer.recipe import build_policy
 from tests.policies.contract_cases import CASES, case_config
 
+pytestmark = pytest.mark.heavy(cpu_s=110)  # scheduled first (tests/conftest.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "tests" / "policies" / "run_contract.py"

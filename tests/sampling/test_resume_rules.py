@@ -12,6 +12,8 @@ import pytest
 from genalign.trainer import recipe
 from tests.experimental.sampling.test_replay_training import config, records, train_killed_in_step
 
+pytestmark = pytest.mark.heavy(cpu_s=30)  # scheduled first (tests/conftest.py)
+
 #: rule set -> (the rules' hyper-parameters by name, a metrics key that shows the rules acted)
 CASES = {
     "curricula": ({"adagrpo_curriculum": {}, "vas": {}}, "sampling/vas/tracked"),

@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")

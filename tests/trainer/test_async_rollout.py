@@ -13,6 +13,8 @@ from genalign.policies.base import ScoreRequest
 from genalign.trainer.async_rollout import rollout_version
 from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
+pytestmark = pytest.mark.heavy(cpu_s=75)  # scheduled first (tests/conftest.py)
+
 ASYNC = {"clip": "off_policy", "async_rollout": {"enabled": True}}
 
 

@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from genalign.trainer.checkpoint import list_checkpoints, verify_checkpoint
 from tests.trainer.toy_policy import toy_rows
 
+pytestmark = pytest.mark.heavy(cpu_s=90)  # scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TOY = ROOT / "tests" / "trainer" / "run_toy.py"
 REQUIRED_METRICS = {
