@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     add("train", "train a policy", epilog=_presets_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    add("validate", "check a config (types, option names, hyper-parameters) and print it resolved")
+    p = add("validate", "check a config (types, option names, hyper-parameters) and print it resolved")
+    p.add_argument("--plan", action="store_true", help="also plan the memory of the config's hardware section and "
+                   "warn when it does not fit (traces the model: seconds; `genalign plan` shows the components)")  # fmt: skip
     p = add("eval", "held-out reward/accuracy of a checkpoint, written to eval.json")
     p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
     p.add_argument("--out", help="where to write eval.json (default: run.output_dir/eval.json)")
@@ -151,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
         print(f"# {args.config}: valid", file=sys.stderr)
-        _warn_about_hardware(config, args.config)
+        _check_hardware(config, args.config, plan=args.plan)
         return 0
     if args.command == "train":
         from genalign.trainer import train
@@ -200,8 +202,16 @@ def _plan(args) -> int:
     return 0 if fits else 1
 
 
-def _warn_about_hardware(config, name: str) -> None:
-    """``validate``: a warning (not an error) when the config's hardware section is too small for its plan."""
+def _check_hardware(config, name: str, *, plan: bool) -> None:
+    """``validate``: with ``--plan`` a warning (not an error) when the config's hardware section is too small for its
+    plan; without it, a note that the hardware section was not planned (planning imports the model libraries and
+    traces the model: seconds, where the checks of ``validate`` take a fraction of one)."""
+    if config.hardware.gpus is None or config.hardware.gpu_memory_gb is None:
+        return
+    if not plan:
+        print(f"# hardware section not planned: `genalign validate --plan {name}` or `genalign plan {name}`",
+              file=sys.stderr)  # fmt: skip
+        return
     from genalign.planning.command import hardware_warning
 
     warning = hardware_warning(config, name)

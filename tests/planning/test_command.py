@@ -28,9 +28,15 @@ def test_plan_takes_the_hardware_section_and_exits_2_without_one(capsys):
     assert "--gpus (hardware.gpus)" in capsys.readouterr().err
 
 
-def test_validate_warns_about_hardware_too_small_but_still_passes(capsys):
-    assert main(["validate", DEMO, "hardware.gpus=1", "hardware.gpu_memory_gb=1.05"]) == 0
+def test_validate_plan_warns_about_hardware_too_small_but_still_passes(capsys):
+    assert main(["validate", "--plan", DEMO, "hardware.gpus=1", "hardware.gpu_memory_gb=1.05"]) == 0
     err = capsys.readouterr().err
     assert "valid" in err and "WARNING" in err and "hardware.gpu_memory_gb = 1.05" in err
-    assert main(["validate", DEMO, "hardware.gpus=1", "hardware.gpu_memory_gb=80"]) == 0
+    assert main(["validate", "--plan", DEMO, "hardware.gpus=1", "hardware.gpu_memory_gb=80"]) == 0
     assert "WARNING" not in capsys.readouterr().err
+
+
+def test_validate_without_plan_says_the_hardware_was_not_planned(capsys):
+    assert main(["validate", DEMO, "hardware.gpus=1", "hardware.gpu_memory_gb=1.05"]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING" not in err and f"genalign validate --plan {DEMO}" in err

@@ -41,26 +41,37 @@ policy). Reference, checkpoints and resumable state come from the token-LM core 
 """
 
 from genalign.policies.vlm.config import CONFIG_CLASS, LoraScope, VLMPolicyConfig
-from genalign.policies.vlm.inputs import (
-    IMAGE_MARKER,
-    EncodedPrompt,
-    chat_messages,
-    concat_images,
-    encode_prompts,
-    left_pad,
-    right_pad,
-    split_images,
-)
-from genalign.policies.vlm.model import (
-    SUPPRESSED_LOGIT,
-    VISION_TOKEN_ATTRIBUTES,
-    ImageBoundModel,
-    lora_module_names,
-    suppressed_head,
-    vision_token_ids,
-    vision_tower,
-)
-from genalign.policies.vlm.policy import VLMPolicy, build_policy
+
+#: names served from the modules that import transformers, on first use (reading the family's config never does)
+_LAZY = {
+    **dict.fromkeys(
+        ("IMAGE_MARKER", "EncodedPrompt", "chat_messages", "concat_images", "encode_prompts", "left_pad", "right_pad",
+         "split_images"),
+        "genalign.policies.vlm.inputs",
+    ),
+    **dict.fromkeys(
+        ("SUPPRESSED_LOGIT", "VISION_TOKEN_ATTRIBUTES", "ImageBoundModel", "lora_module_names", "suppressed_head",
+         "vision_token_ids", "vision_tower"),
+        "genalign.policies.vlm.model",
+    ),
+    "VLMPolicy": "genalign.policies.vlm.policy",
+}  # fmt: skip
+
+
+def build_policy(config: VLMPolicyConfig, device="cpu"):
+    """:func:`genalign.policies.vlm.policy.build_policy` (imported on first use)."""
+    from genalign.policies.vlm.policy import build_policy as build
+
+    return build(config, device)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'genalign.policies.vlm' has no attribute {name!r}")
+
 
 __all__ = [
     "CONFIG_CLASS",
