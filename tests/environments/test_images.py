@@ -8,7 +8,7 @@ import json
 import pytest
 from PIL import Image
 
-from genalign.environments import EnvironmentSet, ModelTurn, crop_box
+from genalign.environments import EnvironmentSet, ModelTurn, crop_box, episode_reward
 
 
 def quadrants() -> Image.Image:
@@ -60,3 +60,44 @@ def test_the_image_zoom_environment_answers_a_crop_call_with_an_image():
     assert error.error == "tool_error" and "empty" in error.output.text
     assert not result.done and episode.environment.step(ModelTurn("Green.", index=1)).done
     assert episode.environment.reward() is None  # the run's reward functions score the answer
+
+
+def test_reviews_answer_a_turn_without_a_call_with_a_zoomed_view_before_the_episode_ends():
+    environments = EnvironmentSet({"name": "image_zoom", "coordinates": "relative", "reviews": 1,
+                                   "review_box": [0.5, 0, 1, 0.5], "review_zoom": 2, "review_text": "Again: {prompt}"})  # fmt: skip
+    episode = environments.start({"prompt": "What color is the top right?", "image": quadrants()})
+    first = episode.environment.step(ModelTurn("Red."))
+    assert not first.done and not first.record.calls, "a review is the environment's own view, not a tool call"
+    (review,) = first.observation.images
+    assert review.size == (100, 80) and set(review.getdata()) == {(0, 255, 0)}  # the 50x40 top right, zoomed 2x
+    assert first.observation.text == "Again: What color is the top right?"
+    assert first.messages() == [{"role": "user", "content": first.observation.content()}]
+    assert episode.environment.step(ModelTurn("Green.", index=1)).done, "no review left: the episode ends"
+    whole = EnvironmentSet({"name": "image_zoom", "reviews": 2}).start({"prompt": "?", "image": quadrants()})
+    assert whole.environment.step(ModelTurn("?")).observation.images[0].size == (100, 80)  # default: the whole image
+
+
+def test_review_options_are_checked():
+    with pytest.raises(ValueError, match=r"reviews=-1 .*>= 0"):
+        EnvironmentSet({"name": "image_zoom", "reviews": -1})
+    with pytest.raises(ValueError, match=r"review_box=\[0, 0, 1\] .*4 numbers"):
+        EnvironmentSet({"name": "image_zoom", "review_box": [0, 0, 1]})
+    with pytest.raises(ValueError, match=r"review_zoom=9 .*max_zoom=4"):
+        EnvironmentSet({"name": "image_zoom", "review_zoom": 9})
+    environments = EnvironmentSet({"name": "image_zoom", "reviews": 1, "review_text": "{question}"})
+    with pytest.raises(ValueError, match=r"review_text='\{question\}'.*\['image', 'prompt'\]"):
+        environments.create({"prompt": "?", "image": quadrants()}).reset(prompt="?", image=quadrants())
+
+
+def test_with_an_answer_column_the_environment_scores_the_answer_of_the_last_turn():
+    environments = EnvironmentSet({"name": "image_zoom", "reviews": 1, "answer_column": "answer"})
+    row = {"prompt": "How many red shapes?", "image": quadrants(), "answer": 1}
+    for first, last, reward in [("<answer>1</answer>", "<think>again</think><answer>2</answer>", 0.0),
+                                ("<answer>2</answer>", "<think>again</think><answer> 1 </answer>", 1.0),
+                                ("<answer>1</answer>", "Answer: 1", 1.0), ("<answer>1</answer>", "<think>", 0.0)]:  # fmt: skip
+        episode = environments.start(row)
+        assert not episode.environment.step(ModelTurn(first)).done
+        assert episode.environment.step(ModelTurn(last, index=1)).done
+        assert episode_reward(episode.environment) == reward, (first, last)
+    with pytest.raises(KeyError, match=r"no 'answer' value; set answer_column"):
+        environments.start({"prompt": "?", "image": quadrants()})

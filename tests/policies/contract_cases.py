@@ -3,7 +3,8 @@
 Each case is a complete config (the committed demo models, procedural data, a test reward that reads any output) small
 enough to train a few steps on CPU in seconds, and chosen to exercise the family's resumable state: inner epochs and
 minibatches (optimizer state, re-scored old log-probs, fresh diffusion masks per epoch), EMA weights, sliding windows
-and tree splits, DiffusionNFT's old model, the samplers' random generators.
+and tree splits, DiffusionNFT's old model, the samplers' random generators; multi-turn rollouts of the causal LM
+(a scripted text environment) and of the VLM (the crop tool returning an image each turn, of two sizes).
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "vlm": ("vlm", {
         "policy": {"family": "vlm", "model": "builtin:shapes-vlm", "min_pixels": 256, "max_pixels": 2304,
                    "max_new_tokens": 6, "freeze_vision_tower": True, "temperature": 3.0},
+        "data": {"train": SHAPES_VQA},
+        "algorithm": LM_ALGORITHM,
+    }),
+    "vlm_multi_turn": ("vlm", {
+        "policy": {"family": "vlm", "model": "builtin:shapes-vlm", "min_pixels": 256, "max_pixels": 2304,
+                   "max_new_tokens": 6, "freeze_vision_tower": True, "temperature": 3.0,
+                   "multi_turn": {"environments": "tests.policies.vlm.scripted_environments:ScriptedCrop",
+                                  "max_turns": 3}},
         "data": {"train": SHAPES_VQA},
         "algorithm": LM_ALGORITHM,
     }),

@@ -72,7 +72,7 @@ from genalign.policies.lm.guidance import (
 )
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.lora import add_lora
-from genalign.policies.lm.multi_turn import multi_turn_rollout
+from genalign.policies.lm.multi_turn import MULTI_TURN_STRUCTURE, TextTurns, multi_turn_rollout
 from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 from genalign.policies.lm.probes import ProbeOptions, probe_structure
 from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
@@ -80,9 +80,6 @@ from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.policies.lm.trees import LMTreeConfig, sample_tree_group
-
-#: Rollout structure a multi-turn rollout records (:mod:`genalign.policies.lm.multi_turn`).
-MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
 
 
 @dataclass
@@ -294,7 +291,7 @@ class CausalLMPolicy(TokenLMPolicy):
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1.")
         if self.config.multi_turn.enabled:
-            return multi_turn_rollout(self, rows, group_size, mode, request)
+            return multi_turn_rollout(self, rows, group_size, mode, request, TextTurns(self))
         info: dict[str, Any] = {}
         guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
         if any(g.self_hint is not None for g in guidance):

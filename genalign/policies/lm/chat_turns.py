@@ -58,15 +58,18 @@ def text_content(content: Any) -> str:
 
 
 class ChatRenderer:
-    """Renders an episode's conversation with ``tokenizer``'s chat template (``tools=`` the episode's tool schemas).
+    """Renders an episode's conversation with a chat template (``tools=`` the episode's tool schemas).
 
     Args:
-        tokenizer: a Hugging Face tokenizer with a chat template.
+        tokenizer: a Hugging Face tokenizer (it encodes the text and names the special tokens).
         system_prompt: a system message prepended to prompts that have none.
+        chat: what renders the messages (its ``apply_chat_template`` and ``chat_template``): the tokenizer when None;
+            a VLM passes its processor, whose template renders image content blocks.
     """
 
-    def __init__(self, tokenizer, system_prompt: str | None = None) -> None:
-        if getattr(tokenizer, "chat_template", None) is None:
+    def __init__(self, tokenizer, system_prompt: str | None = None, *, chat: Any = None) -> None:
+        self.chat = tokenizer if chat is None else chat
+        if getattr(self.chat, "chat_template", None) is None:
             raise ValueError(
                 "policy.multi_turn needs a chat template (turns are rendered as chat messages) and the tokenizer has "
                 "none; set policy.chat_template."
@@ -76,9 +79,7 @@ class ChatRenderer:
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]], *, generation_prompt: bool) -> str:
         extra = {"tools": tools} if tools else {}
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt, **extra
-        )
+        return self.chat.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -113,7 +114,18 @@ class ChatRenderer:
         model_text: str,
         answer: list[Message],
     ) -> list[int]:
-        """The ids that follow a model turn: the rest of its assistant message the model did not write (e.g. the
+        """The ids of :meth:`observation_text` (tokenized on their own: earlier turns are never tokenized again)."""
+        return self.encode(self.observation_text(messages, tools, turn, model_text, answer))
+
+    def observation_text(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        turn: Message,
+        model_text: str,
+        answer: list[Message],
+    ) -> str:
+        """The text that follows a model turn: the rest of its assistant message the model did not write (e.g. the
         newline after the end-of-turn token), then ``answer`` (tool / user messages) and the next generation prompt.
 
         Args:
@@ -138,7 +150,7 @@ class ChatRenderer:
         after = self.render([*messages, turn, *answer], tools, generation_prompt=True)
         if not after.startswith(closed):
             raise _not_prefix_preserving("adding the environment's answer", closed, after)
-        return self.encode(segment[len(written) :] + after[len(closed) :])
+        return segment[len(written) :] + after[len(closed) :]
 
     def check(self) -> None:
         """Raise :class:`TemplateNotPrefixPreserving` when the template fails on a synthetic conversation (a user

@@ -1,4 +1,10 @@
-"""Multi-turn rollouts of the causal-LM family: the model takes turns with an environment (``policy.multi_turn``).
+"""Multi-turn rollouts of the token-LM families: the model takes turns with an environment (``policy.multi_turn``).
+
+The turn loop here is shared: starting the episodes, asking the environment, the limits, the failure counts and the
+layout of the rollout are family-independent. A family supplies a :class:`TurnFamily`: how a prompt becomes ids (and
+its non-token inputs, e.g. a VLM's images), one sampling call for the active trajectories, and how the environment's
+answer becomes the suffix appended to a trajectory (ids, and the images among them). :class:`TextTurns` is the
+causal-LM family's; the VLM family's is :class:`genalign.policies.vlm.multi_turn.ImageTurns`.
 
 Per trajectory (``group_size`` per row, one environment instance each, :class:`~genalign.environments.EnvironmentSet`
 choosing it by the row's column): ``reset`` may give the first observation, appended to the prompt's last user
@@ -12,15 +18,16 @@ earlier turns are never tokenized again; a template that is not prefix-preservin
 A trajectory ends when the environment says ``done``, or *truncated* at ``max_turns``, at ``max_total_tokens``, or when
 an answer is longer than ``max_observation_tokens`` (it is then not appended). An environment that raises in
 ``reset``, ``step`` or ``reward`` is counted and ends its trajectory (after one turn for ``reset``; the reward of an
-episode whose ``step`` raised is not read, the reward functions score it); nothing an
-environment or the model does stops the run, except a chat template that is not prefix-preserving (a configuration
-error).
+episode whose ``step`` raised is not read, the reward functions score it), and so does an answer the family cannot
+show the model (:class:`ObservationError`, e.g. an unreadable image; truncated); nothing an environment or the model
+does stops the run, except a chat template that is not prefix-preserving (a configuration error).
 
 What the backend sees: ``per_sample`` holds the prompt ids (left-padded) and one completion ``[N, C]`` per sample, the
 model's turns and the environment's tokens in order; ``completion_mask`` (the action mask, ``Rollout.action_mask``) is
-1 on model tokens only, ``completion_attention`` 1 on every token. Behaviour log-probs are recorded on model tokens, 0
-elsewhere; ``score`` runs the single-turn scoring pass over the same ids with the environment tokens as attended
-context, so re-scoring reproduces the sampled sequence token for token.
+1 on model tokens only, ``completion_attention`` 1 on every token; a family adds its own inputs (a VLM's images).
+Behaviour log-probs are recorded on model tokens, 0 elsewhere; ``score`` runs the family's single-turn scoring pass over
+the same ids with the environment tokens as attended context, so re-scoring reproduces the sampled sequence token for
+token.
 
 Rewards: each sample's row gets the column ``environment_reward`` (the environment's episode reward, None where it
 owns none); the reward functions receive the whole transcript after the prompt (model turns and the environment's
@@ -33,28 +40,37 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
+from torch import Tensor
 
 from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
 from genalign.policies.base import Rollout, RolloutRequest
-from genalign.policies.lm.chat_turns import ChatRenderer, text_content
+from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
 from genalign.policies.lm.core import completion_structure, eval_mode
+from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.forced import LEFT_PADDED
 
 #: the row column that carries a sample's episode reward to the reward functions
 ENVIRONMENT_REWARD_COLUMN = "environment_reward"
+#: Rollout structure a multi-turn rollout records.
+MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
+#: One sampled turn: its token ids, their behaviour log-probs, and whether it hit its token budget before an end token.
+SampledTurn = tuple[list[int], list[float], bool]
 
 
 @dataclass
 class Trajectory:
-    """One sample's episode so far: the prompt ids and the completion laid out position by position."""
+    """One sample's episode so far: the prompt ids and the completion laid out position by position, and the family's
+    non-token inputs of both (``media``: a VLM's images, in sequence order)."""
 
     row: dict[str, Any]
     episode: Episode | None
     messages: list[dict[str, Any]]
     prompt: list[int]
+    index: int = 0  # the row's index in the rollout's rows (for messages)
+    media: list[Any] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # model and environment tokens after the prompt
     actions: list[float] = field(default_factory=list)  # 1 on model tokens
     logp: list[float] = field(default_factory=list)  # behaviour log-probs, 0 on environment tokens
@@ -76,41 +92,99 @@ class Trajectory:
         self.logp += logp if logp is not None else [0.0] * len(ids)
         self.turn_ids += [turn] * len(ids)
 
+    def add_observation(self, observation: ObservationTokens, turn: int) -> None:
+        """Append the environment's answer to ``turn``: context tokens (no action, no log-prob), their messages and
+        media."""
+        self.extend(observation.ids, None, turn)
+        self.messages += observation.messages
+        self.media += observation.media
+
     def end(self, *, truncated: bool = False) -> None:
         self.done, self.truncated = True, self.truncated or truncated
 
 
+@dataclass
+class ObservationTokens:
+    """The environment's answer to a turn as a trajectory takes it: the ids appended as a suffix, the chat messages
+    they render (the model's turn as an assistant message, then the answer) and the family's non-token inputs for
+    those ids (a VLM's images), in sequence order."""
+
+    ids: list[int]
+    messages: list[Message]
+    media: list[Any] = field(default_factory=list)
+
+
+class TurnFamily(Protocol):
+    """What a family gives the shared turn loop (:func:`multi_turn_rollout`)."""
+
+    #: ``per_sample`` keys of :meth:`per_sample` that are left-padded (``Rollout.left_padded``)
+    left_padded: frozenset[str]
+
+    def start(self, row: dict[str, Any], index: int, episode: Episode | None, counts: Counter) -> Trajectory:
+        """The trajectory of ``row`` (dataset index ``index``), its prompt rendered with ``episode``'s first
+        observation and tool schemas (None: ``reset`` failed) and encoded."""
+        ...
+
+    def generate(self, active: list[Trajectory], params: SamplingParams, counts: Counter) -> list[SampledTurn]:
+        """One turn of every active trajectory, sampled with ``params`` (see :func:`turn_budgets`)."""
+        ...
+
+    def observation(
+        self, trajectory: Trajectory, ids: list[int], text: str, answer: list[Message]
+    ) -> ObservationTokens:
+        """What follows the model's turn ``ids`` (decoded: ``text``) when the environment answers with the chat
+        messages ``answer``."""
+        ...
+
+    def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
+        """The family's inputs of each sample besides the shared ones (``prompt_ids`` ``[N, P]`` left-padded,
+        ``completion_ids`` ``[N, C]``)."""
+        ...
+
+
+class ObservationError(ValueError):
+    """The environment's answer cannot be shown to the model (e.g. an image that cannot be read): counted as
+    ``environment_errors/observation``; the trajectory ends, truncated."""
+
+
 def multi_turn_rollout(
-    policy: Any, rows: list[dict[str, Any]], group_size: int, mode: Literal["train", "eval"], request: RolloutRequest
+    policy: Any,
+    rows: list[dict[str, Any]],
+    group_size: int,
+    mode: Literal["train", "eval"],
+    request: RolloutRequest,
+    family: TurnFamily,
 ) -> Rollout:
-    """``group_size`` trajectories per row (module docstring); ``policy`` is the causal-LM policy."""
+    """``group_size`` trajectories per row (module docstring); ``policy`` is a token-LM policy with environments
+    (``policy.environments``, ``policy.chat_renderer``, ``policy.environment_failures``), ``family`` its side of the
+    loop (:class:`TextTurns` for the causal-LM family)."""
     options = policy.config.multi_turn
     renderer: ChatRenderer = policy.chat_renderer
     params = policy.sampling_params(mode)
     params = replace(params, eos_token_ids=tuple(sorted({*params.eos_token_ids, *renderer.end_of_turn_ids()})))
     counts: Counter[str] = Counter()
     trajectories = [
-        _start(policy, renderer, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
+        _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
     ]
     for turn in range(options.max_turns):
         active = [t for t in trajectories if not t.done]
         if not active:
             break
         with eval_mode(policy.model):
-            turns = _generate_turn(policy, active, params, counts)
+            turns = family.generate(active, params, counts)
         for trajectory, (ids, logp, cut) in zip(active, turns):
             trajectory.extend(ids, logp, turn)
-            _answer(policy, renderer, trajectory, ids, cut, turn, counts)
+            _answer(policy, family, trajectory, ids, cut, turn, counts)
     for trajectory in trajectories:
         if not trajectory.done:  # still active after max_turns turns
             trajectory.end(truncated=True)
         _finish(trajectory, counts)
-    return _assemble(policy, trajectories, group_size, request, counts)
+    return _assemble(policy, family, trajectories, group_size, request, counts)
 
 
-def _start(policy: Any, renderer: ChatRenderer, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
+def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
     """A trajectory of ``row``: its environment started (an environment that raises in ``reset`` is counted and the
-    trajectory runs without it: one turn, no tools) and its prompt rendered and tokenized."""
+    trajectory runs without it: one turn, no tools) and its prompt encoded by the family."""
     if "prompt" not in row:
         raise KeyError(f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data mapping.")
     policy.environments.name_for(row)  # a row that names no environment of the run is a data error: raised
@@ -120,36 +194,35 @@ def _start(policy: Any, renderer: ChatRenderer, row: dict[str, Any], index: int,
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/reset"] += 1
         policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
-    observation = episode.observation if episode is not None else None
-    messages = renderer.prompt_messages(row["prompt"], observation, index)
-    tools = episode.tool_schemas if episode is not None else []
-    prompt = renderer.encode(renderer.render(messages, tools, generation_prompt=True))
-    limit = policy.config.max_prompt_tokens
-    if limit is not None and len(prompt) > limit:
-        if policy.config.on_long_prompt == "error":
-            raise ValueError(
-                f"row {index}: the multi-turn prompt has {len(prompt)} tokens, more than policy.max_prompt_tokens="
-                f"{limit}; raise the limit or set policy.on_long_prompt to 'truncate_left'."
-            )
-        prompt = prompt[-limit:]
-        counts["prompts_truncated"] += 1
-    return Trajectory(row=row, episode=episode, messages=messages, prompt=prompt)
+    return family.start(row, index, episode, counts)
 
 
-def _generate_turn(policy: Any, active: list[Trajectory], params: Any, counts: Counter):
-    """One engine call for the active trajectories: ``[(ids, logp, cut)]``, ``cut`` when the turn hit its token
-    budget (``policy.max_new_tokens`` or what ``max_total_tokens`` leaves) before an end token."""
-    total = policy.config.multi_turn.max_total_tokens
-    budgets = [params.max_new_tokens if total is None else min(params.max_new_tokens, total - t.length) for t in active]
+def turn_budgets(
+    active: list[Trajectory], params: SamplingParams, max_total_tokens: int | None
+) -> tuple[list[int], SamplingParams]:
+    """The token budget of each active trajectory's turn (``policy.max_new_tokens``, or what ``max_total_tokens``
+    leaves) and the sampling parameters of the call (the largest budget; a turn is cut to its own afterwards)."""
+    new = params.max_new_tokens
+    budgets = [new if max_total_tokens is None else min(new, max_total_tokens - t.length) for t in active]
+    return budgets, replace(params, max_new_tokens=max(1, max(budgets)))
+
+
+def left_padded_contexts(active: list[Trajectory], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """``ids`` ``[B, L]`` long and ``mask`` ``[B, L]`` long: each trajectory's prompt and completion so far,
+    left-padded to the longest."""
     width = max(t.length for t in active)
-    ids = torch.full((len(active), width), policy.pad_token_id, dtype=torch.long)  # [B, L] left-padded
+    ids = torch.full((len(active), width), pad_token_id, dtype=torch.long)  # [B, L] left-padded
     mask = torch.zeros(len(active), width, dtype=torch.long)  # [B, L]
     for row, trajectory in enumerate(active):
         context = trajectory.prompt + trajectory.ids
         ids[row, width - len(context) :] = torch.tensor(context, dtype=torch.long)
         mask[row, width - len(context) :] = 1
-    turn_params = replace(params, max_new_tokens=max(1, max(budgets)))
-    generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), turn_params, policy.generator)
+    return ids, mask
+
+
+def kept_turns(generation: Generation, budgets: list[int], counts: Counter) -> list[SampledTurn]:
+    """Each row of ``generation`` as a turn, cut to its budget: ``[(ids, logp, cut)]``, ``cut`` when the turn hit its
+    budget before an end token; the sampled tokens are counted (``generated_tokens``)."""
     lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [B]
     counts["generated_tokens"] += int(sum(lengths))
     out = []
@@ -160,8 +233,16 @@ def _generate_turn(policy: Any, active: list[Trajectory], params: Any, counts: C
     return out
 
 
+def _generate_turn(policy: Any, active: list[Trajectory], params: Any, counts: Counter) -> list[SampledTurn]:
+    """One engine call for the active trajectories (:func:`kept_turns`)."""
+    budgets, turn_params = turn_budgets(active, params, policy.config.multi_turn.max_total_tokens)
+    ids, mask = left_padded_contexts(active, policy.pad_token_id)
+    generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), turn_params, policy.generator)
+    return kept_turns(generation, budgets, counts)
+
+
 def _answer(
-    policy: Any, renderer: ChatRenderer, t: Trajectory, ids: list[int], cut: bool, turn: int, counts: Counter
+    policy: Any, family: TurnFamily, t: Trajectory, ids: list[int], cut: bool, turn: int, counts: Counter
 ) -> None:
     """Give the turn to the environment and append its answer (or end the trajectory)."""
     options = policy.config.multi_turn
@@ -187,20 +268,65 @@ def _answer(
         return
     if turn + 1 >= options.max_turns:
         return  # ended as truncated by the caller, without rendering an answer no turn will read
-    assistant = {"role": "assistant", "content": text}
-    answer = [{**m, "content": text_content(m["content"])} for m in result.messages()]
-    model_text = policy.tokenizer.decode(ids, skip_special_tokens=False)
-    suffix = renderer.observation_ids(t.messages, t.episode.tool_schemas, assistant, model_text, answer)
+    try:
+        suffix = family.observation(t, ids, text, result.messages())
+    except ObservationError as err:  # the environment answered with what the model cannot be shown: counted
+        counts["environment_errors/observation"] += 1
+        policy.environment_failures.append(f"observation: {err}")
+        t.end(truncated=True)
+        return
     total = options.max_total_tokens
-    if len(suffix) > options.max_observation_tokens:
+    if len(suffix.ids) > options.max_observation_tokens:
         counts["observations_too_long"] += 1
         t.end(truncated=True)
-    elif total is not None and t.length + len(suffix) >= total:
+    elif total is not None and t.length + len(suffix.ids) >= total:
         counts["trajectories_at_max_total_tokens"] += 1
         t.end(truncated=True)
     else:
-        t.extend(suffix, None, turn)
-        t.messages += [assistant, *answer]
+        t.add_observation(suffix, turn)
+
+
+class TextTurns:
+    """The causal-LM family's side of the turn loop: prompts rendered with the chat template and tokenized (within
+    ``policy.max_prompt_tokens``), turns sampled by ``policy.engine``, answers as text (images dropped)."""
+
+    left_padded: frozenset[str] = frozenset()
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def start(self, row: dict[str, Any], index: int, episode: Episode | None, counts: Counter) -> Trajectory:
+        policy, renderer = self.policy, self.policy.chat_renderer
+        observation = episode.observation if episode is not None else None
+        messages = renderer.prompt_messages(row["prompt"], observation, index)
+        tools = episode.tool_schemas if episode is not None else []
+        prompt = renderer.encode(renderer.render(messages, tools, generation_prompt=True))
+        limit = policy.config.max_prompt_tokens
+        if limit is not None and len(prompt) > limit:
+            if policy.config.on_long_prompt == "error":
+                raise ValueError(
+                    f"row {index}: the multi-turn prompt has {len(prompt)} tokens, more than policy.max_prompt_tokens="
+                    f"{limit}; raise the limit or set policy.on_long_prompt to 'truncate_left'."
+                )
+            prompt = prompt[-limit:]
+            counts["prompts_truncated"] += 1
+        return Trajectory(row=row, episode=episode, messages=messages, prompt=prompt, index=index)
+
+    def generate(self, active: list[Trajectory], params: SamplingParams, counts: Counter) -> list[SampledTurn]:
+        return _generate_turn(self.policy, active, params, counts)
+
+    def observation(
+        self, trajectory: Trajectory, ids: list[int], text: str, answer: list[Message]
+    ) -> ObservationTokens:
+        assistant = {"role": "assistant", "content": text}
+        answer = [{**m, "content": text_content(m["content"])} for m in answer]
+        model_text = self.policy.tokenizer.decode(ids, skip_special_tokens=False)
+        tools = trajectory.episode.tool_schemas  # an answer exists: the episode started
+        suffix = self.policy.chat_renderer.observation_ids(trajectory.messages, tools, assistant, model_text, answer)
+        return ObservationTokens(suffix, [assistant, *answer])
+
+    def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
+        return {}
 
 
 def _finish(t: Trajectory, counts: Counter) -> None:
@@ -221,7 +347,12 @@ def _finish(t: Trajectory, counts: Counter) -> None:
 
 
 def _assemble(
-    policy: Any, trajectories: list[Trajectory], group_size: int, request: RolloutRequest, counts: Counter
+    policy: Any,
+    family: TurnFamily,
+    trajectories: list[Trajectory],
+    group_size: int,
+    request: RolloutRequest,
+    counts: Counter,
 ) -> Rollout:
     """The rollout of finished trajectories (layout in the module docstring)."""
     n, pad = len(trajectories), policy.pad_token_id
@@ -270,10 +401,24 @@ def _assemble(
             "completion_ids": completion_ids.to(device),
             "completion_mask": actions.to(device),
             "completion_attention": attention.to(device),
+            **family.per_sample(trajectories, prompt_ids, completion_ids),
         },
         info=info,
-        left_padded=LEFT_PADDED,
+        left_padded=LEFT_PADDED | family.left_padded,
     )
 
 
-__all__ = ["ENVIRONMENT_REWARD_COLUMN", "Trajectory", "multi_turn_rollout"]
+__all__ = [
+    "ENVIRONMENT_REWARD_COLUMN",
+    "MULTI_TURN_STRUCTURE",
+    "ObservationError",
+    "ObservationTokens",
+    "SampledTurn",
+    "TextTurns",
+    "Trajectory",
+    "TurnFamily",
+    "kept_turns",
+    "left_padded_contexts",
+    "multi_turn_rollout",
+    "turn_budgets",
+]

@@ -30,14 +30,19 @@ abstract in shared/seeds/abstracts.md):
    re-scored. Scoring masks the same tokens (:func:`suppressed_head`), so re-scored log-probs are those of the law
    that was sampled.
 
+6. **Multi-turn** (``policy.multi_turn``, :mod:`genalign.policies.vlm.multi_turn`): the shared turn loop of the token
+   families with environments; image observations (e.g. the ``crop_image`` tool's crops) are encoded by the processor
+   as a suffix of the conversation, and every later turn and the scoring pass get all the trajectory's images, with
+   their image tokens typed for the 3-D rotary positions; environment tokens are attended context, never actions.
+
 The rollout adds two columns to each row, for grounding rewards: ``image_sizes`` (``(width, height)`` of each image as
 stored) and ``image_input_sizes`` (``(width, height)`` the model saw, from ``image_grid_thw`` and the patch size). Its
 structure carries the truncation flags and, when asked, segment ids, as for causal LMs.
 
 Modules: :mod:`~genalign.policies.vlm.config` (the config and its capabilities), :mod:`~genalign.policies.vlm.inputs`
 (chat messages, processor outputs, padding, image splitting), :mod:`~genalign.policies.vlm.model` (loading, vision
-tower, LoRA scope, suppressed tokens, the image-bound generation wrapper), :mod:`~genalign.policies.vlm.policy` (the
-policy). Reference, checkpoints and resumable state come from the token-LM core (:mod:`genalign.policies.lm.core`).
+tower, LoRA scope, suppressed tokens, the image-bound generation wrapper), :mod:`~genalign.policies.vlm.multi_turn`
+(the family's side of multi-turn rollouts), :mod:`~genalign.policies.vlm.policy` (the policy). Reference, checkpoints and resumable state come from the token-LM core (:mod:`genalign.policies.lm.core`).
 """
 
 from genalign.policies.vlm.config import CONFIG_CLASS, LoraScope, VLMPolicyConfig

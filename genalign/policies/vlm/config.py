@@ -14,10 +14,16 @@ from genalign.policies.lm.core import (
     lora_reference_mode,
     token_capabilities,
 )
+from genalign.policies.lm.multi_turn import MULTI_TURN_STRUCTURE
+from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
 #: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
 VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled"})
+#: The perception features of multi-turn rollouts: images blanked out (all of them, the observations' too). Not
+#: offered there: ``visual_similarity`` (its image tokens would include observations a turn has not seen yet) and
+#: ``logp_frames_shuffled`` (a trajectory's images are a prompt and its crops, not the frames of a video).
+MULTI_TURN_VISION_FEATURES = frozenset({"logp_without_image"})
 
 
 @dataclass
@@ -94,6 +100,13 @@ class VLMPolicyConfig:
             "role_segments); [] = no blocks."
         },
     )
+    multi_turn: MultiTurnOptions = field(
+        default_factory=MultiTurnOptions,
+        metadata={
+            "help": "Multi-turn rollouts: environments and tools (image observations flow into the next turn), turn "
+            "and token limits (unset: one turn)."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler."})
 
     def validate(self) -> None:
@@ -120,11 +133,17 @@ class VLMPolicyConfig:
             raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
         if not all(isinstance(marker, str) and marker for marker in self.block_markers):
             raise ValueError(f"policy.block_markers={self.block_markers} must hold non-empty strings")
+        self.multi_turn.validate()
+        self.multi_turn.check_lengths(max_new_tokens=self.max_new_tokens)
 
     def capabilities(self) -> PolicyCapabilities:
         """The token features and completion structure of causal LMs (KL unless ``reference='none'``), plus the
         perception features ``logp_without_image``, ``visual_similarity`` and ``logp_frames_shuffled`` and, with ``block_markers``, the text
-        blocks ``block_ids``."""
+        blocks ``block_ids``. With ``multi_turn``: the structure of multi-turn rollouts and
+        :data:`MULTI_TURN_VISION_FEATURES` (text blocks assume one turn)."""
+        if self.multi_turn.enabled:
+            features = AUTOREGRESSIVE_FEATURES | MULTI_TURN_VISION_FEATURES
+            return token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
         return token_capabilities(
             self.reference,
@@ -135,4 +154,4 @@ class VLMPolicyConfig:
 
 CONFIG_CLASS = VLMPolicyConfig
 
-__all__ = ["CONFIG_CLASS", "VISION_FEATURES", "LoraScope", "VLMPolicyConfig"]
+__all__ = ["CONFIG_CLASS", "MULTI_TURN_VISION_FEATURES", "VISION_FEATURES", "LoraScope", "VLMPolicyConfig"]

@@ -111,7 +111,60 @@ def concat_images(pixel_values: list[Tensor], grids: list[Tensor]) -> dict[str, 
     """
     if sum(int(g.shape[0]) for g in grids) == 0:
         return {}
-    return {"pixel_values": torch.cat(pixel_values, dim=0), "image_grid_thw": torch.cat(grids, dim=0)}
+    pixels = [p for p, g in zip(pixel_values, grids, strict=True) if g.shape[0]]  # samples without images add no row
+    return {"pixel_values": torch.cat(pixels, dim=0), "image_grid_thw": torch.cat(grids, dim=0)}
+
+
+def mm_token_types(input_ids: Tensor, image_token_id: int | None) -> Tensor:
+    """``[..., L]`` long: 1 at the image placeholder tokens of ``input_ids`` ``[..., L]``, 0 elsewhere (the rule of
+    transformers processors' ``mm_token_type_ids`` for images)."""
+    if image_token_id is None:
+        return torch.zeros_like(input_ids, dtype=torch.long)
+    return (input_ids == image_token_id).long()
+
+
+@dataclass
+class EncodedText:
+    """A rendered chat text and its images through the processor (unpadded).
+
+    Attributes:
+        input_ids: ``[L]`` tokens with the image placeholders expanded.
+        pixel_values: ``[sum_k t_k h_k w_k, D]`` flat patches of the images (``[0, 0]`` without images).
+        image_grid_thw: ``[K, 3]`` patch grid of each image (``[0, 3]`` without images).
+    """
+
+    input_ids: Tensor
+    pixel_values: Tensor
+    image_grid_thw: Tensor
+
+
+def encode_text(processor, text: str, images: list[Any], config: VLMPolicyConfig) -> EncodedText:
+    """``text`` (a rendered chat, or a piece of one) and its ``images`` (already at the pixel limits, one per image
+    placeholder of the text, in order) through ``processor``, without special tokens added: a piece encodes to the
+    ids it adds to the conversation (multi-turn observations are appended this way, never re-tokenizing what came
+    before).
+
+    Raises:
+        ValueError: the text holds another number of image placeholders than ``images`` (a chat template that does
+            not render image content blocks).
+    """
+    placeholders = text.count(processor.image_token)
+    if placeholders != len(images):
+        raise ValueError(
+            f"the chat template rendered {placeholders} image placeholder(s) ({processor.image_token!r}) for "
+            f"{len(images)} image(s); the template must render {{'type': 'image'}} content blocks of user and tool "
+            "messages (fix: a processor chat template that does)."
+        )
+    encoded = processor(
+        text=[text],
+        images=images or None,
+        size={"shortest_edge": config.min_pixels, "longest_edge": config.max_pixels},
+        add_special_tokens=False,
+        return_tensors="pt",
+    )
+    if not images:
+        return EncodedText(encoded["input_ids"][0], torch.zeros(0, 0), torch.zeros(0, 3, dtype=torch.long))
+    return EncodedText(encoded["input_ids"][0], encoded["pixel_values"], encoded["image_grid_thw"].long())
 
 
 def split_images(pixel_values: Tensor, image_grid_thw: Tensor, images_per_sample: list[int]) -> list[Tensor]:
@@ -140,6 +193,21 @@ def split_images(pixel_values: Tensor, image_grid_thw: Tensor, images_per_sample
     return out
 
 
+def load_images(value: Any, config: VLMPolicyConfig, image_factor: int, row_index: int, column: str) -> RowImages:
+    """The images of ``value`` (one image or a list: paths, PIL images, ``{"bytes", "path"}`` dicts) loaded and
+    resized to ``[policy.min_pixels, policy.max_pixels]`` with sides multiple of ``image_factor``; errors name the row
+    and ``column``."""
+    return load_row_images(
+        value,
+        row_index=row_index,
+        column=column,
+        min_pixels=config.min_pixels,
+        max_pixels=config.max_pixels,
+        factor=image_factor,
+        base_dir=Path(config.image_root) if config.image_root else None,
+    )
+
+
 def _row_chats(
     rows: list[dict[str, Any]], processor, config: VLMPolicyConfig, image_factor: int
 ) -> tuple[list[str], list[RowImages]]:
@@ -148,15 +216,7 @@ def _row_chats(
     for index, row in enumerate(rows):
         if "prompt" not in row:
             raise ValueError(f"row {index} has no 'prompt' column (columns: {sorted(row)})")
-        row_images = load_row_images(
-            row.get(config.image_column),
-            row_index=index,
-            column=config.image_column,
-            min_pixels=config.min_pixels,
-            max_pixels=config.max_pixels,
-            factor=image_factor,
-            base_dir=Path(config.image_root) if config.image_root else None,
-        )
+        row_images = load_images(row.get(config.image_column), config, image_factor, index, config.image_column)
         messages = chat_messages(
             row["prompt"], len(row_images.images), row_index=index, system_prompt=config.system_prompt
         )
@@ -184,7 +244,7 @@ def encode_prompts(
     if "mm_token_type_ids" in encoded:
         mm_types = encoded["mm_token_type_ids"].long()  # [R, P]
     else:
-        mm_types = (encoded["input_ids"] == processor.image_token_id).long()  # [R, P]
+        mm_types = mm_token_types(encoded["input_ids"], processor.image_token_id)  # [R, P]
     counts = [len(imgs) for imgs in images]
     if has_images:
         grid = encoded["image_grid_thw"].long()  # [K, 3]
@@ -209,10 +269,14 @@ def encode_prompts(
 __all__ = [
     "IMAGE_MARKER",
     "EncodedPrompt",
+    "EncodedText",
     "chat_messages",
     "concat_images",
     "encode_prompts",
+    "encode_text",
     "left_pad",
+    "load_images",
+    "mm_token_types",
     "right_pad",
     "split_images",
 ]

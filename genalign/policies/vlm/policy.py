@@ -7,6 +7,7 @@ sampler's random generator are the token-LM core's (:class:`~genalign.policies.l
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from typing import Any, Literal
 
 import torch
@@ -14,6 +15,7 @@ from torch import Tensor, nn
 
 from genalign.assets import model_location
 from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.lm.chat_turns import ChatRenderer
 from genalign.policies.lm.core import (
     TokenLMPolicy,
     completion_structure,
@@ -27,12 +29,20 @@ from genalign.policies.lm.engines.hf import HFGenerateEngine
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora
+from genalign.policies.lm.multi_turn import multi_turn_rollout
 from genalign.policies.lm.probes import block_ids
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
 from genalign.policies.vlm.config import VLMPolicyConfig
-from genalign.policies.vlm.inputs import EncodedPrompt, concat_images, encode_prompts, left_pad, right_pad
+from genalign.policies.vlm.inputs import (
+    EncodedPrompt,
+    concat_images,
+    encode_prompts,
+    left_pad,
+    mm_token_types,
+    right_pad,
+)
 from genalign.policies.vlm.model import (
     ImageBoundModel,
     load_model,
@@ -41,6 +51,7 @@ from genalign.policies.vlm.model import (
     vision_token_ids,
     vision_tower,
 )
+from genalign.policies.vlm.multi_turn import ImageTurns
 from genalign.policies.vlm.perception import logp_frames_shuffled, logp_without_image, visual_similarity
 
 
@@ -50,7 +61,8 @@ class VLMPolicy(TokenLMPolicy):
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` / ``prompt_mask`` /
     ``mm_token_type_ids`` ``[N, P]`` (left-padded to the rollout's longest prompt), ``completion_ids`` ``[N, T]`` and,
     as per-sample lists, ``pixel_values`` ``[p_i, D]`` and ``image_grid_thw`` ``[k_i, 3]``; the truncation flags (and
-    segment ids) are in ``Rollout.structure``.
+    segment ids) are in ``Rollout.structure``. Multi-turn rollouts add ``completion_mask`` / ``completion_attention``
+    ``[N, T]`` (model tokens; every token) and hold every image of the trajectory in the per-sample lists.
     """
 
     family = "vlm"
@@ -80,6 +92,12 @@ class VLMPolicy(TokenLMPolicy):
         self.needs_mm_token_type_ids = "mm_token_type_ids" in inspect.signature(self.hf_model.forward).parameters
         self.segments = SegmentBoundaries(self.tokenizer)
         self.image_token_id = getattr(self.hf_model.config, "image_token_id", None)
+        if config.multi_turn.enabled:  # turns rendered with the processor's template, which renders image blocks
+            self.environments = config.multi_turn.environment_set()
+            self.chat_renderer = ChatRenderer(self.tokenizer, chat=processor)
+            self.chat_renderer.check()
+            #: the last failures of environment code (counted in rollout info), for inspection
+            self.environment_failures: deque[str] = deque(maxlen=32)
 
     # --- rollout --------------------------------------------------------------------------------------------------
 
@@ -112,7 +130,7 @@ class VLMPolicy(TokenLMPolicy):
             processor=True,
         )
 
-    def _generate(
+    def generate_with_images(
         self,
         prompt_ids: Tensor,
         prompt_mask: Tensor,
@@ -146,11 +164,15 @@ class VLMPolicy(TokenLMPolicy):
         mode: Literal["train", "eval"] = "train",
         request: RolloutRequest = RolloutRequest(),
     ) -> Rollout:
-        """Sample ``group_size`` completions per row; every sample carries its own image patches (package docstring)."""
+        """Sample ``group_size`` completions per row; every sample carries its own image patches (package docstring).
+        With ``policy.multi_turn``, ``group_size`` trajectories per row taking turns with the environments
+        (:mod:`genalign.policies.vlm.multi_turn`)."""
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
         if not rows:
             raise ValueError("rollout() needs at least one row")
+        if self.config.multi_turn.enabled:
+            return multi_turn_rollout(self, rows, group_size, mode, request, ImageTurns(self))
         encoded = self.encode_prompts(rows)
         picks = [i for i in range(len(rows)) for _ in range(group_size)]  # [N] row of each sample
         width = max(e.input_ids.numel() for e in encoded)
@@ -159,7 +181,9 @@ class VLMPolicy(TokenLMPolicy):
         mm_types = left_pad([encoded[i].mm_token_type_ids for i in picks], width, 0)  # [N, P]
         pixel_values = [encoded[i].pixel_values for i in picks]
         grids = [encoded[i].image_grid_thw for i in picks]
-        generations = self._generate(prompt_ids, prompt_mask, mm_types, pixel_values, grids, self.sampling_params(mode))
+        generations = self.generate_with_images(
+            prompt_ids, prompt_mask, mm_types, pixel_values, grids, self.sampling_params(mode)
+        )
 
         num_actions = max(g.completion_ids.shape[1] for g in generations)
         completion_ids = torch.cat([right_pad(g.completion_ids, num_actions, self.pad_token_id) for g in generations])
@@ -216,18 +240,22 @@ class VLMPolicy(TokenLMPolicy):
 
         Returns ``input_ids`` / ``attention_mask`` ``[n, P + T]`` and, when a sample has images, ``mm_token_type_ids``
         ``[n, P + T]``, ``pixel_values`` ``[sum of patches, D]`` and ``image_grid_thw`` ``[K, 3]`` in sample order.
+        A multi-turn completion attends its environment tokens too (``completion_attention``), and the image tokens of
+        its observations are typed as images (a sampled token never is one: they are suppressed).
         """
         ps = rollout.per_sample
         completion_ids = ps["completion_ids"]  # [n, T]
+        attended = ps.get("completion_attention", rollout.action_mask)  # [n, T]
         inputs = {
             "input_ids": torch.cat([ps["prompt_ids"], completion_ids], dim=1),
-            "attention_mask": torch.cat([ps["prompt_mask"], rollout.action_mask.long()], dim=1),
+            "attention_mask": torch.cat([ps["prompt_mask"], attended.long()], dim=1),
         }
         images = concat_images(ps["pixel_values"], ps["image_grid_thw"])
         if images:
             inputs |= images
             if self.needs_mm_token_type_ids:
-                inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
+                completion_types = mm_token_types(completion_ids, self.image_token_id)  # [n, T]
+                inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], completion_types], 1)
         return {k: v.to(self.device) for k, v in inputs.items()}
 
     def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
