@@ -14,7 +14,8 @@ held-out accuracy after the same number of samples, mean ± standard error over 
 
 Run: ``python benchmarks/bench_async.py [--steps 40] [--seeds 0 1 2] [--output benchmarks/async_results.md]`` on a
 quiet machine (2 cores, a few minutes per run); ``--smoke`` runs 3 steps of one seed with small batches (seconds of
-training, numbers meaningless) and writes nothing into benchmarks/.
+training, numbers meaningless) of one synchronous and one asynchronous mode (:data:`SMOKE_MODES`: the modes left out
+differ from these only by ``run.num_threads``) and writes nothing into benchmarks/.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ MODES = {
     ],
 }
 
+#: ``--smoke``: one mode of each kind, one thread each
+SMOKE_MODES = ["sync, 1 thread", "async, 1 + 1 threads"]
+
 
 def run_once(mode: str, seed: int, steps: int, out: Path, smoke: bool) -> dict[str, float]:
     """Train one mode for ``steps`` steps; return its step time, wall time and final held-out accuracy."""
@@ -62,7 +66,8 @@ def run_once(mode: str, seed: int, steps: int, out: Path, smoke: bool) -> dict[s
         "algorithm.clip.name=off_policy",  # the preset's clip bounds with the off-policy clip form
     ]  # fmt: skip
     if smoke:
-        overrides += ["algorithm.prompts_per_step=4", "eval.num_prompts=16", "eval.batch_size=16"]
+        overrides += ["algorithm.prompts_per_step=4", "eval.num_prompts=16", "eval.batch_size=16",
+                      "data.train.args.size=256"]  # fmt: skip
     config = load_config(CONFIG, overrides)
     started = time.perf_counter()
     final = train(config)
@@ -122,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "async_results.md")
-    parser.add_argument("--smoke", action="store_true", help="3 steps, one seed, small batches; writes no file")
+    parser.add_argument("--smoke", action="store_true", help="3 steps, one seed, small batches, 2 modes; no file")
     args = parser.parse_args(argv)
     steps, seeds = (3, [0]) if args.smoke else (args.steps, args.seeds)
-    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in (SMOKE_MODES if args.smoke else MODES)}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:  # interleaved: every mode of a seed before the next seed
-            for i, mode in enumerate(MODES):
+            for i, mode in enumerate(results):
                 results[mode].append(run_once(mode, seed, steps, Path(tmp) / f"{seed}-{i}", args.smoke))
                 print(f"seed {seed}, {mode}: {results[mode][-1]}", flush=True)
     text = report(results, steps, seeds)

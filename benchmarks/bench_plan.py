@@ -25,12 +25,14 @@ returns), to compare both phases. What the delta holds besides the plan's tensor
 objects, gloo buffers) is small and left in: the measurement is not corrected in the planner's favour.
 
 Run: ``python benchmarks/bench_plan.py`` (a few minutes on 2 cores; writes ``benchmarks/plan_results.md``);
-``--smoke``: tiny models, 1 step, one process, prints the table and writes nothing into benchmarks/.
+``--smoke``: tiny models, 1 step, one process, prints the table and writes nothing into benchmarks/; its two cases are
+measured one after the other in the same fresh process (its figures mean nothing; a process's start is most of its CPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -165,13 +167,20 @@ def import_what_the_run_imports(family: str) -> None:
 
 
 def worker(args) -> None:
-    """One process of a case: build the run, train ``--steps`` steps, write the measured peaks as JSON."""
+    """One process of the cases in ``--worker`` (a JSON list of ``[preset, overrides, result folder]``), one after the
+    other: each builds its run, trains ``--steps`` steps and writes its measured peaks as JSON into its folder."""
+    for preset, overrides, result_dir in json.loads(args.worker):
+        measure_here(preset, overrides, Path(result_dir), args.steps)
+        gc.collect()  # the case's run is gone before the next case's baseline
+
+
+def measure_here(preset: str, overrides: list[str], result_dir: Path, steps: int) -> None:
+    """One case in this process: build the run, train ``steps`` steps, write the measured peaks as JSON."""
     import torch
 
     from genalign.config import load_config
     from genalign.trainer.recipe import start_run, training_step
 
-    preset, overrides = json.loads(args.worker)
     config = load_config(preset, overrides)
     torch.set_num_threads(1)
     import_what_the_run_imports(config.policy.family)
@@ -189,20 +198,23 @@ def worker(args) -> None:
             sampler.phase = "update"
 
     run.policy.rollout = rollout_then_update
-    for step in range(1, args.steps + 1):
+    for step in range(1, steps + 1):
         training_step(run, step)
     peaks = sampler.stop()
     rank = int(os.environ.get("RANK", "0"))
     result = {phase: value - baseline for phase, value in peaks.items()} | {"baseline": baseline, "rank": rank}
-    Path(args.result_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    (result_dir / f"rank{rank}.json").write_text(json.dumps(result))
 
 
-def measure(case: str, folder: Path, size: str, processes: int, steps: int, work: Path) -> list[dict]:
-    """Run a case in fresh process(es); the per-rank results."""
-    results = work / f"{case}-{processes}"
-    results.mkdir(parents=True, exist_ok=True)
-    spec = json.dumps(case_config(case, folder, size, work / f"run-{case}-{processes}", processes))
-    script = [str(Path(__file__).resolve()), "--worker", spec, "--result-dir", str(results), "--steps", str(steps)]
+def measure(cases: dict[str, Path], size: str, processes: int, steps: int, work: Path) -> dict[str, list[dict]]:
+    """Run ``cases`` (name -> model folder) in fresh process(es), one case after the other; per case, the per-rank
+    results."""
+    jobs, results = [], {}
+    for case, folder in cases.items():
+        results[case] = work / f"{case}-{processes}"
+        results[case].mkdir(parents=True, exist_ok=True)
+        jobs.append([*case_config(case, folder, size, work / f"run-{case}-{processes}", processes), str(results[case])])
+    script = [str(Path(__file__).resolve()), "--worker", json.dumps(jobs), "--steps", str(steps)]
     if processes == 1:
         command = [sys.executable, *script]
     else:
@@ -211,8 +223,12 @@ def measure(case: str, folder: Path, size: str, processes: int, steps: int, work
     env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"{case} on {processes} process(es) failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return [json.loads(p.read_text()) for p in sorted(results.glob("rank*.json"))]
+        raise RuntimeError(
+            f"{', '.join(cases)} on {processes} process(es) failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        )
+    return {
+        case: [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))] for case, folder in results.items()
+    }
 
 
 def estimate(case: str, folder: Path, size: str, processes: int, work: Path):
@@ -259,7 +275,6 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2", help="process counts to measure, e.g. 1 or 1,2")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/plan_results.md"), help="results file (full runs)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--result-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -270,11 +285,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         folders = {"lm": make_lm_folder(work / "lm", size), "flow": make_flow_folder(work / "t2i", size)}
-        for case, folder in folders.items():
+        # a fresh process per case (the smoke: one process for both)
+        groups = [folders] if args.smoke else [{case: folder} for case, folder in folders.items()]
+        for group in groups:
             for processes in counts:
-                plan = estimate(case, folder, size, processes, work)
-                rows.append(row(case, processes, plan, measure(case, folder, size, processes, steps, work)))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
+                measured = measure(group, size, processes, steps, work)
+                for case, folder in group.items():
+                    plan = estimate(case, folder, size, processes, work)
+                    rows.append(row(case, processes, plan, measured[case]))
+                    print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
     print("\n" + text)
     if not args.smoke:

@@ -68,8 +68,8 @@ def measure(config_path: str, overrides: list[str], out: Path) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
-#: Smoke mode: the smallest step that still allocates every gradient and optimizer state.
-SMOKE = ["algorithm.group_size=2", "policy.max_new_tokens=2"]
+#: Smoke mode: the smallest step that still allocates every gradient and optimizer state (and a small training set).
+SMOKE = ["algorithm.group_size=2", "policy.max_new_tokens=2", "data.train.args.size=256"]
 
 
 def launch(config: str, overrides: list[str], processes: int) -> list[dict[str, int]]:

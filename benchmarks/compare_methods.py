@@ -158,12 +158,13 @@ DEMOS = {
 DEMO = DEMOS["lm"]  # set by main()
 
 
-#: ``--smoke``: the first methods of the demo, 2 training steps each, small batches and evaluations
+#: ``--smoke``: the first methods of the demo, 2 training steps each, small batches, evaluations and training sets
 SMOKE_METHODS = 2
 SMOKE_OVERRIDES = {
-    "lm": ["run.max_steps=2", "algorithm.prompts_per_step=4", "eval.num_prompts=16"],
-    "flow": ["run.max_steps=2", "algorithm.prompts_per_step=2", "eval.num_prompts=4", "eval.batch_size=4"],
-}
+    "lm": ["run.max_steps=2", "algorithm.prompts_per_step=4", "eval.num_prompts=16", "data.train.args.size=256"],
+    "flow": ["run.max_steps=2", "algorithm.prompts_per_step=2", "eval.num_prompts=4", "eval.batch_size=4",
+             "data.train.args.size=256"],
+}  # fmt: skip
 EXTRA_OVERRIDES: list[str] = []  # set by main() (``--smoke``)
 
 

