@@ -166,9 +166,12 @@ def sample_rows(config: TrainConfig, args: argparse.Namespace) -> list[dict[str,
 
 
 # -- 4. sampling ----------------------------------------------------------------------------------------------------
-def draw_samples(policy: Policy, rows: list[dict[str, Any]], num: int, seed: int) -> tuple[list[Any], list[int]]:
-    """``(outputs, prompt index of each)``: ``num`` samples per row under seeded randomness (the same seed gives the
-    same samples)."""
+def draw_samples(
+    policy: Policy, rows: list[dict[str, Any]], num: int, seed: int
+) -> tuple[list[Any], list[int], list[dict[str, Any]]]:
+    """``(outputs, prompt index of each, row of each)``: ``num`` samples per row under seeded randomness (the same seed
+    gives the same samples). The rows are the rollout's: a multi-turn rollout adds each episode's
+    ``environment_reward``, which the ``environment`` reward reads."""
     import torch
 
     from genalign.trainer.evaluate import evaluation_randomness
@@ -177,7 +180,7 @@ def draw_samples(policy: Policy, rows: list[dict[str, Any]], num: int, seed: int
         module.eval()
     with torch.no_grad(), evaluation_randomness(policy, seed), policy.evaluation_weights():
         rollout = policy.rollout(rows, num, mode="eval" if num == 1 else "train")
-    return list(rollout.outputs), [int(g) for g in rollout.group_ids]
+    return list(rollout.outputs), [int(g) for g in rollout.group_ids], list(rollout.rows)
 
 
 # -- 5. output ------------------------------------------------------------------------------------------------------
@@ -287,9 +290,9 @@ def run_sample(args: argparse.Namespace) -> int:
             from genalign.trainer.checkpoint import load_policy_weights
 
             load_policy_weights(Path(weights), policy, verified=True)
-        outputs[side], groups = draw_samples(policy, rows, args.num, seed)
+        outputs[side], groups, sampled_rows = draw_samples(policy, rows, args.num, seed)
         if rewards is not None:
-            tables[side], failures = rewards.score_each([rows[g] for g in groups], outputs[side])
+            tables[side], failures = rewards.score_each(sampled_rows, outputs[side])
             for name, failure in failures.items():
                 print(f"genalign: reward {name!r} could not score the {side + ' ' if side else ''}samples ({failure}); "
                       "its scores are null", file=sys.stderr)  # fmt: skip

@@ -15,6 +15,7 @@ import yaml
 
 from genalign.cli import main
 from genalign.config import load_config
+from genalign.environments import calculator
 from genalign.sample_command import mp4_encoder, write_video
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +58,20 @@ def test_compare_base_prints_two_columns_for_text(arith_run, capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 2 and all(set(line) >= {"base", "trained", "prompt", "sample"} for line in lines)
     assert set(lines[0]["base"]) == {"output", "rewards"} and set(lines[0]["trained"]["rewards"]) == {"accuracy"}
+
+
+def test_a_multi_turn_sample_is_scored_with_its_environment_reward(capsys):
+    """The rows scored are the rollout's, which carry the episode's environment_reward (the tool-use demo's model)."""
+    preset = ROOT / "configs" / "demo_tool_calculator_grpo.yaml"
+    assert main(["sample", str(preset), "--checkpoint", "none", "--score", "--num-prompts", "4"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 4 and all(line["rewards"]["accuracy"] in (0.0, 1.0) for line in lines)
+    for line in lines:  # the environment's reward: the final answer of the transcript is the exact result
+        expression, answer = line["prompt"].split("What is ")[1].split("?")[0], line["output"].rsplit("Answer: ", 1)
+        expected = float(len(answer) == 2 and answer[1] == calculator(expression))
+        assert line["rewards"]["accuracy"] == expected and line["rewards"]["tool_calls"] == line["output"].count(
+            "<tool_call>"
+        )
 
 
 def test_rewards_are_loaded_only_with_score_and_a_missing_one_is_named(tmp_path, capsys):

@@ -12,6 +12,7 @@ from genalign.rewards import (  # noqa: F401
     remote,
     reward_models,
     text,
+    tool_use,
     vlm,
 )
 from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory

@@ -3,8 +3,9 @@ final-answer convention and :class:`AnswerEnvironment` (an episode that ends wit
 
 Row generators follow ``genalign.data.procedural``: ``(size, seed, **args) -> list[dict]``, pure functions of their
 arguments; each row has ``prompt`` (str), the task's columns, and ``env``, the name of the environment that runs it.
-A problem belongs to the train or the eval split by a stable hash of its prompt text (:func:`split_of`), independent
-of the seed, so the splits are disjoint for every pair of seeds.
+A problem belongs to the train or the eval split by a stable hash of its prompt text
+(:func:`genalign.data.procedural.split_of`, re-exported here), independent of the seed, so the splits are disjoint for
+every pair of seeds; the generators are also data sources ``procedural:<task>`` (:mod:`.sources`).
 
 The final answer is what follows the last ``Answer:`` (any case) in the model's last turn outside tool-call blocks,
 up to the end of that line; without the marker, numeric tasks take the last number of that text.
@@ -12,32 +13,18 @@ up to the end of that line; without the marker, numeric tasks take the last numb
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
+from genalign.data.procedural import Split, split_of  # noqa: F401  (re-exported: the task families' split)
 from genalign.environments.base import Environment
 from genalign.environments.types import ModelTurn, StepResult
 from genalign.registry import Registry
 
-Split = Literal["train", "eval"]
-
 #: name -> row generator ``(size: int, seed: int, **args) -> list[dict]``; each row's ``env`` names its environment
 TASKS: Registry[Callable[..., list[dict[str, Any]]]] = Registry("environment task")
-
-_HASH_BUCKETS = 10_000
-
-
-def split_of(prompt: str, *, eval_fraction: float) -> Split:
-    """The split of a problem, from a stable hash of its prompt text.
-
-    A deliberate copy of ``genalign.data.procedural.split_of`` (this package imports no data module); keep the two
-    identical: ``tests/environments/test_tasks.py`` checks that they agree.
-    """
-    bucket = int.from_bytes(hashlib.sha256(prompt.encode("utf-8")).digest()[:8], "big") % _HASH_BUCKETS
-    return "eval" if bucket < round(eval_fraction * _HASH_BUCKETS) else "train"
 
 
 def check_common(task: str, size: int, split: str, eval_fraction: float) -> None:
