@@ -36,6 +36,15 @@ def _group_mean(values: Tensor, include: Tensor, group_ids: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------------------------ AEM
+def check_aem_weights(power: float, weight_min: float, weight_max: float, eps: float) -> None:
+    """The hyper-parameters of AEM's confidence weights (``aem``, ``aem_turns``), or an error naming them."""
+    if not (power >= 0 and 0 <= weight_min <= 1 <= weight_max and eps > 0):
+        raise ValueError(
+            f"need power >= 0, 0 <= weight_min <= 1 <= weight_max and eps > 0, got power={power!r}, "
+            f"weight_min={weight_min!r}, weight_max={weight_max!r}, eps={eps!r}"
+        )
+
+
 @CREDIT_RULES.register(
     "aem",
     needs=("behaviour_logp",),
@@ -75,11 +84,7 @@ def aem(
     Returns:
         ``[N, T]`` ``w_i · advantages``.
     """
-    if not (power >= 0 and 0 <= weight_min <= 1 <= weight_max and eps > 0):
-        raise ValueError(
-            f"need power >= 0, 0 <= weight_min <= 1 <= weight_max and eps > 0, got power={power!r}, "
-            f"weight_min={weight_min!r}, weight_max={weight_max!r}, eps={eps!r}"
-        )
+    check_aem_weights(power, weight_min, weight_max, eps)
     logp = batch.require("behaviour_logp", "aem").detach().to(advantages.device, advantages.dtype)  # [N, T]
     valid = _valid(batch, advantages)  # [N, T]
     has_actions = valid.any(1)  # [N]

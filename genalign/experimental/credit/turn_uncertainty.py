@@ -15,6 +15,7 @@ from torch import Tensor
 from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.credit.base import CREDIT_RULES
 from genalign.algorithms.turns import group_turn_stats, per_turn, turn_layout, turn_means
+from genalign.experimental.credit.response_level import check_aem_weights
 
 
 @CREDIT_RULES.register(
@@ -54,11 +55,7 @@ def aem_turns(
     Returns:
         ``[N, T]`` advantages (unchanged on padding and environment tokens).
     """
-    if not (power >= 0 and 0 <= weight_min <= 1 <= weight_max and eps > 0):
-        raise ValueError(
-            f"need power >= 0, 0 <= weight_min <= 1 <= weight_max and eps > 0, got power={power!r}, "
-            f"weight_min={weight_min!r}, weight_max={weight_max!r}, eps={eps!r}"
-        )
+    check_aem_weights(power, weight_min, weight_max, eps)
     layout = turn_layout(batch, "credit rule 'aem_turns'")
     logp = (
         batch.require("behaviour_logp", "credit rule 'aem_turns'").detach().to(advantages.device, advantages.dtype)
