@@ -148,6 +148,9 @@ def _child(request: dict[str, Any], fds: list[int], connection: socket.socket, t
 
     random.seed()
     np.random.seed()
+    if request["fork_descendants"]:
+        _Server.forked_from(request)
+        subprocess.Popen = _popen_class()
     threads_wanted = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(threads_wanted) if threads_wanted.isdigit() and int(threads_wanted) > 0 else threads)
     code = 0
@@ -205,7 +208,8 @@ def _finish() -> None:
 
 
 class _Server:
-    """The prepared interpreter of this test process, started on first use."""
+    """The prepared interpreter of this test process, started on first use (in a child that forks its own children,
+    :func:`_child` points it at the interpreter the child was forked from)."""
 
     _instance: _Server | None = None
 
@@ -225,12 +229,20 @@ class _Server:
 
     @classmethod
     def get(cls) -> _Server:
-        if cls._instance is None or cls._instance.process.poll() is not None:
+        if cls._instance is None or (cls._instance.process is not None and cls._instance.process.poll() is not None):
             cls._instance = cls()
         return cls._instance
 
+    @classmethod
+    def forked_from(cls, request: dict[str, Any]) -> None:
+        """In a child: its own children come from the interpreter it was forked from."""
+        server = cls.__new__(cls)
+        server.path, server.process = request["socket"], None
+        server.server_path, server.pythonpath = request["server_path"], request["server_pythonpath"]
+        cls._instance = server
+
     def close(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.stdin.close()
             try:
                 self.process.wait(timeout=10)
@@ -243,7 +255,8 @@ class ForkedProcess:
 
     def __init__(self, request: dict[str, Any], stdin, stdout, stderr, text: bool) -> None:
         server = _Server.get()
-        request = {**request, "server_path": server.server_path, "server_pythonpath": server.pythonpath}
+        request = {**request, "server_path": server.server_path, "server_pythonpath": server.pythonpath,
+                   "socket": server.path}  # fmt: skip
         self.args = request["argv"]
         self.returncode: int | None = None
         self.stdout = self.stderr = self.stdin = None
@@ -356,7 +369,7 @@ def _fd_of(target) -> int:
     return target if isinstance(target, int) else target.fileno()
 
 
-def _request(argv: list[str], cwd, env) -> dict[str, Any] | None:
+def _request(argv: list[str], cwd, env, fork_descendants: bool = False) -> dict[str, Any] | None:
     """The fork request for ``argv``, or None when it must start as a plain subprocess."""
     if os.environ.get(FRESH_ENV, "0") not in ("", "0") or not argv or str(argv[0]) != sys.executable:
         return None
@@ -370,31 +383,120 @@ def _request(argv: list[str], cwd, env) -> dict[str, Any] | None:
     else:
         return None
     return {"argv": [str(a) for a in argv], "kind": kind, "target": target, "arguments": arguments,
-            "unbuffered": unbuffered, "cwd": str(cwd or os.getcwd()),
+            "unbuffered": unbuffered, "cwd": str(cwd or os.getcwd()), "fork_descendants": fork_descendants,
             "env": dict(os.environ if env is None else env)}  # fmt: skip
 
 
-def popen(argv: list, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text: bool = False):
-    """:class:`subprocess.Popen` for the tests: forked from the prepared interpreter when ``argv`` runs Python."""
-    request = _request(list(argv), cwd, env)
+def popen(argv: list, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text: bool = False,
+          fork_descendants: bool = False):  # fmt: skip
+    """:class:`subprocess.Popen` for the tests: forked from the prepared interpreter when ``argv`` runs Python.
+    ``fork_descendants``: the Python commands that the child itself starts through :mod:`subprocess` are forked
+    too (a benchmark script that starts training runs)."""
+    request = _request(list(argv), cwd, env, fork_descendants)
     if request is None:
         return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text)
     return ForkedProcess(request, stdin, stdout, stderr, text)
 
 
+def _popen_class():
+    """``subprocess.Popen`` for a child with ``fork_descendants``: Python commands started with only the arguments
+    :func:`popen` knows are forked, anything else is started as before."""
+    real = subprocess.Popen
+    known = {"cwd", "env", "stdin", "stdout", "stderr", "text", "universal_newlines"}
+
+    def routed(args, **kwargs):
+        if isinstance(args, list | tuple) and set(kwargs) <= known:
+            text = bool(kwargs.pop("text", False) or kwargs.pop("universal_newlines", False))
+            request = _request(list(args), kwargs.get("cwd"), kwargs.get("env"))
+            if request is not None:
+                return ForkedProcess(request, kwargs.get("stdin"), kwargs.get("stdout"), kwargs.get("stderr"), text)
+            kwargs["text"] = text
+        return real(args, **kwargs)
+
+    return routed
+
+
+#: ``python -m torch.distributed.run --standalone --nproc_per_node N COMMAND...``, as the tests write it
+_TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node")
+
+
+def _ranks(argv: list) -> tuple[int, list[str]] | None:
+    """``(N, [sys.executable, *COMMAND])`` for a torchrun command line of the tests, else None."""
+    rest = [str(a) for a in argv[1:]]
+    if str(argv[0]) != sys.executable or tuple(rest[:4]) != _TORCHRUN or len(rest) < 6 or not rest[4].isdigit():
+        return None
+    return int(rest[4]), [sys.executable, *rest[5:]]
+
+
+def _run_ranks(processes: int, argv: list[str], cwd, env, timeout: float | None) -> subprocess.CompletedProcess:
+    """What ``torchrun --standalone`` does for the tests, with forked workers: each rank a child with torch
+    elastic's environment (rank 0 hosts the rendezvous store on a free port); when a rank fails, the others are
+    stopped (SIGTERM, then SIGKILL after 10 s), as torchrun's agent does. Output: rank by rank."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = dict(os.environ if env is None else env)
+    workers = []
+    for rank in range(processes):
+        ranked = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                  "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "ROLE_WORLD_SIZE": str(processes),
+                  "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                  "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
+                  "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1")}  # fmt: skip
+        workers.append(popen(argv, cwd=cwd, env=ranked, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs: dict[int, tuple[str, str]] = {}
+
+    def drain(index: int) -> None:
+        outputs[index] = workers[index].communicate()
+
+    readers = [threading.Thread(target=drain, args=(i,), daemon=True) for i in range(processes)]
+    for reader in readers:
+        reader.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stop_at = None
+    while any(reader.is_alive() for reader in readers):
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
+            for worker in workers:
+                worker.kill()
+            raise subprocess.TimeoutExpired(argv, timeout)
+        failed = any(w.returncode not in (None, 0) for w in workers)
+        if failed and stop_at is None:
+            stop_at = now + 10
+            for worker in workers:
+                worker.terminate()
+        elif stop_at is not None and now > stop_at:
+            for worker in workers:
+                worker.kill()
+        time.sleep(0.05)
+    codes = [w.returncode for w in workers]
+    code = next((c for c in codes if c != 0), 0)
+    stdout = "".join(outputs[i][0] for i in range(processes))
+    stderr = "".join(outputs[i][1] for i in range(processes))
+    return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
 def run(argv: list, *, cwd=None, env=None, capture_output: bool = False, text: bool = False,
-        timeout: float | None = None, check: bool = False, stdout=None, stderr=None) -> subprocess.CompletedProcess:  # fmt: skip
-    """:func:`subprocess.run` for the tests: forked from the prepared interpreter when ``argv`` runs Python."""
+        timeout: float | None = None, check: bool = False, stdout=None, stderr=None,
+        fork_descendants: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
+    """:func:`subprocess.run` for the tests: forked from the prepared interpreter when ``argv`` runs Python, and
+    torchrun's workers forked as ranks (:func:`_run_ranks`)."""
+    ranks = None if os.environ.get(FRESH_ENV, "0") not in ("", "0") else _ranks(list(argv))
+    if ranks is not None and capture_output and text:
+        return _check(_run_ranks(*ranks, cwd, env, timeout), check)
     if capture_output:
         stdout = stderr = subprocess.PIPE
-    process = popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text)
+    process = popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text, fork_descendants=fork_descendants)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
         raise
-    completed = subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return _check(subprocess.CompletedProcess(argv, process.returncode, out, err), check)
+
+
+def _check(completed: subprocess.CompletedProcess, check: bool) -> subprocess.CompletedProcess:
     if check:
         completed.check_returncode()
     return completed

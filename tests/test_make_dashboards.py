@@ -33,7 +33,7 @@ def test_the_script_draws_a_dashboard_named_panel_by_panel(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / "scripts" / "make_dashboards.py"), "--smoke", "--demos", "chain",
                "--work", str(tmp_path)]  # fmt: skip
-    proc = prepared_python.run(command, env=env, capture_output=True, text=True, timeout=600)
+    proc = prepared_python.run(command, env=env, capture_output=True, text=True, timeout=600, fork_descendants=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "demo_chain_grpo"
     assert (run / "demo_chain_grpo_dashboard.png").exists() and "held-out accuracy (accuracy): best" in proc.stdout
