@@ -161,10 +161,13 @@ def _child(request: dict[str, Any], fds: list[int], connection: socket.socket, t
         if kind == "-m":
             sys.modules.pop(target, None)  # runs as ``__main__``; an import of it makes a second copy, as in Python
             runpy.run_module(target, run_name="__main__", alter_sys=True)
-        elif kind == "-c":
-            import builtins
+        elif kind == "-c":  # as ``python -c``: the code runs in the ``__main__`` module's namespace
+            import types
 
-            exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(target, "<string>", "exec"), main.__dict__)
         else:
             runpy.run_path(target, run_name="__main__")
     except SystemExit as stop:
