@@ -11,7 +11,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import itertools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.chat_turns import TemplateNotPrefixPreserving
 from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 from genalign.policies.lm.tiny import build_tiny_causal_lm
+from tests import prepared_python
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[3]
@@ -209,7 +209,7 @@ def test_trains_from_yaml_with_the_cli(model_path, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(training_config(model_path, ENVIRONMENTS["trl_class"], tmp_path / "run")))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
+    done = prepared_python.run([sys.executable, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
