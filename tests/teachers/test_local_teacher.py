@@ -133,3 +133,14 @@ def test_a_teacher_with_another_tokenizer_is_refused_before_training(tmp_path, p
     arith = build_policy(CausalLMPolicyConfig(model="builtin:arith-lm", max_new_tokens=4))
     with pytest.raises(VocabularyMismatch, match=r"'\*': 15 vs None"):  # chain-lm has no '*' (and other ids)
         build_teacher(TeacherConfig(source="model", model="builtin:chain-lm"), arith, batch_size=4)
+
+
+def test_a_self_teacher_makes_as_many_passes_as_the_busiest_process(policy, rollout):
+    """Sharded modules gather their parameters in every pass: each process pads to the busiest one's count."""
+    teacher = build_teacher(TeacherConfig(source="self", weights="current", context=" {answer}"), policy, batch_size=4)
+    assert teacher.shares_policy_modules
+    passes, run = [], teacher.run
+    teacher.run = lambda fn: passes.append(1) or run(fn)
+    values = teacher.judge(rollout, frozenset({"teacher_action_logp"}), passes_everywhere=lambda n: n + 3)
+    assert len(passes) == 2 + 3  # 6 samples in passes of 4, and 3 passes whose results are discarded
+    assert values["teacher_action_logp"].shape == rollout.action_mask.shape
