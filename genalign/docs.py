@@ -35,6 +35,7 @@ from genalign.registry import Registry
 from genalign.sampling import SAMPLE_SOURCES
 from genalign.schedulers.ode_solvers import ODE_SOLVERS
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
+from genalign.teachers.config import SUPPLIED as TEACHER_SIGNALS
 
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 COVERAGE_PATH = DOC_PATH.with_name("coverage.md")
@@ -152,7 +153,8 @@ def render() -> str:
 
 def signal_table() -> list[str]:
     """The *Signals* section: every declared signal with its producer, shape, the built-in families whose default
-    options supply it (score and rollout signals) and the options that read it."""
+    options supply it (score and rollout signals; the teacher sources for teacher signals) and the options that read
+    it."""
     from genalign.policies import BUILTIN_FAMILIES, load_family
 
     supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in BUILTIN_FAMILIES}
@@ -167,9 +169,13 @@ def signal_table() -> list[str]:
         "| signal | producer | shape | gradient | supplied by (default options) | read by | source | meaning |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    order = {"step": 0, "score": 1, "rollout": 2}
+    order = {"step": 0, "score": 1, "rollout": 2, "teacher": 3}
     for name, spec in sorted(SIGNALS.items(), key=lambda item: (order[item[1].producer], item[0])):
-        families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
+        if spec.producer == "teacher":  # the configured teacher, through a family that hosts it
+            sources = ", ".join(source for source, names in TEACHER_SIGNALS.items() if name in names)
+            families = f"algorithm.teacher (source {sources})"
+        else:
+            families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
         cells = [f"`{name}`", spec.producer, spec.shape_text, "no" if spec.detached else "yes", families or "—"]
         cells += [", ".join(readers.get(name, [])) or "—", spec.source, spec.doc]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

@@ -191,6 +191,7 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             "declare them (genalign.algorithms.declare_signal) in a module that is imported before the config loads."
         )
     wanted = cfg.needs()
+    check_teacher(cfg, policy.family, capabilities, wanted)
     missing = capabilities.missing(wanted)
     if missing:
         need = missing[0]
@@ -200,6 +201,75 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"supply {need!r}: {', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy "
             "options (the table in docs/extending.md). Choose another option, or a family and options that supply it."
         )
+
+
+def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: dict[str, list[str]]) -> None:
+    """The options that read teacher signals have a teacher that supplies them, a teacher has a reader, and the
+    policy family hosts that kind of teacher (its ``capabilities.teachers``; the refusal gives its reason)."""
+    from genalign.algorithms.signals import names_by
+
+    needed = sorted(names_by("teacher", wanted))
+    teacher = cfg.teacher
+    if teacher is None:
+        if needed:
+            raise ConfigError(
+                f"{', '.join(wanted[needed[0]])} needs {needed[0]!r}, which a teacher supplies; set algorithm.teacher "
+                "(e.g. {source: model, model: PATH} with the policy's tokenizer, or {source: self, weights: current, "
+                "context: '\\nReference answer: {answer}\\n'}; see genalign.teachers)."
+            )
+        return
+    if not needed:
+        raise ConfigError(
+            f"algorithm.teacher (source {teacher.source!r}) is set, but no configured option reads a teacher signal, so "
+            "it would score every sample for nothing; add a distillation credit rule (e.g. algorithm.credit: [opd]) "
+            "or remove algorithm.teacher."
+        )
+    if teacher.family is not None and teacher.family != family:
+        raise ConfigError(
+            f"algorithm.teacher.family = {teacher.family!r} differs from policy.family = {family!r}: genalign scores "
+            "a teacher through the student's own scoring pass (same tokenizer, same inputs), so it must be a model of "
+            f"the policy's family; remove algorithm.teacher.family or give a {family} model."
+        )
+    kinds = teacher.kinds() | ({"reference"} if teacher.source == "self" and teacher.weights == "base" else set())
+    unhosted = sorted(kinds - capabilities.teachers)
+    if unhosted == ["reference"]:
+        raise ConfigError(
+            "algorithm.teacher: source 'self' with weights 'base' runs the policy's reference weights, but the policy "
+            "has none (policy.reference = 'none'); set policy.reference to 'auto', or use weights 'current' with a "
+            "context."
+        )
+    if unhosted:
+        hosted = sorted(capabilities.teachers - {"reference"})
+        raise ConfigError(
+            f"algorithm.teacher (source {teacher.source!r}{', with context' if 'context' in kinds else ''}) needs "
+            f"policy.family = {family!r} to host {' and '.join(repr(k) for k in unhosted)} teachers, which it does "
+            f"not with these options (it hosts {hosted or 'none'}): {capabilities.teacher_limits}."
+        )
+    if teacher.source == "remote":
+        _check_remote_teacher_sees_the_prompts(cfg)
+    unsupplied = [name for name in needed if name not in teacher.supplies()]
+    if unsupplied:
+        name = unsupplied[0]
+        why = ("needs algorithm.teacher.contrast_context (the contrast pass's template)"
+               if name == "teacher_contrast_logp" and teacher.source != "remote"
+               else f"is not supplied by a {teacher.source!r} teacher (it supplies {sorted(teacher.supplies())})")  # fmt: skip
+        raise ConfigError(f"{', '.join(wanted[name])} needs {name!r}, which {why}; choose another teacher or option.")
+
+
+def _check_remote_teacher_sees_the_prompts(cfg: AlgorithmConfig) -> None:
+    """A remote teacher gets the dataset's prompts: a sample source that changes the prompt the student sees (a hint,
+    a forced prefix) would have it score the completions after another prompt."""
+    from genalign.sampling import build_rules
+
+    for name, rule in build_rules(cfg.sample_sources):
+        changes = sorted(set(rule.needs_guidance) - {"temperature"})  # a row's sampling temperature is no prompt
+        if changes:
+            raise ConfigError(
+                f"algorithm.sample_sources rule {name!r} adds guidance {changes} to the prompts the "
+                "student sees, but a remote teacher gets the dataset's prompts (genalign.teachers.remote), so it would "
+                "score the completions after another prompt; use a local teacher (source model or self) or remove "
+                "the rule."
+            )
 
 
 def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) -> None:
@@ -281,4 +351,5 @@ __all__ = [
     "check_reward_args",
     "check_reward_count",
     "check_sample_sources",
+    "check_teacher",
 ]

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -106,6 +106,11 @@ class PolicyCapabilities:
             ``temperature``: this row's sampling temperature).
         rollout_calls_rewards: its training rollouts call the trainer's reward probe with these options (e.g. a
             noise search that ranks initial noises by reward), so they cannot run where the rewards are not callable.
+        teachers: the kinds of teacher (``algorithm.teacher``, :mod:`genalign.teachers`) it hosts through
+            :meth:`Policy.teacher_host`: ``model`` (another model of the family, same tokenizer), ``self`` (its own
+            current weights), ``reference`` (its base weights: the reference), ``context`` (a teacher that sees the
+            prompt with privileged context added), ``remote`` (a server scoring the sampled token ids).
+        teacher_limits: why the kinds it does not host are refused (in the config-load error).
     """
 
     rollout_logp_is_exact: bool = False
@@ -114,6 +119,8 @@ class PolicyCapabilities:
     forced_completions: bool = False
     guidance: frozenset[str] = frozenset()
     rollout_calls_rewards: bool = False
+    teachers: frozenset[str] = frozenset()
+    teacher_limits: str = "this family hosts no teacher"
 
     def missing(self, needs: Iterable[str]) -> list[str]:
         """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot
@@ -259,6 +266,54 @@ class Rollout:
         )
 
 
+@dataclass(frozen=True)
+class PeerModel:
+    """Another model of a family (a teacher), loaded like the frozen reference copy.
+
+    Attributes:
+        module: the model, frozen and in eval mode, on the policy's device.
+        vocabulary: its tokenizer's token -> id map (compared with the policy's: :mod:`genalign.teachers.vocabulary`).
+        output_size: rows of its output head (ids it can score: ``0 .. output_size - 1``).
+    """
+
+    module: nn.Module
+    vocabulary: dict[str, int]
+    output_size: int
+
+
+class TeacherHost(Protocol):
+    """What a family offers a teacher (:mod:`genalign.teachers`); the kinds it hosts are
+    :attr:`PolicyCapabilities.teachers`. Every method runs without gradient."""
+
+    def score_with(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """The family's scoring pass of ``rollout`` (its chunked head) under ``module``, a model of the family (a
+        teacher's, the reference's or the policy's own): ``logp`` ``[n, T]`` at the sampling temperature and the
+        requested features, no KL."""
+        ...
+
+    def under_reference(self, fn: Callable[[nn.Module], Any]) -> Any:
+        """``fn(module)`` under the reference weights (the base model), without gradient."""
+        ...
+
+    def under_current_weights(self, fn: Callable[[nn.Module], Any]) -> Any:
+        """``fn(module)`` under the policy's current weights, in eval mode, without gradient."""
+        ...
+
+    def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
+        """The model of the family saved at ``path`` (``tokenizer``: its tokenizer folder, default ``path``;
+        ``dtype``: default the policy's), frozen; ``field`` names the config key in errors."""
+        ...
+
+    def vocabulary(self) -> dict[str, int]:
+        """The policy's tokenizer's token -> id map."""
+        ...
+
+    def with_prompts(self, rollout: Rollout, rows: list[dict[str, Any]]) -> Rollout:
+        """``rollout`` (a training rollout of this family) with sample ``i`` conditioned on the prompt of ``rows[i]``
+        instead, rendered like the policy's prompts and never truncated; the actions are unchanged (``context``)."""
+        ...
+
+
 class Policy(ABC):
     """What the trainer needs from a model family. See the module docstring for the contract.
 
@@ -331,6 +386,13 @@ class Policy(ABC):
         for module in self.modules_to_train():
             wrap(module)
 
+    def teacher_host(self) -> TeacherHost:
+        """What a teacher (``algorithm.teacher``) uses of the family; only called when ``capabilities.teachers`` is
+        not empty (config load refuses a teacher otherwise)."""
+        raise NotImplementedError(
+            f"the {self.family} family hosts no teacher ({self.capabilities.teacher_limits}); remove algorithm.teacher."
+        )
+
     def evaluation_weights(self) -> AbstractContextManager:
         """Context in which the parameters hold the weights evaluation samples with (e.g. an EMA); the default is the
         live weights. Entered by the trainer and the CLI around ``rollout(mode="eval")``."""
@@ -370,6 +432,7 @@ class Policy(ABC):
 __all__ = [
     "DTYPES",
     "GUIDANCE_KEY",
+    "PeerModel",
     "Policy",
     "PolicyCapabilities",
     "RewardProbe",
@@ -377,4 +440,5 @@ __all__ = [
     "RolloutRequest",
     "ScoreOutput",
     "ScoreRequest",
+    "TeacherHost",
 ]

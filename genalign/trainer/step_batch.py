@@ -1,5 +1,5 @@
-"""One step's :class:`~genalign.algorithms.batch.StepBatch`: the rollout's signals, a scoring pass before the update
-when the methods need one, the advantages over the GLOBAL batch (all processes) sliced back per process, per-action
+"""One step's :class:`~genalign.algorithms.batch.StepBatch`: the rollout's signals, the teacher's judgements (with
+``algorithm.teacher``), a scoring pass before the update when the methods need one, the advantages over the GLOBAL batch (all processes) sliced back per process, per-action
 credit and the old log-probs (:func:`build_step_batch`).
 
 The trainer moves signals by name and names none but the core ones (mask, groups, log-probs, rewards, advantages):
@@ -15,6 +15,7 @@ from genalign import algorithms as alg
 from genalign.algorithms.signals import signal
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_gather_cat, all_reduce_max, rank_and_world
+from genalign.trainer.teaching import TeacherStage
 from genalign.trainer.update import score_without_grad
 
 
@@ -67,6 +68,7 @@ def build_step_batch(
     on_policy: bool,
     asynchronous: bool = False,
     lockstep: bool = False,
+    teacher: TeacherStage | None = None,
 ) -> tuple[alg.StepBatch, dict[str, float]]:
     """The step batch of one rollout, ready for the update, and the advantage stage's statistics.
 
@@ -78,8 +80,11 @@ def build_step_batch(
         on_policy: the update makes one optimizer step per rollout (old log-probs = the detached current ones).
         asynchronous: the rollout was sampled by a stale policy (asynchronous rollouts).
         lockstep: every process makes the same number of scoring passes (sharded training).
+        teacher: the run's teacher stage: its judgements of the samples join the batch before the advantages.
     """
     batch = rollout_batch(rollout, reward_table, progress)
+    if teacher is not None:
+        batch = batch.with_values(teacher.judge(rollout, lockstep=lockstep))
     rescore_old = needs_rescored_old_logp(plan, policy, on_policy=on_policy, asynchronous=asynchronous)
     request = stage.prepass()
     scored: ScoreOutput | None = None

@@ -143,6 +143,14 @@ def check_code_execution(out: str, tmp: Path) -> None:
     assert "every one scored 1.0 with both harnesses" in out
 
 
+def check_teacher_memory(out: str, tmp: Path) -> None:
+    (naive,) = _table_rows(out, "naive full logits")
+    (teacher,) = _table_rows(out, "genalign teacher pass")
+    assert float(naive[1].replace(",", "")) >= 0 and float(teacher[1].replace(",", "")) >= 0
+    # the teacher's chunked pass computes the same log-probs as the full-logits one
+    assert _number(r"\|sum logp naive - teacher\| = (\d\.\d+e[+-]\d+)", out) < 1e-3
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -167,6 +175,7 @@ SMOKES = {
                              check_compare_methods),
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
     "bench_code_execution": Smoke("bench_code_execution.py", (), check_code_execution, linux_only=True),
+    "bench_teacher_memory": Smoke("bench_teacher_memory.py", (), check_teacher_memory),
 }  # fmt: skip
 
 

@@ -63,11 +63,13 @@ def demo_config(overrides: list[str], output_dir: Path) -> TrainConfig:
     return from_dict(TrainConfig, apply_overrides(json.loads(json.dumps(FALLBACK_PRESET)), everything))
 
 
-#: credit rules the causal LM supplies inputs for (the flow rules run in tests/policies/test_contract.py)
+#: credit rules the causal LM supplies inputs for (the flow rules run in tests/policies/test_contract.py; the rules
+#: that read a teacher's signals train with one in tests/integration/test_teacher_training.py)
 LM_CREDIT_RULES = [
     name
     for name in alg.CREDIT_RULES.names()
     if not CausalLMPolicyConfig().capabilities().missing(alg.CREDIT_RULES.meta(name).get("needs", ()))
+    and not alg.names_by("teacher", alg.CREDIT_RULES.meta(name).get("needs", ()))
 ]
 #: ratio levels the single-turn causal LM supplies inputs for (``turn`` reads multi-turn structure: trained in
 #: tests/integration/test_turn_credit_training.py)

@@ -414,10 +414,12 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
+    teachers = frozenset({"model", "self", "reference", "context", "remote"})  # genalign.teachers
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
-        False, features | structure, forced_completions=True, guidance=guidance
+        False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
     )
     assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    assert CausalLMPolicyConfig(reference="none").capabilities().teachers == teachers - {"reference"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
         features | structure
     )

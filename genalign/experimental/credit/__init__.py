@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.credit import (  # noqa: F401  (register the options)
     blocks,
     discriminative,
+    distillation,
     entropy_gates,
     entropy_softmax,
     equalizer,

@@ -19,6 +19,10 @@ Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with
 dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
 turns (``per_sample["completion_attention"]``); without them nothing here changes.
 
+Teachers (``algorithm.teacher``, :mod:`genalign.teachers`): every kind; a teacher model is loaded like the frozen
+reference (:meth:`CausalLMPolicy.load_peer`) and a teacher with privileged context sees the prompts re-rendered with it
+(:meth:`CausalLMPolicy.with_prompts`); multi-turn rollouts host model and self teachers only (:data:`MULTI_TURN_TEACHERS`).
+
 Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
 ``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
 top-k log-probs and hidden states come from the same pass, the KL from the reference policy of the token-LM core
@@ -38,7 +42,15 @@ from torch import Tensor, nn
 
 from genalign.algorithms.structure import PrefixTree
 from genalign.assets import model_location
-from genalign.policies.base import FamilyTraits, PolicyCapabilities, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import (
+    FamilyTraits,
+    PeerModel,
+    PolicyCapabilities,
+    Rollout,
+    RolloutRequest,
+    ScoreOutput,
+    ScoreRequest,
+)
 from genalign.policies.lm.chat_turns import ChatRenderer
 from genalign.policies.lm.core import (
     AUTOREGRESSIVE_FEATURES,
@@ -53,6 +65,7 @@ from genalign.policies.lm.core import (
     end_and_pad_token_ids,
     eval_mode,
     lora_reference_mode,
+    peer_model,
     sampling_params,
     token_capabilities,
 )
@@ -208,15 +221,31 @@ class CausalLMPolicyConfig:
         rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
         rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`."""
         if self.multi_turn.enabled:  # no forcing, guidance, trees or probes: they assume one turn
-            return token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
-                                      structure=MULTI_TURN_STRUCTURE)  # fmt: skip
+            capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
+                                              structure=MULTI_TURN_STRUCTURE)  # fmt: skip
+            return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS)
         capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
-        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS)
+        teachers = self._teachers({"model", "self", "context", "remote"})
+        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
+                       teacher_limits="")  # fmt: skip
+
+    def _teachers(self, kinds: set[str]) -> frozenset[str]:
+        """``kinds``, and ``reference`` (a self-teacher with the base weights) unless ``reference='none'``."""
+        return frozenset(kinds | ({"reference"} if self.reference != "none" else set()))
+
+
+#: Why a multi-turn causal LM hosts only model and self teachers (the config-load error says it).
+MULTI_TURN_TEACHERS = (
+    "multi-turn rollouts interleave the environment's tokens with the model's turns: a prompt re-rendered with "
+    "privileged context would lose the chat turns after it, and a remote teacher given the sampled token ids alone "
+    "would miss the environment's tokens between them; a teacher model of the family (or the policy's own weights) "
+    "scores the whole trajectory through the family's pass"
+)
 
 
 class CausalLMPolicy(TokenLMPolicy):
@@ -364,6 +393,29 @@ class CausalLMPolicy(TokenLMPolicy):
             on_long_prompt=cfg.on_long_prompt,
             pad_token_id=self.pad_token_id,
         )
+
+    # ---- teachers (TeacherHost; the rest is TokenLMPolicy's) -------------------------------------------------------
+    def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
+        """The causal LM saved at ``path`` (and its tokenizer), loaded with this policy's options (``dtype`` aside)."""
+        location = model_location(path, field=field)
+        peer_tokenizer = load_tokenizer(
+            model_location(tokenizer, field=f"{field.rsplit('.', 1)[0]}.tokenizer", marker=None) if tokenizer
+            else location
+        )  # fmt: skip
+        config = replace(self.config, dtype=dtype or self.config.dtype)
+        return peer_model(_load_model(config, location, self.device), peer_tokenizer)
+
+    def with_prompts(self, rollout: Rollout, rows: list[dict[str, Any]]) -> Rollout:
+        """``rollout`` with each sample's prompt ids rendered from ``rows`` (chat template and guidance as the policy
+        renders them, never truncated); completions unchanged."""
+        encoded = self.encode(rows, limit=False)
+        device = rollout.per_sample["prompt_ids"].device
+        per_sample = {
+            **rollout.per_sample,
+            "prompt_ids": encoded.ids.to(device),
+            "prompt_mask": encoded.mask.to(device),
+        }
+        return replace(rollout, per_sample=per_sample)
 
     def _generate_by_temperature(
         self,

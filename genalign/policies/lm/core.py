@@ -11,8 +11,10 @@ What every token-LM family has in common lives here once:
   (:class:`~genalign.policies.lm.reference.ReferencePolicy`) around the family's own scoring pass, the trainable
   parameters, saving the weights (LoRA adapters alone in peft format, or all weights as safetensors plus the model
   config) together with the tokenizer or processor, the generation config and a model card
-  (:mod:`genalign.policies.lm.export`), and the resumable state: every random generator of the family (contract 4 of
-  ``shared/ARCHITECTURE.md``).
+  (:mod:`genalign.policies.lm.export`), the resumable state: every random generator of the family (contract 4 of
+  ``shared/ARCHITECTURE.md``), and the host of a teacher (:class:`~genalign.policies.base.TeacherHost`,
+  :mod:`genalign.teachers`): a teacher's model scored through the family's own pass, the reference and the current
+  weights as self-teachers.
 
 A family implements ``rollout``, :meth:`TokenLMPolicy.score_actions` (its scoring pass under a given module, without
 the KL) and :meth:`TokenLMPolicy.checkpoint_facts` (what its model card says); it never writes the reference,
@@ -34,7 +36,15 @@ from torch import Tensor, nn
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
-from genalign.policies.base import DTYPES, Policy, PolicyCapabilities, Rollout, RolloutRequest
+from genalign.policies.base import (
+    DTYPES,
+    PeerModel,
+    Policy,
+    PolicyCapabilities,
+    Rollout,
+    RolloutRequest,
+    TeacherHost,
+)
 from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
 from genalign.policies.lm.lora import load_weights, save_weights
@@ -178,6 +188,13 @@ def empty_rollout(info: dict[str, Any]) -> Rollout:
     )
 
 
+def peer_model(module: nn.Module, tokenizer: Any) -> PeerModel:
+    """``module`` frozen in eval mode, with its tokenizer's vocabulary and its output head's size (a teacher)."""
+    module = module.eval().requires_grad_(False)
+    head = get_base_model(module).get_output_embeddings()
+    return PeerModel(module, dict(tokenizer.get_vocab()), int(head.weight.shape[0]))
+
+
 @dataclass(frozen=True)
 class TrainedModule:
     """A module the optimizer trains, as data: the module, how its weights are written to and read from a checkpoint
@@ -259,6 +276,32 @@ class TokenLMPolicy(Policy):
             raise ValueError(
                 f"score feature {missing[0]!r} was requested from the {self.family} policy, which {reason}."
             )
+
+    # ---- teachers (TeacherHost: genalign.teachers) ------------------------------------------------------------------
+    def teacher_host(self) -> TeacherHost:
+        """The policy itself: it scores a teacher's model through its own chunked head pass (:meth:`score_with`) and
+        runs its reference and current weights as a self-teacher; ``load_peer`` and ``with_prompts`` are the
+        family's (only the kinds in ``capabilities.teachers`` are called)."""
+        if not self.capabilities.teachers:
+            return super().teacher_host()
+        return self
+
+    def score_with(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """:meth:`score_actions` under ``module`` without gradient (a teacher's model scored exactly like the policy
+        and its reference)."""
+        with torch.no_grad():
+            return self.score_actions(module, rollout, request)
+
+    def under_reference(self, fn: Callable[[nn.Module], Any]) -> Any:
+        return self.reference(fn)
+
+    def under_current_weights(self, fn: Callable[[nn.Module], Any]) -> Any:
+        with torch.no_grad(), eval_mode(self.model):
+            return fn(self.model)
+
+    def vocabulary(self) -> dict[str, int]:
+        tokenizer = getattr(self.preprocessor, "tokenizer", self.preprocessor)  # a VLM's processor holds one
+        return dict(tokenizer.get_vocab())
 
     # ---- parameters and weights ----------------------------------------------------------------------------------
     def trained_modules(self) -> list[TrainedModule]:
@@ -342,6 +385,7 @@ __all__ = [
     "end_and_pad_token_ids",
     "eval_mode",
     "lora_reference_mode",
+    "peer_model",
     "sampling_params",
     "token_capabilities",
 ]
