@@ -1,10 +1,10 @@
 """The group-relative training recipe, top to bottom, for every model family.
 
 One step: take prompts → ``policy.rollout`` (G samples each, with the structure the method needs) → rewards → the
-teacher's judgements (``algorithm.teacher``, optional) → advantages over the global batch → credit rules → μ epochs × minibatches × micro-batches of ``policy.score`` + the
-configured objective + global-normaliser aggregation → metrics, samples, evaluation, checkpoint. Model families differ
-only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stages declared by
-:class:`genalign.policies.base.Policy`.
+teacher's judgements (``algorithm.teacher``, optional) → advantages over the global batch → credit rules → μ epochs ×
+minibatches × micro-batches of ``policy.score`` + the configured objective + global-normaliser aggregation → metrics,
+samples, evaluation, checkpoint. Model families differ only inside the policy (shared/ARCHITECTURE.md); the trainer
+calls only the stages declared by :class:`genalign.policies.base.Policy`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import SampleSourceStage, build_rules
 from genalign.sampling.prompt_stream import PromptStream
+from genalign.teachers.stage import TeacherStage
 from genalign.trainer.async_rollout import AsyncRollout
 from genalign.trainer.checkpoint import (
     CheckpointError,
@@ -75,7 +76,6 @@ from genalign.trainer.run_lock import hold_run_directory, record_holder, release
 from genalign.trainer.shutdown import StopSignals, agree_to_stop, interrupted
 from genalign.trainer.step_batch import build_step_batch
 from genalign.trainer.step_samples import StepSamples, collect_samples
-from genalign.trainer.teaching import TeacherStage
 from genalign.trainer.torch_settings import apply_torch_settings
 from genalign.trainer.trackers import Trackers
 from genalign.trainer.update import run_update
@@ -317,7 +317,7 @@ def _build_run(
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
         rollouts=AsyncRollout(seed_step) if cfg.async_rollout.enabled else None,
-        teacher=TeacherStage.build(config, policy),
+        teacher=TeacherStage.build(cfg.teacher, cfg.needs(), policy, batch_size=cfg.micro_batch_size),
     )
 
 

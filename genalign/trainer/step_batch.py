@@ -1,6 +1,6 @@
 """One step's :class:`~genalign.algorithms.batch.StepBatch`: the rollout's signals, the teacher's judgements (with
-``algorithm.teacher``), a scoring pass before the update when the methods need one, the advantages over the GLOBAL batch (all processes) sliced back per process, per-action
-credit and the old log-probs (:func:`build_step_batch`).
+``algorithm.teacher``), a scoring pass before the update when the methods need one, the advantages over the GLOBAL
+batch (all processes) sliced back per process, per-action credit and the old log-probs (:func:`build_step_batch`).
 
 The trainer moves signals by name and names none but the core ones (mask, groups, log-probs, rewards, advantages):
 which features the scoring pass computes and which signals the advantage stage gathers are the stage's declared needs.
@@ -14,8 +14,8 @@ from torch import Tensor
 from genalign import algorithms as alg
 from genalign.algorithms.signals import signal
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
+from genalign.teachers.stage import TeacherStage
 from genalign.trainer.distributed import all_gather_cat, all_reduce_max, rank_and_world
-from genalign.trainer.teaching import TeacherStage
 from genalign.trainer.update import score_without_grad
 
 
@@ -84,7 +84,8 @@ def build_step_batch(
     """
     batch = rollout_batch(rollout, reward_table, progress)
     if teacher is not None:
-        batch = batch.with_values(teacher.judge(rollout, lockstep=lockstep))
+        judged = teacher.judge(rollout, passes_everywhere=all_reduce_max) if lockstep else teacher.judge(rollout)
+        batch = batch.with_values(judged)
     rescore_old = needs_rescored_old_logp(plan, policy, on_policy=on_policy, asynchronous=asynchronous)
     request = stage.prepass()
     scored: ScoreOutput | None = None

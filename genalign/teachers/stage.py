@@ -1,5 +1,6 @@
 """The teacher stage of a step (``algorithm.teacher``): the configured teacher judges this process's samples before
 their advantages are computed, and its signals join the step batch, where the distillation credit rules read them.
+The trainer holds the stage and passes its values on by name without reading them.
 
 The stage asks for the teacher signals the configured options need (producer ``teacher``) plus ``teacher_scored``,
 and counts for the step: ``teacher/scored_samples``, ``teacher/skipped_samples`` (a remote teacher's failures: they
@@ -15,11 +16,10 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from genalign import algorithms as alg
-from genalign.config import TrainConfig
 from genalign.policies.base import Policy, Rollout
-from genalign.teachers.base import Teacher, same_count
+from genalign.teachers.base import PassCount, Teacher, same_count
 from genalign.teachers.build import build_teacher
-from genalign.trainer.distributed import all_reduce_max
+from genalign.teachers.config import TeacherConfig
 
 
 @dataclass
@@ -31,18 +31,21 @@ class TeacherStage:
     _counts: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, config: TrainConfig, policy: Policy) -> TeacherStage | None:
-        """The stage of ``config.algorithm.teacher`` (None without one); a model teacher is loaded now."""
-        cfg = config.algorithm
-        if cfg.teacher is None:
+    def build(
+        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int
+    ) -> TeacherStage | None:
+        """The stage of ``algorithm.teacher`` (None without one) for options that need the signals ``needs``
+        (``algorithm.needs()``); a model teacher is loaded now. ``batch_size``: samples per teacher pass."""
+        if teacher is None:
             return None
-        wanted = alg.names_by("teacher", cfg.needs()) | {"teacher_scored"}
-        return cls(build_teacher(cfg.teacher, policy, batch_size=cfg.micro_batch_size), wanted)
+        wanted = alg.names_by("teacher", needs) | {"teacher_scored"}
+        return cls(build_teacher(teacher, policy, batch_size=batch_size), wanted)
 
-    def judge(self, rollout: Rollout, *, lockstep: bool = False) -> dict[str, Tensor]:
-        """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``lockstep``: sharded training, where a teacher
-        that runs the policy's modules makes as many passes as the busiest process."""
-        passes = all_reduce_max if lockstep and self.teacher.shares_policy_modules else same_count
+    def judge(self, rollout: Rollout, *, passes_everywhere: PassCount = same_count) -> dict[str, Tensor]:
+        """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``passes_everywhere``: in sharded training the
+        trainer's all-reduce max, so that a teacher that runs the policy's modules makes as many passes as the
+        busiest process."""
+        passes = passes_everywhere if self.teacher.shares_policy_modules else same_count
         values = self.teacher.judge(rollout, self.wanted, passes_everywhere=passes)
         scored = values["teacher_scored"]  # [n]
         actions = (rollout.action_mask > 0) & scored[:, None].to(rollout.action_mask.device)  # [n, T]
