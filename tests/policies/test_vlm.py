@@ -347,11 +347,11 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
 def test_capabilities_are_declared_by_the_config():
     from genalign.policies.lm.core import AUTOREGRESSIVE_STRUCTURE
 
-    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
+    features = frozenset({"entropy", "kl", "ref_logp", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
                           "logp_frames_shuffled"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
     assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features | structure)
-    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl", "ref_logp"}
     blocks = VLMPolicyConfig(block_markers=["<answer>"]).capabilities().signals
     assert blocks == features | structure | {"block_ids"}
 

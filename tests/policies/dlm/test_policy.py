@@ -220,7 +220,7 @@ def test_causal_decoder_body_becomes_bidirectional(tmp_path):
 
 
 def test_capabilities_are_declared_by_the_config():
-    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl"}))
+    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl", "ref_logp"}))
     assert DiffusionLMPolicyConfig(reference="none").capabilities().signals == frozenset()
 
 
