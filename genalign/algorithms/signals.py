@@ -228,9 +228,14 @@ declare_signal("kl", ("N", "T"), "score", "Per-action KL to the reference policy
 declare_signal("vocab_term", ("N", "T"), "score",
                "A per-token function of the next-token logits, evaluated with gradient inside the chunked head pass.",
                detached=False, param="the function fn(logits [k, V]) -> [k] (bind_vocab_term)")  # fmt: skip
+declare_signal("ref_logp", ("N", "T"), "score",
+               "Log-probs of the stored actions under the reference policy (the KL's reference), computed like logp.")  # fmt: skip
 declare_signal("topk_logp", ("N", "T", "k"), "score", "The k largest next-token log-probabilities at each action.",
                param="k > 0")  # fmt: skip
 declare_signal("hidden", ("N", "T", "H"), "score", "The last hidden state that predicts each action.")
+
+#: Score features a family computes with its reference policy (requesting one loads the reference).
+REFERENCE_FEATURES = frozenset({"kl", "ref_logp"})
 
 # Structure the families record while sampling.
 declare_signal("truncated", ("N",), "rollout", "The sample hit the length limit before its end action.", dtype="bool")

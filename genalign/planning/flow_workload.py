@@ -20,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.pipelines.architectures.base import FlowArchitecture
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds
@@ -147,7 +148,7 @@ def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workloa
     one, how = traced_pass(spec, build, lambda module: velocity(micro)(module).square().mean())
     workload = Workload(policy=build(spec), frozen=frozen)
     workload.update = TracedPeak(peak=(steps - 1) * one.kept + one.peak, kept=steps * one.kept)
-    if "kl" in config.algorithm.needs():
+    if REFERENCE_FEATURES & set(config.algorithm.needs()):
         workload.reference_pass, _ = traced_pass(spec, build, velocity(micro), backward=False)
     workload.parameter_averages = int(policy_cfg.ema_decay > 0) + int(policy_cfg.likelihood_free.method == "nft")
     batch = _sampling_batch(policy_cfg, shape)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds, traced_by_depth
 from genalign.planning.meta_models import build_on_meta
@@ -34,8 +35,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def kl_needed(config) -> bool:
-    """Whether the update asks the policy for a KL (the reference is then loaded)."""
-    return "kl" in config.algorithm.needs()
+    """Whether the update asks the policy for a feature of its reference (a KL, the reference's log-probs): the
+    reference is then loaded."""
+    return bool(REFERENCE_FEATURES & set(config.algorithm.needs()))
 
 
 def build_token_model(policy_cfg, spec: ComponentSpec, *, vlm: bool) -> nn.Module:

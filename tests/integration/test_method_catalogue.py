@@ -178,6 +178,14 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "gvpo": ["algorithm.objective=gvpo", "algorithm.advantage=dr_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "reg_grpo": ["algorithm.objective=reg_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "kl_importance_correction": ["algorithm.kl_coef=0.05", "algorithm.kl_importance_correction=token"],
+    # issue 29 (item 2): preference objectives on pairs formed inside each group by reward
+    **{
+        name: [f"algorithm.objective={name}", "algorithm.aggregation=seq_mean_token_mean"]
+        for name in ("group_dpo", "mipo", "trpa", "tdpo", "ra_dpo", "p3o", "constrained_dpo", "cita")
+    },
+    "group_dpo_best_worst": [
+        "algorithm.objective={name: group_dpo, pairs: best_worst, beta: 0.5}", "algorithm.aggregation=seq_mean_token_mean",
+    ],
 }  # fmt: skip
 
 

@@ -220,6 +220,25 @@ def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs)
         none_policy.score(rollout, ScoreRequest.of(kl="k1"))
 
 
+def test_reference_log_probs_come_from_the_kl_reference_pass(model_dirs):
+    """``ref_logp`` (the preference objectives' reference) is the reference's scoring of the stored actions, from the
+    same single reference pass as the KL when both are asked."""
+    policy = _lora_policy(model_dirs)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    calls = []
+    reference_logprobs = policy.reference_logprobs
+    policy.reference_logprobs = lambda r: calls.append(1) or reference_logprobs(r)
+    with torch.no_grad():
+        score = policy.score(rollout, ScoreRequest.of("ref_logp", kl="k1"))
+        expected = reference_logprobs(rollout)
+    assert len(calls) == 1 and not score["ref_logp"].requires_grad
+    torch.testing.assert_close(score["ref_logp"], expected, atol=0, rtol=0)
+    torch.testing.assert_close(score["kl"], (score.logp - score["ref_logp"]) * rollout.action_mask, atol=0, rtol=0)
+    assert (score.logp - score["ref_logp"]).abs().max() > 0.01  # the adapters moved the policy off the reference
+    with pytest.raises(ValueError, match="reference='none'"):
+        make_policy(model_dirs, reference="none").score(rollout, ScoreRequest.of("ref_logp"))
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
     plain = make_policy(model_dirs)
     checkpointed = make_policy(model_dirs, gradient_checkpointing=True)
@@ -410,7 +429,7 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 
 # ---- capabilities, token features, rollout structure -------------------------------------------------------------
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
-    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logit_stats"})
+    features = frozenset({"entropy", "kl", "ref_logp", "vocab_term", "topk_logp", "hidden", "logit_stats"})
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
@@ -418,7 +437,7 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
         False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
     )
-    assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl", "ref_logp"}
     assert CausalLMPolicyConfig(reference="none").capabilities().teachers == teachers - {"reference"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
         features | structure

@@ -24,6 +24,7 @@ another mode is refused at config load.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -69,3 +70,15 @@ def objective_hyperparameters(
             f"own ({where}). Its own keywords: {', '.join(sorted(own)) or 'none'}."
         )
     return {"ratio_level": level.name, "clip": form.name, **level.args, **form.args, **objective.args}
+
+
+def checked_binding(name: str, check: Callable[..., None]) -> Callable[..., Objective]:
+    """A registry ``bind`` (meta) for objective ``name`` that runs ``check(**hyper-parameters)`` (the objective's
+    defaults completed by the config's values; it raises ``ValueError`` naming the bad value) once, at config load,
+    then binds the values."""
+
+    def bind(**hp: Any) -> Objective:
+        check(**(accepted_hyperparameters(OBJECTIVES, name) | hp))
+        return functools.partial(OBJECTIVES.get(name), **hp)
+
+    return bind

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.policies.base import FamilyTraits, PolicyCapabilities
 from genalign.policies.lora import LoRAConfig, LoRARules
 from genalign.registry import did_you_mean
@@ -413,10 +414,11 @@ class FlowPolicyConfig:
                 )
 
     def capabilities(self) -> PolicyCapabilities:
-        """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the
-        model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
-        Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
-        kl = {"kl"} if self.lora.rank > 0 or self.anchor_every > 0 else set()
+        """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL and the
+        reference's step log-probs (with LoRA: the reference is the model with adapters disabled), step noise levels,
+        DenseGRPO step rewards and, for trees, the prefix tree. Likelihood-free training: the ELBO proxy as log-probs,
+        the velocities of DiffusionNFT, KL and the reference's proxy with LoRA."""
+        kl = set(REFERENCE_FEATURES) if self.lora.rank > 0 or self.anchor_every > 0 else set()
         search = self.noise_search.enabled  # Smart-GRPO [152] ranks initial noises with the trainer's reward
         method = self.likelihood_free.method
         common = {"rollout_calls_rewards": search, "teacher_limits": FLOW_TEACHER_LIMITS}

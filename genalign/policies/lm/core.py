@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
+from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
 from genalign.policies.base import (
     DTYPES,
@@ -88,10 +89,10 @@ def token_capabilities(
     structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
     group_size: int | None = None,
 ) -> PolicyCapabilities:
-    """Capabilities of a token family: the score ``features`` (plus ``kl`` unless ``policy.reference`` is ``none``: every other
+    """Capabilities of a token family: the score ``features`` (plus ``kl`` and ``ref_logp`` unless ``policy.reference`` is ``none``: every other
     mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`)
     and the rollout ``structure`` signals. Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
-    kl = frozenset({"kl"}) if reference != "none" else frozenset()
+    kl = REFERENCE_FEATURES if reference != "none" else frozenset()
     return PolicyCapabilities(rollout_logp_is_exact=False, signals=features | kl | structure, group_size=group_size)
 
 
@@ -224,6 +225,8 @@ class TokenLMPolicy(Policy):
     #: Why a score feature outside the capabilities is missing, by feature name (completes the error message).
     missing_feature_reasons: ClassVar[dict[str, str]] = {
         "kl": "has no reference policy with policy.reference='none'; set it to 'auto' or drop the KL term",
+        "ref_logp": "has no reference policy with policy.reference='none'; set it to 'auto' or choose an objective "
+        "without a reference",
     }
 
     def __init__(
@@ -253,16 +256,20 @@ class TokenLMPolicy(Policy):
         ``[n, T]`` and the requested features other than ``kl``."""
 
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
-        """``score_actions`` under the current weights, plus the per-action KL ``[n, T]`` to the reference when the
-        request names ``kl`` (its parameter is the estimator; the reference scores the same actions through the same
-        code path)."""
+        """``score_actions`` under the current weights, plus, from one reference pass, the per-action KL ``[n, T]`` to
+        the reference when the request names ``kl`` (its parameter is the estimator) and the reference's log-probs
+        ``ref_logp`` ``[n, T]`` when it names them (the reference scores the same actions through the same code
+        path)."""
         self.check_request(request)
         out = self.score_actions(self.model, rollout, request)
-        if "kl" not in request:
+        if not REFERENCE_FEATURES & request.features:
             return out
-        ref_logp = self.reference_logprobs(rollout)  # [n, T]
-        kl = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * rollout.action_mask.to(out.logp.device)
-        return out.with_features(kl=kl)
+        ref_logp = self.reference_logprobs(rollout).to(out.logp.device)  # [n, T]
+        features = {"ref_logp": ref_logp.float().detach()} if "ref_logp" in request else {}
+        if "kl" in request:
+            mask = rollout.action_mask.to(out.logp.device)
+            features["kl"] = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * mask
+        return out.with_features(**features)
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """``[n, T]`` log-probs of the stored actions under the reference policy (loaded on first use)."""

@@ -224,7 +224,7 @@ def test_capabilities_are_declared_by_the_config():
 
     assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(
         False,
-        frozenset({"kl"}),
+        frozenset({"kl", "ref_logp"}),
         teacher_limits=DLM_TEACHER_LIMITS,  # hosts no teacher (genalign.teachers)
     )
     assert DiffusionLMPolicyConfig(reference="none").capabilities().signals == frozenset()
