@@ -176,6 +176,9 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "gvpo": ["algorithm.objective=gvpo", "algorithm.advantage=dr_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "reg_grpo": ["algorithm.objective=reg_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "kl_importance_correction": ["algorithm.kl_coef=0.05", "algorithm.kl_importance_correction=token"],
+    # issue 29 item 3: RLPT's promising-token renormalisation (a vocabulary term), sampled from the same top k
+    "rlpt_promising_tokens": ["algorithm.regularizer=promising_tokens", "algorithm.regularizer.top_k=5",
+                              "policy.top_k=5"],
 }  # fmt: skip
 
 
