@@ -93,6 +93,10 @@ FEATURES: tuple[Feature, ...] = (
     Feature("multi-turn rollouts with environments and tools", (94,),
             "genalign.policies.lm.multi_turn:multi_turn_rollout", "policy.multi_turn (causal_lm, vlm)",
             ("multi_turn",)),
+    Feature("rewards of list prefixes (segment states)", (104,), "genalign.policies.lm.probes:prefix_rewards",
+            "read by credit rank_causal (causal_lm)"),
+    Feature("counterfactual-prompt re-scoring", (275,), "genalign.policies.lm.probes:counterfactual_logprobs",
+            "policy.probes.counterfactual_column; read by credit rubric_contrast (causal_lm)"),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (
@@ -105,4 +109,7 @@ RECIPES: tuple[Recipe, ...] = (
            "algorithm.async_rollout.enabled"),
     Recipe(321, (("clip form", "ppo"), ("update schedule", "standard")),
            "algorithm.inner_epochs > 1, algorithm.minibatches > 1"),
+    Recipe(284, (("credit rule", "role_segments"),),
+           "policy.probes.block_markers: [the marker opening the execution phase]; role_rewards: [[exploration "
+           "rewards], [execution rewards]] (Dual-Track GRPO's masked advantages, one group z-score per track)"),
 )  # fmt: skip

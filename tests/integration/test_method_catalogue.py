@@ -186,6 +186,9 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "group_dpo_best_worst": [
         "algorithm.objective={name: group_dpo, pairs: best_worst, beta: 0.5}", "algorithm.aggregation=seq_mean_token_mean",
     ],
+    # issue 29 item 3: RLPT's promising-token renormalisation (a vocabulary term), sampled from the same top k
+    "rlpt_promising_tokens": ["algorithm.regularizer=promising_tokens", "algorithm.regularizer.top_k=5",
+                              "policy.top_k=5"],
 }  # fmt: skip
 
 

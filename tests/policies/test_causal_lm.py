@@ -431,7 +431,7 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
     features = frozenset({"entropy", "kl", "ref_logp", "vocab_term", "topk_logp", "hidden", "logit_stats"})
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
-    structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
+    structure |= {"segment_values", "answer_probe", "teacher_logp", "prefix_rewards"}  # probes (policy.probes)
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
     teachers = frozenset({"model", "self", "reference", "context", "remote"})  # genalign.teachers
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(

@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.ratio_levels import (  # noqa: F401  (register the options)
     grouped,
+    macro,
     means,
     segments,
     turns,
