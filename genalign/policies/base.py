@@ -169,6 +169,9 @@ class Rollout:
         per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
             list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
         info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
+        counts: event counts of the sampling (e.g. a multi-turn rollout's turns, tool calls by outcome, environment
+            errors), logged as ``rollout/<key>``; additive by declaration, so joined rollouts sum them and a
+            held-out evaluation reports their sums over its batches as ``eval/rollout/<key>``.
         left_padded: the ``per_sample`` keys whose ``[N, L, ...]`` tensors are left-padded along ``L`` (prompt ids),
             so that :meth:`cat` pads them on the left; every other tensor with a ragged second axis is right-padded.
     """
@@ -181,6 +184,7 @@ class Rollout:
     structure: dict[str, Any] = field(default_factory=dict)
     per_sample: dict[str, Tensor | list[Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
     left_padded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -226,6 +230,7 @@ class Rollout:
             structure=select_structure(self.structure, idx),
             per_sample=per_sample,
             info=dict(self.info),
+            counts=dict(self.counts),
             left_padded=self.left_padded,
         )
 
@@ -233,7 +238,8 @@ class Rollout:
     def cat(parts: Sequence[Rollout]) -> Rollout:
         """Join rollouts of one family along the sample axis (extra sampling rounds, replayed samples): tensors are
         zero-padded to the longest action / per-sample axis (``left_padded`` keys on the left), ``group_ids`` are
-        kept as they are (the caller makes them globally meaningful first), numeric ``info`` entries are summed."""
+        kept as they are (the caller makes them globally meaningful first), numeric ``info`` entries and ``counts``
+        are summed."""
         parts = [part for part in parts if len(part)] or list(parts[:1])
         if len(parts) == 1:
             return parts[0]
@@ -262,6 +268,7 @@ class Rollout:
             structure=cat_structures([part.structure for part in parts], [len(part) for part in parts]),
             per_sample=per_sample,
             info=info,
+            counts=add_counts(part.counts for part in parts),
             left_padded=parts[0].left_padded,
         )
 
@@ -312,6 +319,15 @@ class TeacherHost(Protocol):
         """``rollout`` (a training rollout of this family) with sample ``i`` conditioned on the prompt of ``rows[i]``
         instead, rendered like the policy's prompts and never truncated; the actions are unchanged (``context``)."""
         ...
+
+
+def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Key-by-key sums of :attr:`Rollout.counts` dicts (a key missing from a part counts 0), in sorted key order."""
+    total: dict[str, int] = {}
+    for part in parts:
+        for key, value in part.items():
+            total[key] = total.get(key, 0) + value
+    return dict(sorted(total.items()))
 
 
 class Policy(ABC):
@@ -441,4 +457,5 @@ __all__ = [
     "ScoreOutput",
     "ScoreRequest",
     "TeacherHost",
+    "add_counts",
 ]

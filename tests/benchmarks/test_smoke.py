@@ -151,6 +151,19 @@ def check_teacher_memory(out: str, tmp: Path) -> None:
     assert _number(r"\|sum logp naive - teacher\| = (\d\.\d+e[+-]\d+)", out) < 1e-3
 
 
+def check_multi_turn(out: str, tmp: Path) -> None:
+    rows = {row[1]: row for row in _table_rows(out, "smoke")}
+    assert set(rows) == {"kept cache", "re-encoded", "single turn"}
+    assert {row[2] for row in rows.values()} == {"32"}  # the same model tokens: 4 trajectories x 2 turns x 4
+    assert rows["single turn"][3] == "0" and int(rows["kept cache"][3]) == int(rows["re-encoded"][3]) > 0
+    assert rows["single turn"][7] == "1.00x" and rows["re-encoded"][8] == "1.00x"
+    for row in rows.values():
+        assert all(0 < float(cell.rstrip("x")) < math.inf for cell in row[4:10]), row
+    report = json.loads((tmp / "report.json").read_text())["exactness"]["smoke"]
+    assert report["identical"] == report["trajectories"] == 8  # 2 rounds of 4 trajectories, same seeds
+    assert report["max_abs_logp_gap"] <= 1e-5
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -171,6 +184,7 @@ SMOKES = {
     "bench_sharding_memory": Smoke("bench_sharding_memory.py", (), check_sharding_memory),
     "bench_ode_solver": Smoke("bench_ode_solver.py", (), check_ode_solver),
     "bench_lm_trees": Smoke("bench_lm_trees.py", ("--json", "{tmp}/report.json"), check_lm_trees),
+    "bench_multi_turn": Smoke("bench_multi_turn.py", ("--json", "{tmp}/report.json"), check_multi_turn),
     "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
                              check_compare_methods),
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),

@@ -17,7 +17,8 @@ Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a trai
 
 Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with environments configured, ``rollout``
 dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
-turns (``per_sample["completion_attention"]``); without them nothing here changes.
+turns (``per_sample["completion_attention"]``); with the static engine each trajectory's KV cache is kept between its
+turns (``turn_engine``, ``multi_turn.keep_kv_cache``); without environments nothing here changes.
 
 Teachers (``algorithm.teacher``, :mod:`genalign.teachers`): every kind; a teacher model is loaded like the frozen
 reference (:meth:`CausalLMPolicy.load_peer`) and a teacher with privileged context sees the prompts re-rendered with it
@@ -71,6 +72,7 @@ from genalign.policies.lm.core import (
 )
 from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.lm.engines.tree import TreeCacheEngine
+from genalign.policies.lm.engines.turn_cache import TurnCacheEngine
 from genalign.policies.lm.engines.vllm.options import VLLMOptions
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
@@ -281,6 +283,9 @@ class CausalLMPolicy(TokenLMPolicy):
         )
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
         self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
+        keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
+        #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
+        self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
         self.segments = SegmentBoundaries(tokenizer)
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
