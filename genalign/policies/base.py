@@ -168,7 +168,8 @@ class Rollout:
             by sample along its first axis; checked against its declaration (add one with :meth:`add_structure`).
         per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
             list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
-        info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
+        info: batch-level settings and descriptions of the sampling that are not per sample and not additive (e.g.
+            ``{"nfe_per_sample": 10, "guidance_scale": 4.5}``), logged as ``rollout/<key>``.
         counts: event counts of the sampling (e.g. a multi-turn rollout's turns, tool calls by outcome, environment
             errors), logged as ``rollout/<key>``; additive by declaration, so joined rollouts sum them and a
             held-out evaluation reports their sums over its batches as ``eval/rollout/<key>``.
@@ -238,8 +239,9 @@ class Rollout:
     def cat(parts: Sequence[Rollout]) -> Rollout:
         """Join rollouts of one family along the sample axis (extra sampling rounds, replayed samples): tensors are
         zero-padded to the longest action / per-sample axis (``left_padded`` keys on the left), ``group_ids`` are
-        kept as they are (the caller makes them globally meaningful first), numeric ``info`` entries and ``counts``
-        are summed."""
+        kept as they are (the caller makes them globally meaningful first), ``counts`` are summed and ``info``
+        (settings and descriptions of the sampling, e.g. the guidance scale a flow rollout is scored with) is the
+        first part's."""
         parts = [part for part in parts if len(part)] or list(parts[:1])
         if len(parts) == 1:
             return parts[0]
@@ -255,10 +257,9 @@ class Rollout:
             else:
                 per_sample[key] = [item for value in values for item in value]
         info: dict[str, Any] = {}
-        for part in parts:
+        for part in parts:  # settings and descriptions of the sampling: the first part's (counts are summed)
             for key, value in part.info.items():
-                summable = isinstance(value, (int, float)) and not isinstance(value, bool) and key in info
-                info[key] = info[key] + value if summable else info.get(key, value)
+                info.setdefault(key, value)
         return Rollout(
             rows=[row for part in parts for row in part.rows],
             outputs=[output for part in parts for output in part.outputs],

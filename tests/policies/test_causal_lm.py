@@ -78,7 +78,7 @@ def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
             assert n == 6
     assert data["prompt_mask"][:, 0].sum() < len(rollout), "prompts are left-padded"
     assert data["prompt_mask"][:, -1].all()
-    assert rollout.info["completion_tokens"] == int(lengths.sum())
+    assert rollout.counts["completion_tokens"] == int(lengths.sum())
 
 
 def test_empty_completion_has_exactly_one_action(model_dirs):
@@ -255,15 +255,15 @@ def test_long_prompts_error_truncate_or_skip_with_counts(model_dirs):
     with pytest.raises(ValueError, match=r"row 1 of the batch: prompt has 10 tokens.*max_prompt_tokens=5"):
         make_policy(model_dirs, max_prompt_tokens=5).rollout(rows, group_size=2)
     truncated = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="truncate_left").rollout(rows, group_size=2)
-    assert truncated.info["prompts_truncated"] == 1 and len(truncated) == 4
+    assert truncated.counts["prompts_truncated"] == 1 and len(truncated) == 4
     assert truncated.per_sample["prompt_ids"].shape[1] == 5
     kept_tokens = truncated.per_sample["prompt_ids"][2].tolist()
     assert kept_tokens == make_policy(model_dirs).tokenizer("f g h i j")["input_ids"]
     skipped = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="skip").rollout(rows, group_size=2)
-    assert skipped.info["prompts_skipped_too_long"] == 1 and len(skipped) == 2
+    assert skipped.counts["prompts_skipped_too_long"] == 1 and len(skipped) == 2
     assert [r["prompt"] for r in skipped.rows] == ["1 + 2 ="] * 2
     all_skipped = make_policy(model_dirs, max_prompt_tokens=1, on_long_prompt="skip").rollout(rows, group_size=2)
-    assert len(all_skipped) == 0 and all_skipped.info["prompts_skipped_too_long"] == 2
+    assert len(all_skipped) == 0 and all_skipped.counts["prompts_skipped_too_long"] == 2
 
 
 def test_chat_template_with_system_prompt_and_message_lists(model_dirs):

@@ -25,8 +25,8 @@ def lm_like(prompt_lengths: list[int], completion_lengths: list[int], group: int
         action_mask=completion_mask,
         structure=dict(truncated=torch.zeros(n, dtype=torch.bool), action_ids=completion_mask.long() * 7),
         per_sample={"prompt_mask": prompt_mask, "completion_mask": completion_mask, "note": ["x"] * n},
-        info={"completion_tokens": int(completion_mask.sum()), "engine": "static"},
-        counts=counts or {},
+        info={"guidance_scale": 4.5, "engine": "static"},
+        counts={"completion_tokens": int(completion_mask.sum()), **(counts or {})},
         left_padded=frozenset({"prompt_mask"}),
     )
 
@@ -69,8 +69,8 @@ def test_cat_keeps_left_padded_prompts_aligned_and_right_pads_actions():
         joined.structure.get("action_ids").shape == (3, 4) and joined.structure.get("truncated").tolist() == [False] * 3
     )
     assert joined.per_sample["note"] == ["x"] * 3 and joined.outputs == ["o00", "o01", "o50"]
-    assert joined.info == {"completion_tokens": 7, "engine": "static"}  # counters summed, labels kept
-    assert joined.counts == {"tools/bad_json": 4, "tools/ok": 1, "turns": 5}  # summed key by key (absent: 0)
+    assert joined.info == {"guidance_scale": 4.5, "engine": "static"}  # settings kept (a scale is not summed)
+    assert joined.counts == {"completion_tokens": 7, "tools/bad_json": 4, "tools/ok": 1, "turns": 5}  # summed by key
     assert joined.left_padded == frozenset({"prompt_mask"})
     assert joined.select([0]).counts == joined.counts  # batch-level, like info
     # selecting the parts back gives the original tensors (up to the padding columns)

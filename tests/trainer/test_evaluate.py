@@ -39,4 +39,5 @@ def test_an_evaluation_records_the_tool_counts_of_its_rollouts(tmp_path):
     assert result["eval/rollout/tools/calls"] == 15
     assert result["eval/rollout/tools/bad_json"] == result["eval/rollout/tools/unknown_tool"] == 5
     assert result["eval/rollout/tools/ok"] == 5 and result["eval/rollout/tools/timeout"] == 0
-    assert "eval/rollout/completion_tokens" not in result, "info entries are batch facts, not summed counts"
+    assert result["eval/rollout/completion_tokens"] == result["eval/rollout/generated_tokens"] > 0  # counts: summed
+    assert "eval/rollout/turns_per_trajectory" not in result, "info entries are batch facts, not summed counts"

@@ -326,25 +326,25 @@ class CausalLMPolicy(TokenLMPolicy):
             raise ValueError(f"group_size={group_size} must be >= 1.")
         if self.config.multi_turn.enabled:
             return multi_turn_rollout(self, rows, group_size, mode, request, TextTurns(self))
-        info: dict[str, Any] = {}
+        counts: dict[str, int] = {}
         guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
         if any(g.self_hint is not None for g in guidance):
             with eval_mode(self.model):
-                rows = sample_self_hints(self, rows, self.sampling_params(mode), info)
+                rows = sample_self_hints(self, rows, self.sampling_params(mode), counts)
         prompts = self.encode(rows)
-        info |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
+        counts |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
         if not prompts.kept:
-            return empty_rollout(info)
+            return empty_rollout(counts)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         default = self.sampling_params(mode).temperature
         temperatures = [guidance[i].temperature or default for i in prompts.kept]
         with eval_mode(self.model):
-            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, info, temperatures)
+            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, counts, temperatures)
         lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
         prefixes = [prefix for prefix in prompts.prefixes for _ in range(group_size)]
         outputs = completion_texts(self.tokenizer, self.stop_matcher, prefixes, generation.completion_ids, lengths)
-        info["completion_tokens"] = int(sum(lengths))
+        counts["completion_tokens"] = int(sum(lengths))
         rollout = Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
             outputs=outputs,
@@ -366,7 +366,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 "completion_ids": generation.completion_ids,
                 "completion_mask": generation.completion_mask,
             },
-            info=info,
+            counts=counts,
             left_padded=LEFT_PADDED,
         )
         return probe_structure(self, rollout, request)
@@ -427,7 +427,7 @@ class CausalLMPolicy(TokenLMPolicy):
         prompts: EncodedPrompts,
         group_size: int,
         mode: Literal["train", "eval"],
-        info: dict,
+        counts: dict[str, int],
         temperatures: list[float],
     ) -> tuple[Generation, PrefixTree | None]:
         """:meth:`_generate` once per distinct sampling temperature of the kept rows, merged in row order."""
@@ -435,7 +435,7 @@ class CausalLMPolicy(TokenLMPolicy):
         params = self.sampling_params(mode)
         if len(groups) == 1:
             return self._generate(
-                prompts.ids, prompts.mask, group_size, mode, info, replace(params, temperature=temperatures[0])
+                prompts.ids, prompts.mask, group_size, mode, counts, replace(params, temperature=temperatures[0])
             )
         generations, trees = [], []
         for temperature, members in groups:
@@ -445,7 +445,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 prompts.mask[chosen],
                 group_size,
                 mode,
-                info,
+                counts,
                 replace(params, temperature=temperature),
             )
             generations.append((members, generation))
@@ -459,14 +459,14 @@ class CausalLMPolicy(TokenLMPolicy):
         prompt_mask: Tensor,
         group_size: int,
         mode: Literal["train", "eval"],
-        info: dict,
+        counts: dict[str, int],
         params: SamplingParams,
     ) -> tuple[Generation, PrefixTree | None]:
         """``group_size`` completions of each prompt ``[B, P]`` with ``params``: independent samples, or with
         ``policy.tree`` in training the leaves of shared-prefix trees and their sampling tree; adds the sampled
-        tokens to ``info``."""
+        tokens to ``counts``."""
         prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
-        info.setdefault("generated_tokens", 0)
+        counts.setdefault("generated_tokens", 0)
         if self.tree_engine is None or mode == "eval":
             generation = self.engine.generate(
                 prompt_ids.repeat_interleave(group_size, dim=0),
@@ -474,7 +474,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 params,
                 self.generator,
             )
-            info["generated_tokens"] += int(generation.completion_mask.sum())
+            counts["generated_tokens"] += int(generation.completion_mask.sum())
             return generation, None
         tree = sample_tree_group(
             self.tree_engine,
@@ -486,7 +486,7 @@ class CausalLMPolicy(TokenLMPolicy):
             generator=self.generator,
             boundary_table=self.segments.table() if self.config.tree.at_segment_boundaries else None,
         )
-        info["generated_tokens"] += tree.generated_tokens
+        counts["generated_tokens"] += tree.generated_tokens
         return tree.generation, tree.prefix_tree
 
     # ---- score ---------------------------------------------------------------------------------------------------

@@ -181,11 +181,16 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
         module.train(was_training)
 
 
-def empty_rollout(info: dict[str, Any]) -> Rollout:
+def empty_rollout(counts: dict[str, int]) -> Rollout:
     """A rollout of zero samples (every prompt of the call was skipped), with the call's counters."""
     empty = torch.zeros(0, 0)
     return Rollout(
-        rows=[], outputs=[], group_ids=torch.zeros(0, dtype=torch.long), old_logp=empty, action_mask=empty, info=info
+        rows=[],
+        outputs=[],
+        group_ids=torch.zeros(0, dtype=torch.long),
+        old_logp=empty,
+        action_mask=empty,
+        counts=counts,
     )
 
 

@@ -101,12 +101,12 @@ def forced_rollout(
             "entries; give one completion and one behaviour_logp (or None) per row."
         )
     prompts = policy.encode([conditioning_only(row) for row in rows])
-    info: dict[str, Any] = {
+    counts: dict[str, int] = {
         "prompts_skipped_too_long": len(prompts.skipped),
         "prompts_truncated": len(prompts.truncated),
     }
     if not prompts.kept:
-        return empty_rollout(info)
+        return empty_rollout(counts)
     limit = policy.config.max_new_tokens
     tokens = [completion_tokens(policy, completions[i], i)[:limit] for i in prompts.kept]
     if any(not seq for seq in tokens):
@@ -122,7 +122,7 @@ def forced_rollout(
     ids, mask, truncated = ids.to(policy.device), mask.to(policy.device), truncated.to(policy.device)
     group_ids = torch.arange(len(tokens))
     lengths = [len(seq) for seq in tokens]
-    info["completion_tokens"] = int(sum(lengths))
+    counts["completion_tokens"] = int(sum(lengths))
     rollout = Rollout(
         rows=[rows[i] for i in prompts.kept],
         outputs=completion_texts(policy.tokenizer, policy.stop_matcher, prompts.prefixes, ids, lengths),
@@ -138,7 +138,7 @@ def forced_rollout(
             "completion_ids": ids,
             "completion_mask": mask,
         },
-        info=info,
+        counts=counts,
         left_padded=LEFT_PADDED,
     )
     rollout.old_logp = _old_logprobs(policy, rollout, given)

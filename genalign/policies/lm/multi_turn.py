@@ -409,7 +409,8 @@ def _assemble(
     extra = {"turn_ids": turn_ids, "turn_rewards": turn_rewards}
     extra["tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.long)
     structure |= {name: value for name, value in extra.items() if name in request.structure}
-    info = {"completion_tokens": int(actions.sum()), "turns_per_trajectory": counts["turns"] / max(1, n)}
+    info = {"turns_per_trajectory": counts["turns"] / max(1, n)}
+    counts = {**counts, "completion_tokens": int(actions.sum())}
     device = policy.device
     return Rollout(
         rows=[{**t.row, ENVIRONMENT_REWARD_COLUMN: t.reward} for t in trajectories],
