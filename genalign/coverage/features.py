@@ -93,6 +93,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("multi-turn rollouts with environments and tools", (94,),
             "genalign.policies.lm.multi_turn:multi_turn_rollout", "policy.multi_turn (causal_lm, vlm)",
             ("multi_turn",)),
+    Feature("per-tool-call evidence rewards", (9,), "genalign.environments.evidence:EvidenceZoom",
+            "policy.multi_turn.environments: evidence_zoom (vlm), credit turn_reward_to_go", ("EvidenceZoom",)),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.credit import (  # noqa: F401  (register the options)
     blocks,
+    calibration,
     discriminative,
     entropy_gates,
     entropy_softmax,

@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.ratio_levels import (  # noqa: F401  (register the options)
     grouped,
     means,
+    phases,
     segments,
     turns,
 )

@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
     entropy_shaping,
+    self_reward,
     trust,
     vocabulary,
 )
