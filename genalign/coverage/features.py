@@ -97,6 +97,8 @@ FEATURES: tuple[Feature, ...] = (
             "read by credit rank_causal (causal_lm)"),
     Feature("counterfactual-prompt re-scoring", (275,), "genalign.policies.lm.probes:counterfactual_logprobs",
             "policy.probes.counterfactual_column; read by credit rubric_contrast (causal_lm)"),
+    Feature("per-tool-call evidence rewards", (9,), "genalign.environments.evidence:EvidenceZoom",
+            "policy.multi_turn.environments: evidence_zoom (vlm), credit turn_reward_to_go", ("EvidenceZoom",)),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

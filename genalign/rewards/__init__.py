@@ -8,6 +8,7 @@ from genalign.rewards import (  # noqa: F401
     environment,
     image,
     judge,
+    labels,
     preference_models,
     remote,
     reward_models,

@@ -72,7 +72,7 @@ LM_CREDIT_RULES = [
     and not alg.names_by("teacher", alg.CREDIT_RULES.meta(name).get("needs", ()))
 ]
 #: ratio levels the single-turn causal LM supplies inputs for (``turn`` reads multi-turn structure: trained in
-#: tests/integration/test_turn_credit_training.py)
+#: tests/integration/test_turn_credit_training.py; ``phase`` reads block markers: test_useful_shaping_training.py)
 LM_RATIO_LEVELS = [
     name
     for name in alg.RATIO_LEVELS.names()
@@ -119,7 +119,7 @@ CASES = _cases()
 def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
     used = {key: {case[key] for case in CASES if key in case} for key in CASES[0]}
     assert used["advantage"] == set(alg.ADVANTAGE_ESTIMATORS.names())
-    assert used["ratio_level"] == set(LM_RATIO_LEVELS) == set(alg.RATIO_LEVELS.names()) - {"turn"}
+    assert used["ratio_level"] == set(LM_RATIO_LEVELS) == set(alg.RATIO_LEVELS.names()) - {"turn", "phase"}
     assert used["clip"] == set(alg.CLIP_FORMS.names())
     assert used["reward_combination"] == set(alg.REWARD_COMBINERS.names())
     assert used["credit"] == {"none", *LM_CREDIT_RULES}
@@ -189,6 +189,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
     # issue 29 item 3: RLPT's promising-token renormalisation (a vocabulary term), sampled from the same top k
     "rlpt_promising_tokens": ["algorithm.regularizer=promising_tokens", "algorithm.regularizer.top_k=5",
                               "policy.top_k=5"],
+    "laser_last_token_self_reward": [
+        "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",
+        "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
+    ],
 }  # fmt: skip
 
 

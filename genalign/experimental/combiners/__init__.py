@@ -2,8 +2,10 @@
 package the first time it is read)."""
 
 from genalign.experimental.combiners import (  # noqa: F401  (register the options)
+    domains,
     paced,
     process,
+    tightening,
     variance,
     views,
 )

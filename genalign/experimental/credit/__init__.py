@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.credit import (  # noqa: F401  (register the options)
     blocks,
+    calibration,
     counterfactual,
     discriminative,
     distillation,

@@ -5,6 +5,7 @@ from genalign.experimental.ratio_levels import (  # noqa: F401  (register the op
     grouped,
     macro,
     means,
+    phases,
     segments,
     turns,
 )

@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
     entropy_shaping,
     promising,
+    self_reward,
     trust,
     vocabulary,
 )

@@ -3,4 +3,8 @@ package the first time it is read)."""
 
 from genalign.experimental.shaping import (  # noqa: F401  (register the options)
     diversity,
+    length_gate,
+    polychromic,
+    probe,
+    segments,
 )
