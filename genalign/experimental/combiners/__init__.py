@@ -2,6 +2,7 @@
 package the first time it is read)."""
 
 from genalign.experimental.combiners import (  # noqa: F401  (register the options)
+    gated,
     paced,
     process,
     variance,

@@ -3,4 +3,5 @@ package the first time it is read)."""
 
 from genalign.experimental.shaping import (  # noqa: F401  (register the options)
     diversity,
+    length_budget,
 )
