@@ -112,8 +112,8 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
 
 
 def _check_objective_fields(cfg: AlgorithmConfig) -> None:
-    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives need whole
-    groups in every micro-batch."""
+    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives and
+    regularisers (registry meta ``whole_groups``) need whole groups in every micro-batch."""
     from genalign import algorithms as alg
 
     if not cfg.is_ratio_objective():
@@ -129,12 +129,16 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
                 f"it with algorithm.{name}={default} when a preset sets it). The objective's own hyper-parameters go "
                 f"with it: algorithm.objective: {{name: {cfg.objective.name}, KEYWORD: VALUE}}."
             )
-    if alg.OBJECTIVES.meta(cfg.objective.name).get("whole_groups", False) and cfg.micro_batch_size % cfg.group_size:
-        raise ConfigError(
-            f"algorithm.objective = {cfg.objective.name!r} weighs samples within their group, so every micro-batch must "
-            f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
-            f"{cfg.group_size}."
-        )
+    grouped = [("objective", alg.OBJECTIVES, cfg.objective), ("regularizer", alg.REGULARIZERS, cfg.regularizer)]
+    for field, registry, option in grouped:
+        if option is None or not registry.meta(option.name).get("whole_groups", False):
+            continue
+        if cfg.micro_batch_size % cfg.group_size:
+            raise ConfigError(
+                f"algorithm.{field} = {option.name!r} weighs samples within their group, so every micro-batch must "
+                f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
+                f"{cfg.group_size}."
+            )
 
 
 def check_async_rollout(cfg: AlgorithmConfig) -> None:

@@ -114,4 +114,5 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(284, (("credit rule", "role_segments"),),
            "policy.probes.block_markers: [the marker opening the execution phase]; role_rewards: [[exploration "
            "rewards], [execution rewards]] (Dual-Track GRPO's masked advantages, one group z-score per track)"),
+    Recipe(286, (("credit rule", "distinct_pairs"), ("sample source", "gcpo")), "a reference solution column"),
 )  # fmt: skip

@@ -14,6 +14,7 @@ from genalign.rewards import (  # noqa: F401
     reward_models,
     text,
     tool_use,
+    verification,
     vlm,
 )
 from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory

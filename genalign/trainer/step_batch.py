@@ -43,10 +43,14 @@ def needs_rescored_old_logp(plan: alg.LossPlan, policy: Policy, *, on_policy: bo
 
 def gather_batch(batch: alg.StepBatch, names: frozenset[str]) -> alg.StepBatch:
     """The signals ``names`` of every process's ``batch``, concatenated along the sample axis in rank order, on the
-    CPU; per-action signals are zero-padded on the right to the longest action axis of all processes."""
+    CPU; per-action signals are zero-padded on the right to the longest action axis of all processes; scalars (such as
+    ``progress``) are the same on every process and kept as they are."""
     gathered = {}
     for name in sorted(names):
         value = batch.require(name, "the advantage stage")
+        if not signal(name).axes:
+            gathered[name] = value
+            continue
         if signal(name).per_action and value.dim() > 1:
             width = all_reduce_max(value.shape[1])
             if width > value.shape[1]:

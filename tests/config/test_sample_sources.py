@@ -48,6 +48,7 @@ OPTIONS = {
     "gcpo": {"sample_sources": ["gcpo"]},
     "edge_gec": {"sample_sources": [{"name": "edge_gec", "tokenizer": "builtin:arith-lm"}]},
     "composed_rounds": {"sample_sources": ["dars", "gcpo", "overlong_filter"]},
+    "value_budget": {"sample_sources": [{"name": "value_budget", "base_samples": 2}]},
 }
 
 

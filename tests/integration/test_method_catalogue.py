@@ -193,6 +193,32 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",
         "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
     ],
+    # issue 29 item 3, useful seeds: regularisers, entropy, filtering, clipping, aggregation
+    "mdpo_mirror_descent_kl": ["algorithm.clip=none", "algorithm.regularizer=mirror_descent_kl", "algorithm.inner_epochs=2"],
+    "haepo_plackett_luce": [
+        "algorithm.objective=plackett_luce", "algorithm.aggregation=seq_mean_token_mean",
+        "algorithm.regularizer=mirror_descent_kl", "algorithm.entropy_coef=0.001",
+    ],
+    "reva_po_response_weighted_kl": ["algorithm.regularizer=response_weighted_kl"],
+    "genrec_gated_reward_and_nll": [
+        "algorithm.reward_combination=relevance_gated", "algorithm.regularizer=reward_gated_nll",
+        "algorithm.regularizer_coef=0.1", "rewards=[{fn: exact_match, name: accuracy}, {fn: exact_match, name: relevance}]",
+    ],
+    "la_grpo_functional_token_anchor": [
+        "algorithm.regularizer=functional_token_anchor", "algorithm.regularizer.token_ids=[1, 2, 3]",
+        "algorithm.regularizer_coef=0.5",
+    ],
+    "dagrpo_distinct_pairs": ["algorithm.credit=[{name: distinct_pairs, min_distinctiveness: 0.01}]"],
+    "verl_effective_rank_bonus": ["algorithm.credit=[{name: effective_rank_bonus, stride: 1}]"],
+    "length_budget_curriculum": [
+        "algorithm.reward_shaping=[{name: length_budget_curriculum, budget_start: 5.0, budget_end: 2.0}]",
+    ],
+    "v0_value_budget": ["algorithm.sample_sources=[{name: value_budget, base_samples: 2}]"],
+    "grpo_verif_verification_weighted": [  # the toy model writes digits: "1" stands in for the verification marker
+        "algorithm.credit=[{name: verification_weighted, weight: 0.5}]", "policy.probes.block_markers=['1']",
+        "rewards=[{fn: self_verification, name: accuracy, args: {part: solution, marker: '1'}}, "
+        "{fn: self_verification, name: verdict, args: {part: verdict, marker: '1'}}]",
+    ],
 }  # fmt: skip
 
 

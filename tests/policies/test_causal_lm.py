@@ -239,6 +239,21 @@ def test_reference_log_probs_come_from_the_kl_reference_pass(model_dirs):
         make_policy(model_dirs, reference="none").score(rollout, ScoreRequest.of("ref_logp"))
 
 
+def test_reference_entropy_comes_from_the_reference_pass(model_dirs):
+    policy = make_policy(model_dirs, reference="auto")
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    with torch.no_grad():
+        before = policy.score(rollout, ScoreRequest.of("entropy", "ref_entropy", kl="k3"))
+    torch.testing.assert_close(before["ref_entropy"], before["entropy"] * rollout.action_mask, atol=1e-5, rtol=1e-5)
+    assert before["kl"].abs().max().item() < 1e-6  # one reference pass gives both
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.05 * torch.randn_like(param))
+        after = policy.score(rollout, ScoreRequest.of("entropy", "ref_entropy"))
+    torch.testing.assert_close(after["ref_entropy"], before["ref_entropy"])  # the reference did not move
+    assert not torch.allclose(after["entropy"], before["entropy"])
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
     plain = make_policy(model_dirs)
     checkpointed = make_policy(model_dirs, gradient_checkpointing=True)
@@ -429,7 +444,9 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 
 # ---- capabilities, token features, rollout structure -------------------------------------------------------------
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
-    features = frozenset({"entropy", "kl", "ref_logp", "vocab_term", "topk_logp", "hidden", "logit_stats"})
+    features = frozenset(
+        {"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden", "logit_stats"}
+    )
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp", "prefix_rewards"}  # probes (policy.probes)
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
@@ -437,7 +454,8 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
         False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
     )
-    assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl", "ref_logp"}
+    without_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy"}
+    assert CausalLMPolicyConfig(reference="none").capabilities().signals == without_reference
     assert CausalLMPolicyConfig(reference="none").capabilities().teachers == teachers - {"reference"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
         features | structure

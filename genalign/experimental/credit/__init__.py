@@ -7,6 +7,8 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     counterfactual,
     discriminative,
     distillation,
+    distinct_pairs,
+    effective_rank,
     entropy_gates,
     entropy_softmax,
     equalizer,
@@ -33,5 +35,6 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     turns,
     uncertainty,
     values,
+    verification,
     video_tokens,
 )

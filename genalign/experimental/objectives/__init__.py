@@ -7,4 +7,5 @@ from genalign.experimental.objectives import (  # noqa: F401  (register the opti
     pairwise_ppo,
     regression,
     token_preference,
+    trajectory_softmax,
 )

@@ -12,4 +12,5 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     replay,
     replay_buffer,
     residuals,
+    value_budget,
 )

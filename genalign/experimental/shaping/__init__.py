@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.shaping import (  # noqa: F401  (register the options)
     diversity,
+    length_budget,
     length_gate,
     polychromic,
     probe,

@@ -59,6 +59,9 @@ from genalign.policies.lm.reference import (
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lora import TOKEN_LORA, LoRAConfig
 
+#: The reference's own per-action entropy (declared with its reader, the ``response_weighted_kl`` regulariser [18]): a
+#: reference feature of the families that compute ``entropy``.
+REFERENCE_ENTROPY = frozenset({"ref_entropy"})
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
 AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk_logp", "hidden"})
 #: Rollout structure every autoregressive token family can fill.
@@ -90,9 +93,11 @@ def token_capabilities(
     group_size: int | None = None,
 ) -> PolicyCapabilities:
     """Capabilities of a token family: the score ``features`` (plus ``kl`` and ``ref_logp`` unless ``policy.reference`` is ``none``: every other
-    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`)
-    and the rollout ``structure`` signals. Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
-    kl = REFERENCE_FEATURES if reference != "none" else frozenset()
+    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`;
+    and ``ref_entropy`` when the family also computes ``entropy``) and the rollout ``structure`` signals. Re-scoring
+    with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
+    reference_features = REFERENCE_FEATURES | (REFERENCE_ENTROPY if "entropy" in features else frozenset())
+    kl = reference_features if reference != "none" else frozenset()
     return PolicyCapabilities(rollout_logp_is_exact=False, signals=features | kl | structure, group_size=group_size)
 
 
@@ -262,17 +267,23 @@ class TokenLMPolicy(Policy):
 
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
         """``score_actions`` under the current weights, plus, from one reference pass, the per-action KL ``[n, T]`` to
-        the reference when the request names ``kl`` (its parameter is the estimator) and the reference's log-probs
-        ``ref_logp`` ``[n, T]`` when it names them (the reference scores the same actions through the same code
-        path)."""
+        the reference when the request names ``kl`` (its parameter is the estimator), the reference's log-probs
+        ``ref_logp`` ``[n, T]`` and its own per-action entropy ``ref_entropy`` ``[n, T]`` when it names them (the
+        reference scores the same actions through the same code path)."""
         self.check_request(request)
         out = self.score_actions(self.model, rollout, request)
-        if not REFERENCE_FEATURES & request.features:
+        if not (REFERENCE_FEATURES | REFERENCE_ENTROPY) & request.features:
             return out
-        ref_logp = self.reference_logprobs(rollout).to(out.logp.device)  # [n, T]
-        features = {"ref_logp": ref_logp.float().detach()} if "ref_logp" in request else {}
+        mask = rollout.action_mask.to(out.logp.device)
+        features = {}
+        if "ref_entropy" in request:
+            ref = self.reference(lambda module: self.score_actions(module, rollout, ScoreRequest.of("entropy")))
+            ref_logp, features["ref_entropy"] = ref.logp.to(out.logp.device), ref["entropy"].float() * mask  # [n, T]
+        else:
+            ref_logp = self.reference_logprobs(rollout).to(out.logp.device)  # [n, T]
+        if "ref_logp" in request:
+            features["ref_logp"] = ref_logp.float().detach()
         if "kl" in request:
-            mask = rollout.action_mask.to(out.logp.device)
             features["kl"] = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * mask
         return out.with_features(**features)
 
