@@ -167,9 +167,14 @@ def signal_table() -> list[str]:
         "| signal | producer | shape | gradient | supplied by (default options) | read by | source | meaning |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    order = {"step": 0, "score": 1, "rollout": 2}
+    providers: dict[str, list[str]] = {}
+    for rule in SAMPLE_SOURCES.names():
+        for provided in SAMPLE_SOURCES.meta(rule).get("provides", ()):
+            providers.setdefault(provided, []).append(f"sample source `{rule}`")
+    order = {"step": 0, "score": 1, "rollout": 2, "source": 3}
     for name, spec in sorted(SIGNALS.items(), key=lambda item: (order[item[1].producer], item[0])):
         families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
+        families = ", ".join(providers.get(name, [])) if spec.producer == "source" else families
         cells = [f"`{name}`", spec.producer, spec.shape_text, "no" if spec.detached else "yes", families or "—"]
         cells += [", ".join(readers.get(name, [])) or "—", spec.source, spec.doc]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

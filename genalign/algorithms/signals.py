@@ -2,7 +2,7 @@
 
 A *signal* is a per-sample ``[N, ...]`` or per-action ``[N, T, ...]`` tensor (or a small value object indexed by
 sample, such as :class:`~genalign.algorithms.structure.PrefixTree`) with a registered :class:`Signal` declaration:
-its name, axes, dtype, whether it carries gradient, who produces it, a doc line and its source. Three producers:
+its name, axes, dtype, whether it carries gradient, who produces it, a doc line and its source. Four producers:
 
 * ``score`` — a *feature* of a family's scoring pass (:class:`~genalign.algorithms.scores.ScoreOutput`): entropy,
   per-action KL, hidden states, a log-prob under an altered input, ... The trainer asks for the names the configured
@@ -11,6 +11,9 @@ its name, axes, dtype, whether it carries gradient, who produces it, a doc line 
   levels, truncation, rewards of intermediate states, ...
 * ``step`` — what the trainer's generic stages compute for every step (groups, masks, rewards, advantages, progress):
   the core of :class:`~genalign.algorithms.batch.StepBatch`.
+* ``source`` — what a sample source (``algorithm.sample_sources``) knows about the samples it drew or added, per
+  sample (``Decision.signals``; the rule lists the names in its registry meta ``provides``): the trainer adds them to
+  the rollout's structure, and a config whose rules need one that no configured sample source provides is refused.
 
 Adding a signal is three edits, none in the trainer: declare it (:func:`declare_signal`, in the module of the rule
 that reads it), compute it in the family (and list it in the family's ``PolicyCapabilities.signals``), read it in the
@@ -32,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-Producer = Literal["score", "rollout", "step"]
+Producer = Literal["score", "rollout", "step", "source"]
 DType = Literal["float", "integer", "bool"]
 
 
@@ -43,7 +46,7 @@ class Signal:
     Attributes:
         name: the key in score outputs, rollout structure, step batches and registry meta ``needs``.
         axes: e.g. ``("N", "T")``; see the module docstring.
-        producer: ``score``, ``rollout`` or ``step`` (module docstring).
+        producer: ``score``, ``rollout``, ``step`` or ``source`` (module docstring).
         doc: one line: what the value is.
         source: the methods (abstract numbers) that read it, or ``"core"``.
         dtype: ``float``, ``integer`` or ``bool``; None for value objects or any dtype.
