@@ -169,11 +169,17 @@ def signal_table() -> list[str]:
         "| signal | producer | shape | gradient | supplied by (default options) | read by | source | meaning |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    order = {"step": 0, "score": 1, "rollout": 2, "teacher": 3}
+    providers: dict[str, list[str]] = {}
+    for rule in SAMPLE_SOURCES.names():
+        for provided in SAMPLE_SOURCES.meta(rule).get("provides", ()):
+            providers.setdefault(provided, []).append(f"sample source `{rule}`")
+    order = {"step": 0, "score": 1, "rollout": 2, "teacher": 3, "source": 4}
     for name, spec in sorted(SIGNALS.items(), key=lambda item: (order[item[1].producer], item[0])):
         if spec.producer == "teacher":  # the configured teacher, through a family that hosts it
             sources = ", ".join(source for source, names in TEACHER_SIGNALS.items() if name in names)
             families = f"algorithm.teacher (source {sources})"
+        elif spec.producer == "source":
+            families = ", ".join(providers.get(name, []))
         else:
             families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
         cells = [f"`{name}`", spec.producer, spec.shape_text, "no" if spec.detached else "yes", families or "—"]

@@ -14,6 +14,9 @@ its name, axes, dtype, whether it carries gradient, who produces it, a doc line 
 * ``teacher`` — the judgements of the configured teacher (``algorithm.teacher``, :mod:`genalign.teachers`) of the
   sampled actions: its per-action log-probs, its entropy, ... A config whose options read one needs a teacher that
   supplies it (checked at load).
+* ``source`` — what a sample source (``algorithm.sample_sources``) knows about the samples it drew or added, per
+  sample (``Decision.signals``; the rule lists the names in its registry meta ``provides``): the trainer adds them to
+  the rollout's structure, and a config whose rules need one that no configured sample source provides is refused.
 
 Adding a signal is three edits, none in the trainer: declare it (:func:`declare_signal`, in the module of the rule
 that reads it), compute it in the family (and list it in the family's ``PolicyCapabilities.signals``), read it in the
@@ -35,7 +38,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-Producer = Literal["score", "rollout", "step", "teacher"]
+Producer = Literal["score", "rollout", "step", "teacher", "source"]
 DType = Literal["float", "integer", "bool"]
 
 
@@ -46,7 +49,7 @@ class Signal:
     Attributes:
         name: the key in score outputs, rollout structure, step batches and registry meta ``needs``.
         axes: e.g. ``("N", "T")``; see the module docstring.
-        producer: ``score``, ``rollout``, ``step`` or ``teacher`` (module docstring).
+        producer: ``score``, ``rollout``, ``step``, ``teacher`` or ``source`` (module docstring).
         doc: one line: what the value is.
         source: the methods (abstract numbers) that read it, or ``"core"``.
         dtype: ``float``, ``integer`` or ``bool``; None for value objects or any dtype.

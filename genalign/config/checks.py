@@ -109,6 +109,25 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
         check_off_policy_sources(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm.sample_sources: {err}") from None
+    _check_source_signals(cfg, names)
+
+
+def _check_source_signals(cfg: AlgorithmConfig, names: list[str]) -> None:
+    """Every signal of producer ``source`` the configured options read is provided by a configured sample source
+    (registry meta ``provides``)."""
+    from genalign.algorithms.signals import names_by
+    from genalign.sampling import SAMPLE_SOURCES
+
+    wanted = cfg.needs()
+    provided = {signal for name in names for signal in SAMPLE_SOURCES.meta(name).get("provides", ())}
+    for need in sorted(names_by("source", wanted) - provided):
+        providers = [rule for rule in SAMPLE_SOURCES.names() if need in SAMPLE_SOURCES.meta(rule).get("provides", ())]
+        raise ConfigError(
+            f"{', '.join(wanted[need])} needs {need!r}, which a sample source provides about the samples it draws, "
+            f"but algorithm.sample_sources = {names} provides none of it; add "
+            f"{' or '.join(repr(r) for r in providers) or 'a rule that provides it'} to algorithm.sample_sources, or "
+            "remove the option."
+        )
 
 
 def _check_objective_fields(cfg: AlgorithmConfig) -> None:

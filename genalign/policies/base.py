@@ -100,7 +100,8 @@ class PolicyCapabilities:
         group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
             None when any ``algorithm.group_size`` works.
         forced_completions: :meth:`Policy.force` builds rollouts of given completions (replayed samples, reference
-            solutions), and training rollouts carry the ``action_ids`` signal so that samples can be stored.
+            solutions) and of given starts it continues by sampling, and training rollouts carry the ``action_ids``
+            signal so that samples can be stored.
         guidance: the keys of a row's :data:`GUIDANCE_KEY` dict its training rollouts honour (``hint``: text added
             to the prompt; ``prefix``: text the completion is forced to start with, conditioning only;
             ``temperature``: this row's sampling temperature).
@@ -361,12 +362,16 @@ class Policy(ABC):
         behaviour_logp: list[Tensor | None],
         *,
         request: RolloutRequest = RolloutRequest(),
+        continues: list[bool] | None = None,
     ) -> Rollout:
         """A training rollout of given completions instead of sampled ones (``capabilities.forced_completions``):
         sample ``i`` answers ``rows[i]`` with the action ids ``completions[i]`` ``[T_i]`` (ending with the end
-        action when the completion ended) or with a text (tokenized, the end action appended); its ``old_logp`` is ``behaviour_logp[i]`` ``[T_i]`` (the policy that
-        produced it, for replayed samples) or, where None, the current policy's log-probs (reference solutions).
-        ``group_ids`` index ``rows``. Sample sources replay stored samples and insert reference solutions with it."""
+        action when the completion ended) or with a text (tokenized, the end action appended); its ``old_logp`` is
+        ``behaviour_logp[i]`` ``[T_i]`` (the policy that produced it, for replayed samples) or, where None or NaN, the
+        current policy's log-probs (reference solutions, inserted cues). ``group_ids`` index ``rows``. Where
+        ``continues[i]``, the given ids are only the start: the policy samples the rest of the completion as in
+        :meth:`rollout` (a forced continuation), recording those actions' behaviour log-probs. Sample sources replay
+        stored samples, insert reference solutions and continue given starts with it."""
         raise NotImplementedError(
             f"the {self.family} family cannot build rollouts of given completions (capabilities.forced_completions is "
             "False), which replay and reference-solution sample sources need; remove them from "

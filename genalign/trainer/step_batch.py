@@ -48,7 +48,7 @@ def gather_batch(batch: alg.StepBatch, names: frozenset[str]) -> alg.StepBatch:
     gathered = {}
     for name in sorted(names):
         value = batch.require(name, "the advantage stage")
-        if not signal(name).axes:
+        if not signal(name).axes:  # a scalar (progress) is the same on every process
             gathered[name] = value
             continue
         if signal(name).per_action and value.dim() > 1:

@@ -219,6 +219,29 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "rewards=[{fn: self_verification, name: accuracy, args: {part: solution, marker: '1'}}, "
         "{fn: self_verification, name: verdict, args: {part: verdict, marker: '1'}}]",
     ],
+    # issue 29 item 3: sample sources that build the groups (forced continuations, guided rounds, source signals)
+    "serial_exits_exit_decay": [
+        "algorithm.sample_sources=[{name: serial_exits, tokenizer: 'builtin:arith-lm', at: tokens, answer_marker: null, "
+        "cue: '='}]", "algorithm.reward_shaping=[exit_decay]",
+    ],
+    "dynamic_truncation_step_redundancy": [
+        "algorithm.sample_sources=[{name: dynamic_truncation, tokenizer: 'builtin:arith-lm', answer_marker: null, "
+        "cue: '=', confidence: 0.5}]", "algorithm.reward_shaping=[step_redundancy]",
+    ],
+    "draft_refinement": [
+        "algorithm.sample_sources=[{name: draft_refinement, tokenizer: 'builtin:arith-lm', drafts: 2, "
+        "template: ' {draft} '}]",
+    ],
+    "reward_goals": ["algorithm.sample_sources=[{name: reward_goals, goals: ['+', '-'], template: ' {goal}'}]"],
+    "in_context_expert_expert_bonus": [
+        "algorithm.clip=off_policy", "algorithm.reward_shaping=[expert_bonus]",
+        "algorithm.sample_sources=[{name: in_context_expert, solution_column: answer, template: '{demos}', "
+        "example: ' {prompt}{solution}'}]",
+    ],
+    "mixed_prefix": [
+        "algorithm.clip=off_policy", "algorithm.sample_sources=[{name: mixed_prefix, mixed: 1}]",
+        "data.train.args.size=4",
+    ],
 }  # fmt: skip
 
 

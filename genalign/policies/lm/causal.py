@@ -13,7 +13,8 @@ policy itself ([69] SAGE), which then renders like ``hint`` (``Rollout.rows`` ca
 renders again identically); rows are sampled in one engine call per sampling ``temperature``.
 
 Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
-(replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
+(replayed token ids, or reference-solution texts closed with the end token), or of given starts continued by the
+rollout engine, laid out like a sampled one.
 
 Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with environments configured, ``rollout``
 dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
@@ -378,11 +379,13 @@ class CausalLMPolicy(TokenLMPolicy):
         behaviour_logp: list[Tensor | None],
         *,
         request: RolloutRequest = RolloutRequest(),
+        continues: list[bool] | None = None,
     ) -> Rollout:
         """A training rollout of given completions (token ids, or texts closed with the end token) for ``rows``,
-        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None, the current policy's
-        log-probs through the scoring pass (:mod:`genalign.policies.lm.forced`)."""
-        rollout = forced_rollout(self, rows, completions, behaviour_logp, request)
+        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None or NaN, the current
+        policy's log-probs through the scoring pass; starts flagged in ``continues`` are continued by the rollout
+        engine (:mod:`genalign.policies.lm.forced`)."""
+        rollout = forced_rollout(self, rows, completions, behaviour_logp, request, continues)
         return probe_structure(self, rollout, request)
 
     def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
