@@ -164,6 +164,22 @@ def check_multi_turn(out: str, tmp: Path) -> None:
     assert report["max_abs_logp_gap"] <= 1e-5
 
 
+def check_opd_vs_grpo(out: str, tmp: Path) -> None:
+    text = (tmp / "opd.md").read_text()
+    assert "trained 1 step(s)" in text  # the teacher was made here
+    rows = {row[0]: row for row in _table_rows(text, "") if row[0] in ("grpo", "opd", "opd_mixed")}
+    assert set(rows) == {"grpo", "opd", "opd_mixed"}
+    for row in rows.values():  # s/step, held-out accuracy at steps 0 and 2
+        assert float(row[1].split(" ± ")[0]) > 0 and all(0 <= float(c.split(" ± ")[0]) <= 1 for c in row[2:4])
+    targets = [row for row in _table_rows(text, "0.9") if row[1] in rows]
+    assert [(row[0], row[1]) for row in targets] == [(t, m) for t in ("0.90", "0.95") for m in rows]
+    assert "identical across the methods in all 2 (seed, step) pairs" in text
+    for method in rows:  # the OPD runs were scored by the teacher, GRPO's was not
+        records = [json.loads(line) for line in (tmp / "runs" / f"{method}-seed0" / "metrics.jsonl").open()]
+        assert all(("teacher/reverse_kl" in r) == (method != "grpo") for r in records), method
+    assert (tmp / "opd.png").stat().st_size > 0
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -190,6 +206,8 @@ SMOKES = {
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
     "bench_code_execution": Smoke("bench_code_execution.py", (), check_code_execution, linux_only=True),
     "bench_teacher_memory": Smoke("bench_teacher_memory.py", (), check_teacher_memory),
+    "opd_vs_grpo": Smoke("opd_vs_grpo.py", ("--work", "{tmp}/runs", "--table", "{tmp}/opd.md", "--png", "{tmp}/opd.png"),
+                         check_opd_vs_grpo),
 }  # fmt: skip
 
 
