@@ -40,8 +40,10 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_dlm_variance.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lm_step.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_sharding_memory.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_teacher_memory.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/compare_methods.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/race_chain.py --smoke
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/opd_vs_grpo.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_plan.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_kill_trials.py --smoke
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_lock_trials.py --smoke

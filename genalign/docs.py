@@ -1,7 +1,8 @@
-"""Generate ``docs/algorithms.md`` from the registries, so the table cannot drift from the code.
+"""Generate ``docs/algorithms.md`` and ``docs/coverage.md`` from the registries, so the tables cannot drift.
 
-Regenerate with ``python -m genalign.docs``; ``python -m genalign.docs --check`` exits 1 when the
-committed file differs (``tests/algorithms/test_docs.py`` runs the same check).
+Regenerate both with ``python -m genalign.docs``; ``python -m genalign.docs --check`` exits 1 when a committed file
+differs (``tests/test_docs.py`` and ``tests/test_coverage.py`` run the same checks). docs/coverage.md
+(:mod:`genalign.coverage`) maps every seed method of the methods index to the options citing it, or to its reason.
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ from genalign.algorithms import (
 )
 from genalign.algorithms.options import accepted_hyperparameters
 from genalign.algorithms.update_schedules import UPDATE_SCHEDULES
+from genalign.coverage import markdown as coverage_markdown
+from genalign.coverage import table as coverage_table
 from genalign.policies.dlm.base import DECODING_POLICIES
 from genalign.policies.dlm.likelihood.masked_diffusion import LIKELIHOOD_PROXIES
 from genalign.registry import Registry
 from genalign.sampling import SAMPLE_SOURCES
 from genalign.schedulers.ode_solvers import ODE_SOLVERS
 from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
+from genalign.teachers.config import SUPPLIED as TEACHER_SIGNALS
 
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
+COVERAGE_PATH = DOC_PATH.with_name("coverage.md")
 REQUIRED_META = ("formula", "source", "summary")
 
 #: registries in the reading order of one training iteration
@@ -148,7 +153,8 @@ def render() -> str:
 
 def signal_table() -> list[str]:
     """The *Signals* section: every declared signal with its producer, shape, the built-in families whose default
-    options supply it (score and rollout signals) and the options that read it."""
+    options supply it (score and rollout signals; the teacher sources for teacher signals) and the options that read
+    it."""
     from genalign.policies import BUILTIN_FAMILIES, load_family
 
     supplied = {name: load_family(name).CONFIG_CLASS().capabilities().signals for name in BUILTIN_FAMILIES}
@@ -163,30 +169,56 @@ def signal_table() -> list[str]:
         "| signal | producer | shape | gradient | supplied by (default options) | read by | source | meaning |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    order = {"step": 0, "score": 1, "rollout": 2}
+    providers: dict[str, list[str]] = {}
+    for rule in SAMPLE_SOURCES.names():
+        for provided in SAMPLE_SOURCES.meta(rule).get("provides", ()):
+            providers.setdefault(provided, []).append(f"sample source `{rule}`")
+    order = {"step": 0, "score": 1, "rollout": 2, "teacher": 3, "source": 4}
     for name, spec in sorted(SIGNALS.items(), key=lambda item: (order[item[1].producer], item[0])):
-        families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
+        if spec.producer == "teacher":  # the configured teacher, through a family that hosts it
+            sources = ", ".join(source for source, names in TEACHER_SIGNALS.items() if name in names)
+            families = f"algorithm.teacher (source {sources})"
+        elif spec.producer == "source":
+            families = ", ".join(providers.get(name, []))
+        else:
+            families = "trainer" if spec.producer == "step" else ", ".join(f for f, s in supplied.items() if name in s)
         cells = [f"`{name}`", spec.producer, spec.shape_text, "no" if spec.detached else "yes", families or "—"]
         cells += [", ".join(readers.get(name, [])) or "—", spec.source, spec.doc]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
 
+def render_coverage() -> str:
+    """Return the markdown of ``docs/coverage.md`` (raises ``CoverageError`` when the coverage data disagree)."""
+    rows = coverage_table.build_rows(SECTIONS)
+    return coverage_markdown.render(rows, coverage_table.MECHANISM_TEST_FOLDERS)
+
+
+#: every generated file and the function that renders it
+GENERATED = {DOC_PATH: render, COVERAGE_PATH: render_coverage}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/algorithms.md is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated file in docs/ is out of date")
     args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
-        if current != text:
-            print(f"{DOC_PATH} is out of date; run: python -m genalign.docs", file=sys.stderr)
+    stale = []
+    for path, generate in GENERATED.items():
+        try:
+            text = generate()
+        except coverage_table.CoverageError as error:  # the coverage data contradict each other: say what to fix
+            print(f"{path} cannot be generated: {error}", file=sys.stderr)
             return 1
-        return 0
-    DOC_PATH.parent.mkdir(parents=True, exist_ok=True)
-    DOC_PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {DOC_PATH}")
-    return 0
+        if args.check:
+            if (path.read_text(encoding="utf-8") if path.exists() else "") != text:
+                stale.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    for path in stale:
+        print(f"{path} is out of date; run: python -m genalign.docs", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

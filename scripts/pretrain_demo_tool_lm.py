@@ -76,6 +76,7 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from genalign.data.procedural import no_carry_sum  # noqa: E402
 from genalign.environments import EnvironmentSet, ModelTurn  # noqa: E402
 from genalign.environments.tasks import calculator_arithmetic  # noqa: E402
+from genalign.policies.base import add_counts  # noqa: E402
 from genalign.policies.lm.chat_turns import ChatRenderer  # noqa: E402
 
 PAD, START, END, UNK = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"
@@ -283,18 +284,18 @@ def demo_policy(path: Path, *, temperature: float):
 
 def rollout_stats(policy, rows: list[dict], group: int, mode: str) -> dict:
     """Success and tool use of ``group`` trajectories per row (chunks of 64 rows)."""
-    rewards, info, outputs, called, direct_sums = [], {}, [], [], []
+    rewards, counts, outputs, called, direct_sums = [], [], [], [], []
     for start in range(0, len(rows), 64):
         chunk = rows[start : start + 64]
         rollout = policy.rollout(chunk, group, mode=mode)
         rewards += [row["environment_reward"] or 0.0 for row in rollout.rows]
         outputs += rollout.outputs
-        for key, value in rollout.info.items():
-            info[key] = info.get(key, 0) + value
+        counts.append(rollout.counts)
         called += ["<tool_call>" in text for text in rollout.outputs]
         direct_sums += [" + " in row["expression"] and "<tool_call>" not in text
                         for row, text in zip(rollout.rows, rollout.outputs, strict=True)]  # fmt: skip
     sums = sum(" + " in row["expression"] for row in rows) * group
+    info = add_counts(counts)
     calls = max(1, info.get("tools/calls", 0))
     return {
         "success": statistics.fmean(rewards),

@@ -15,13 +15,14 @@ import yaml
 
 from genalign import __version__
 from genalign.catalog import KINDS, listing
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "genalign.cli", *args], env=ENV, cwd=cwd, capture_output=True,
+    return prepared_python.run([sys.executable, "-m", "genalign.cli", *args], env=ENV, cwd=cwd, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "coming_from_trl.md"
@@ -28,7 +29,7 @@ def test_the_script_is_short():
 
 def test_the_trl_page_examples_run(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [sys.executable, "-c", "\n\n".join(page_blocks())], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "extending.md"
@@ -38,7 +39,7 @@ def test_the_extending_page_examples_run(tmp_path):
         (path.parent / "__init__.py").touch()
         path.write_text(source)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [sys.executable, "-c", "\n\n".join(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

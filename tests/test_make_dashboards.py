@@ -4,7 +4,6 @@ one command that regenerates them) runs."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from genalign.trainer.dashboard import RunInfo, build_panels, read_logs
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from make_dashboards import DEMOS  # noqa: E402
+
+from tests import prepared_python  # noqa: E402
 
 pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
 
@@ -32,7 +33,7 @@ def test_the_script_draws_a_dashboard_named_panel_by_panel(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(ROOT / "scripts" / "make_dashboards.py"), "--smoke", "--demos", "chain",
                "--work", str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    proc = prepared_python.run(command, env=env, capture_output=True, text=True, timeout=600, fork_descendants=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "demo_chain_grpo"
     assert (run / "demo_chain_grpo_dashboard.png").exists() and "held-out accuracy (accuracy): best" in proc.stdout

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import prepared_python
+
 pytestmark = pytest.mark.heavy(cpu_s=40)  # scheduled first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +42,7 @@ genalign.train(config, train_dataset=rows, rewards=[says_answer])
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    return prepared_python.run(args, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
 
 
 def genalign(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ from genalign.cli import main
 from genalign.config import load_config
 from genalign.environments import calculator
 from genalign.sample_command import mp4_encoder, write_video
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -36,7 +37,7 @@ def arith_run(tmp_path_factory) -> Path:
 
 
 def sample(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "genalign.cli", "sample", *args], env=ENV, cwd=ROOT,
+    return prepared_python.run([sys.executable, "-m", "genalign.cli", "sample", *args], env=ENV, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 

@@ -6,11 +6,12 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import prepared_python
 
 pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
 
@@ -35,7 +36,7 @@ def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     for command in commands:
         argv = shlex.split(command)
         if argv[0] == "python":
-            proc = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+            proc = prepared_python.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
                                   timeout=600)  # fmt: skip
             assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
             outputs[command] = proc.stdout

@@ -2,7 +2,7 @@
 
 A *signal* is a per-sample ``[N, ...]`` or per-action ``[N, T, ...]`` tensor (or a small value object indexed by
 sample, such as :class:`~genalign.algorithms.structure.PrefixTree`) with a registered :class:`Signal` declaration:
-its name, axes, dtype, whether it carries gradient, who produces it, a doc line and its source. Three producers:
+its name, axes, dtype, whether it carries gradient, who produces it, a doc line and its source. Four producers:
 
 * ``score`` — a *feature* of a family's scoring pass (:class:`~genalign.algorithms.scores.ScoreOutput`): entropy,
   per-action KL, hidden states, a log-prob under an altered input, ... The trainer asks for the names the configured
@@ -11,6 +11,12 @@ its name, axes, dtype, whether it carries gradient, who produces it, a doc line 
   levels, truncation, rewards of intermediate states, ...
 * ``step`` — what the trainer's generic stages compute for every step (groups, masks, rewards, advantages, progress):
   the core of :class:`~genalign.algorithms.batch.StepBatch`.
+* ``teacher`` — the judgements of the configured teacher (``algorithm.teacher``, :mod:`genalign.teachers`) of the
+  sampled actions: its per-action log-probs, its entropy, ... A config whose options read one needs a teacher that
+  supplies it (checked at load).
+* ``source`` — what a sample source (``algorithm.sample_sources``) knows about the samples it drew or added, per
+  sample (``Decision.signals``; the rule lists the names in its registry meta ``provides``): the trainer adds them to
+  the rollout's structure, and a config whose rules need one that no configured sample source provides is refused.
 
 Adding a signal is three edits, none in the trainer: declare it (:func:`declare_signal`, in the module of the rule
 that reads it), compute it in the family (and list it in the family's ``PolicyCapabilities.signals``), read it in the
@@ -32,7 +38,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-Producer = Literal["score", "rollout", "step"]
+Producer = Literal["score", "rollout", "step", "teacher", "source"]
 DType = Literal["float", "integer", "bool"]
 
 
@@ -43,7 +49,7 @@ class Signal:
     Attributes:
         name: the key in score outputs, rollout structure, step batches and registry meta ``needs``.
         axes: e.g. ``("N", "T")``; see the module docstring.
-        producer: ``score``, ``rollout`` or ``step`` (module docstring).
+        producer: ``score``, ``rollout``, ``step``, ``teacher`` or ``source`` (module docstring).
         doc: one line: what the value is.
         source: the methods (abstract numbers) that read it, or ``"core"``.
         dtype: ``float``, ``integer`` or ``bool``; None for value objects or any dtype.
@@ -225,9 +231,14 @@ declare_signal("kl", ("N", "T"), "score", "Per-action KL to the reference policy
 declare_signal("vocab_term", ("N", "T"), "score",
                "A per-token function of the next-token logits, evaluated with gradient inside the chunked head pass.",
                detached=False, param="the function fn(logits [k, V]) -> [k] (bind_vocab_term)")  # fmt: skip
+declare_signal("ref_logp", ("N", "T"), "score",
+               "Log-probs of the stored actions under the reference policy (the KL's reference), computed like logp.")  # fmt: skip
 declare_signal("topk_logp", ("N", "T", "k"), "score", "The k largest next-token log-probabilities at each action.",
                param="k > 0")  # fmt: skip
 declare_signal("hidden", ("N", "T", "H"), "score", "The last hidden state that predicts each action.")
+
+# The score features a family computes with its reference policy (kl, ref_logp) are listed, for the config classes
+# that read them without torch, as genalign.policies.capabilities.REFERENCE_FEATURES.
 
 # Structure the families record while sampling.
 declare_signal("truncated", ("N",), "rollout", "The sample hit the length limit before its end action.", dtype="bool")
@@ -247,3 +258,19 @@ declare_signal("turn_rewards", ("N", "K"), "rollout",
                "The environment's reward of each model turn (StepResult.reward); NaN where it gave none.", pad="nan")  # fmt: skip
 declare_signal("tool_calls", ("N",), "rollout", "Tool calls the sample made over its episode (errors included).",
                dtype="integer")  # fmt: skip
+
+# What the configured teacher (algorithm.teacher, genalign.teachers) says of the sampled actions; 0 on padding and on
+# the samples it did not score.
+declare_signal("teacher_scored", ("N",), "teacher",
+               "The teacher scored the sample (False: a remote teacher failed on it; it gets no teacher term).",
+               dtype="bool", source="[13] [88] [93] [107] [130] (on-policy distillation)")  # fmt: skip
+declare_signal("teacher_action_logp", ("N", "T"), "teacher",
+               "The teacher's log-probability of each sampled action, after the prompt as the teacher sees it (with "
+               "its privileged context), at the sampling temperature.",
+               source="[13] [88] [93] [107] [130] (on-policy distillation)")  # fmt: skip
+declare_signal("teacher_entropy", ("N", "T"), "teacher",
+               "Entropy of the teacher's next-token distribution at each action (from its chunked head pass).",
+               source="[262] SRPO")  # fmt: skip
+declare_signal("teacher_contrast_logp", ("N", "T"), "teacher",
+               "The teacher's log-probability of each action under its contrast context (e.g. a wrong hint).",
+               source="[135] RLCSD")  # fmt: skip

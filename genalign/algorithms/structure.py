@@ -55,9 +55,10 @@ class PrefixTree:
 
 
 def check_structure(structure: Mapping[str, Any], samples: int, actions: int, where: str = "Rollout.structure") -> None:
-    """Every entry is a declared rollout signal whose value matches its declaration for ``samples`` x ``actions``."""
+    """Every entry is a declared rollout signal (or one a sample source provides) whose value matches its declaration
+    for ``samples`` x ``actions``."""
     for name, value in structure.items():
-        if signal(name).producer != "rollout":
+        if signal(name).producer not in ("rollout", "source"):
             raise ValueError(f"{where}: {name!r} is not a rollout structure signal (its producer is score or step)")
         check_value(name, value, samples=samples, actions=actions, where=where)
 

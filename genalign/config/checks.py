@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from genalign.catalog.registries import catalogued, declared_signals, options
+from genalign.catalog.registries import catalogued, declared_signals, options, signals_by
 from genalign.catalog.signatures import reward_arguments
 from genalign.config.core import ConfigError
 from genalign.option_rules import check_rule_order, objective_hyperparameters
@@ -162,11 +162,28 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
         check_off_policy_sources(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm.sample_sources: {err}") from None
+    _check_source_signals(cfg, names)
+
+
+def _check_source_signals(cfg: AlgorithmConfig, names: list[str]) -> None:
+    """Every signal of producer ``source`` the configured options read is provided by a configured sample source
+    (registry meta ``provides``)."""
+    sources = options("sample_sources")
+    wanted = cfg.needs()
+    provided = {signal for name in names for signal in sources.meta(name).get("provides", ())}
+    for need in sorted(signals_by("source", wanted) - provided):
+        providers = [rule for rule in sources.names() if need in sources.meta(rule).get("provides", ())]
+        raise ConfigError(
+            f"{', '.join(wanted[need])} needs {need!r}, which a sample source provides about the samples it draws, "
+            f"but algorithm.sample_sources = {names} provides none of it; add "
+            f"{' or '.join(repr(r) for r in providers) or 'a rule that provides it'} to algorithm.sample_sources, or "
+            "remove the option."
+        )
 
 
 def _check_objective_fields(cfg: AlgorithmConfig) -> None:
-    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives need whole
-    groups in every micro-batch."""
+    """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives and
+    regularisers (registry meta ``whole_groups``) need whole groups in every micro-batch."""
     if not cfg.is_ratio_objective():
         from genalign.config.migrate import yaml_text
 
@@ -180,15 +197,16 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
                 f"it with algorithm.{name}={default} when a preset sets it). The objective's own hyper-parameters go "
                 f"with it: algorithm.objective: {{name: {cfg.objective.name}, KEYWORD: VALUE}}."
             )
-    if (
-        options("objectives").meta(cfg.objective.name).get("whole_groups", False)
-        and cfg.micro_batch_size % cfg.group_size
-    ):
-        raise ConfigError(
-            f"algorithm.objective = {cfg.objective.name!r} weighs samples within their group, so every micro-batch must "
-            f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
-            f"{cfg.group_size}."
-        )
+    grouped = [("objective", "objectives", cfg.objective), ("regularizer", "regularizers", cfg.regularizer)]
+    for field, key, option in grouped:
+        if option is None or not options(key).meta(option.name).get("whole_groups", False):
+            continue
+        if cfg.micro_batch_size % cfg.group_size:
+            raise ConfigError(
+                f"algorithm.{field} = {option.name!r} weighs samples within their group, so every micro-batch must "
+                f"hold whole groups: micro_batch_size = {cfg.micro_batch_size} is not a multiple of group_size = "
+                f"{cfg.group_size}."
+            )
 
 
 def check_async_rollout(cfg: AlgorithmConfig) -> None:
@@ -244,6 +262,7 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             "declare them (genalign.algorithms.declare_signal) in a module that is imported before the config loads."
         )
     wanted = cfg.needs()
+    check_teacher(cfg, policy.family, capabilities, wanted)
     missing = capabilities.missing(wanted)
     if missing:
         need = missing[0]
@@ -253,6 +272,73 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"supply {need!r}: {', '.join(_families_supplying(need)) or 'none'}; some capabilities come with policy "
             "options (the table in docs/extending.md). Choose another option, or a family and options that supply it."
         )
+
+
+def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: dict[str, list[str]]) -> None:
+    """The options that read teacher signals have a teacher that supplies them, a teacher has a reader, and the
+    policy family hosts that kind of teacher (its ``capabilities.teachers``; the refusal gives its reason)."""
+    needed = sorted(signals_by("teacher", wanted))
+    teacher = cfg.teacher
+    if teacher is None:
+        if needed:
+            raise ConfigError(
+                f"{', '.join(wanted[needed[0]])} needs {needed[0]!r}, which a teacher supplies; set algorithm.teacher "
+                "(e.g. {source: model, model: PATH} with the policy's tokenizer, or {source: self, weights: current, "
+                "context: '\\nReference answer: {answer}\\n'}; see genalign.teachers)."
+            )
+        return
+    if not needed:
+        raise ConfigError(
+            f"algorithm.teacher (source {teacher.source!r}) is set, but no configured option reads a teacher signal, so "
+            "it would score every sample for nothing; add a distillation credit rule (e.g. algorithm.credit: [opd]) "
+            "or remove algorithm.teacher."
+        )
+    if teacher.family is not None and teacher.family != family:
+        raise ConfigError(
+            f"algorithm.teacher.family = {teacher.family!r} differs from policy.family = {family!r}: genalign scores "
+            "a teacher through the student's own scoring pass (same tokenizer, same inputs), so it must be a model of "
+            f"the policy's family; remove algorithm.teacher.family or give a {family} model."
+        )
+    kinds = teacher.kinds() | ({"reference"} if teacher.source == "self" and teacher.weights == "base" else set())
+    unhosted = sorted(kinds - capabilities.teachers)
+    if unhosted == ["reference"]:
+        raise ConfigError(
+            "algorithm.teacher: source 'self' with weights 'base' runs the policy's reference weights, but the policy "
+            "has none (policy.reference = 'none'); set policy.reference to 'auto', or use weights 'current' with a "
+            "context."
+        )
+    if unhosted:
+        hosted = sorted(capabilities.teachers - {"reference"})
+        raise ConfigError(
+            f"algorithm.teacher (source {teacher.source!r}{', with context' if 'context' in kinds else ''}) needs "
+            f"policy.family = {family!r} to host {' and '.join(repr(k) for k in unhosted)} teachers, which it does "
+            f"not with these options (it hosts {hosted or 'none'}): {capabilities.teacher_limits}."
+        )
+    if teacher.source == "remote":
+        _check_remote_teacher_sees_the_prompts(cfg)
+    unsupplied = [name for name in needed if name not in teacher.supplies()]
+    if unsupplied:
+        name = unsupplied[0]
+        why = ("needs algorithm.teacher.contrast_context (the contrast pass's template)"
+               if name == "teacher_contrast_logp" and teacher.source != "remote"
+               else f"is not supplied by a {teacher.source!r} teacher (it supplies {sorted(teacher.supplies())})")  # fmt: skip
+        raise ConfigError(f"{', '.join(wanted[name])} needs {name!r}, which {why}; choose another teacher or option.")
+
+
+def _check_remote_teacher_sees_the_prompts(cfg: AlgorithmConfig) -> None:
+    """A remote teacher gets the dataset's prompts: a sample source that changes the prompt the student sees (a hint,
+    a forced prefix) would have it score the completions after another prompt."""
+    from genalign.sampling import build_rules
+
+    for name, rule in build_rules(cfg.sample_sources):
+        changes = sorted(set(rule.needs_guidance) - {"temperature"})  # a row's sampling temperature is no prompt
+        if changes:
+            raise ConfigError(
+                f"algorithm.sample_sources rule {name!r} adds guidance {changes} to the prompts the "
+                "student sees, but a remote teacher gets the dataset's prompts (genalign.teachers.remote), so it would "
+                "score the completions after another prompt; use a local teacher (source model or self) or remove "
+                "the rule."
+            )
 
 
 def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) -> None:
@@ -335,6 +421,7 @@ __all__ = [
     "check_reward_args",
     "check_reward_count",
     "check_sample_sources",
+    "check_teacher",
     "configured_options",
     "reward_arguments_of",
 ]

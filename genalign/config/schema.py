@@ -31,6 +31,7 @@ from genalign.config.core import ConfigError, convert_options
 from genalign.config.scale import FSDPConfig, HardwareConfig
 from genalign.data.sources import DataSourceConfig
 from genalign.registry import Option, check_hyperparameters
+from genalign.teachers.config import TeacherConfig
 
 #: experiment tracker -> the package it needs (the extra of the same name installs it)
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
@@ -277,6 +278,12 @@ class AlgorithmConfig:
         factory=list,
         replaces="credit_args",
     )
+    teacher: TeacherConfig | None = _help(
+        "The teacher of on-policy distillation (genalign.teachers): {source: model, model: PATH} (another model of "
+        "the family, same tokenizer), {source: self, weights: base|current, context: TEMPLATE} (the policy's own "
+        "weights with privileged context) or {source: remote, remote: {url: ...}}; read by the options whose needs "
+        "name a teacher signal (e.g. algorithm.credit: [opd]). null: no teacher."
+    )
     kl_coef: float = _help("β of the KL penalty to the reference policy; 0 = no reference model is loaded.", 0.0)
     kl_estimator: Literal["k1", "k2", "k3"] = _help("KL estimator.", "k3")
     kl_placement: Literal["loss", "reward"] = _help(
@@ -405,6 +412,8 @@ class AlgorithmConfig:
                 wanted.setdefault(need, []).append(label)
         if self.kl_coef > 0:
             wanted.setdefault("kl", []).append(f"algorithm.kl_coef = {self.kl_coef}")
+        if self.teacher is not None and self.teacher.source == "remote":  # the server scores the sampled token ids
+            wanted.setdefault("action_ids", []).append("algorithm.teacher (source: remote)")
         if self.entropy_coef:
             wanted.setdefault("entropy", []).append(f"algorithm.entropy_coef = {self.entropy_coef}")
         return wanted

@@ -34,6 +34,7 @@ from genalign.environments.base import (
     resolve,
 )
 from genalign.environments.calculator import CalculatorError, calculator, evaluate
+from genalign.environments.evidence import EvidenceZoom, box_coverage
 from genalign.environments.execution import abandoned_calls, run_tool_calls
 from genalign.environments.images import ImageZoom, crop_box, crop_image_tool
 from genalign.environments.parsing import parse_tool_calls
@@ -69,6 +70,7 @@ __all__ = [
     "EnvironmentSet",
     "Episode",
     "ErrorKind",
+    "EvidenceZoom",
     "ImageZoom",
     "ModelTurn",
     "Observation",
@@ -82,6 +84,7 @@ __all__ = [
     "TurnRecord",
     "abandoned_calls",
     "as_observation",
+    "box_coverage",
     "calculator",
     "crop_box",
     "crop_image_tool",

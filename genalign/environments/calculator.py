@@ -217,11 +217,13 @@ def format_number(value: Number) -> str:
     :data:`SIGNIFICANT_DIGITS` digits, else rounded to that many significant digits; a float the same way."""
     if isinstance(value, Fraction) and value.denominator == 1:
         return str(value.numerator)
-    decimal = Decimal(value.numerator) / Decimal(value.denominator) if isinstance(value, Fraction) else Decimal(value)
-    rounded = Context(prec=SIGNIFICANT_DIGITS).plus(decimal)
-    if rounded == rounded.to_integral_value() and abs(rounded) < Decimal(10) ** SIGNIFICANT_DIGITS:
+    wide = Context(prec=SIGNIFICANT_DIGITS + 10)  # its own context: the thread's may have been narrowed by others
+    decimal = wide.divide(value.numerator, value.denominator) if isinstance(value, Fraction) else Decimal(value)
+    narrow = Context(prec=SIGNIFICANT_DIGITS)
+    rounded = narrow.plus(decimal)
+    if rounded == rounded.to_integral_value(context=narrow) and rounded.adjusted() < SIGNIFICANT_DIGITS:
         return str(int(rounded))
-    text = format(rounded.normalize(), "f" if -6 <= rounded.adjusted() < SIGNIFICANT_DIGITS else "e")
+    text = format(rounded.normalize(narrow), "f" if -6 <= rounded.adjusted() < SIGNIFICANT_DIGITS else "e")
     return text
 
 

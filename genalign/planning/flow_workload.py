@@ -28,6 +28,7 @@ from genalign.planning.meta_models import build_on_meta
 from genalign.planning.model_specs import resolve_model_spec
 from genalign.planning.tracing import TracedPeak, trace_peak
 from genalign.planning.workload import BatchShape, Workload
+from genalign.policies.capabilities import REFERENCE_FEATURES
 
 META = torch.device("meta")
 
@@ -147,7 +148,7 @@ def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workloa
     one, how = traced_pass(spec, build, lambda module: velocity(micro)(module).square().mean())
     workload = Workload(policy=build(spec), frozen=frozen)
     workload.update = TracedPeak(peak=(steps - 1) * one.kept + one.peak, kept=steps * one.kept)
-    if "kl" in config.algorithm.needs():
+    if REFERENCE_FEATURES & set(config.algorithm.needs()):
         workload.reference_pass, _ = traced_pass(spec, build, velocity(micro), backward=False)
     workload.parameter_averages = int(policy_cfg.ema_decay > 0) + int(policy_cfg.likelihood_free.method == "nft")
     batch = _sampling_batch(policy_cfg, shape)

@@ -27,6 +27,7 @@ from genalign.planning.model_specs import resolve_model_spec
 from genalign.planning.tracing import TracedPeak, storage_keys, trace_peak
 from genalign.planning.vllm_share import vllm_workload_terms
 from genalign.planning.workload import BatchShape, Workload
+from genalign.policies.capabilities import REFERENCE_FEATURES
 
 #: Text tokens assumed for a VLM prompt (the config bounds the image, not the text).
 VLM_PROMPT_TEXT_TOKENS = 256
@@ -34,8 +35,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def kl_needed(config) -> bool:
-    """Whether the update asks the policy for a KL (the reference is then loaded)."""
-    return "kl" in config.algorithm.needs()
+    """Whether the update asks the policy for a feature of its reference (a KL, the reference's log-probs): the
+    reference is then loaded."""
+    return bool(REFERENCE_FEATURES & set(config.algorithm.needs()))
 
 
 def build_token_model(policy_cfg, spec: ComponentSpec, *, vlm: bool) -> nn.Module:

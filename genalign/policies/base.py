@@ -39,11 +39,11 @@ Contract 4: :meth:`Policy.state_dict` returns every piece of resumable state tha
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -94,7 +94,11 @@ class Rollout:
             by sample along its first axis; checked against its declaration (add one with :meth:`add_structure`).
         per_sample: family-private data, every value indexed by sample along its first axis: a tensor ``[N, ...]`` or a
             list of length ``N`` (for ragged data such as per-sample image patches). The backend never reads it.
-        info: batch-level facts that are not per sample (e.g. ``{"nfe_per_sample": 10}``), logged as ``rollout/<key>``.
+        info: batch-level settings and descriptions of the sampling that are not per sample and not additive (e.g.
+            ``{"nfe_per_sample": 10, "guidance_scale": 4.5}``), logged as ``rollout/<key>``.
+        counts: event counts of the sampling (e.g. a multi-turn rollout's turns, tool calls by outcome, environment
+            errors), logged as ``rollout/<key>``; additive by declaration, so joined rollouts sum them and a
+            held-out evaluation reports their sums over its batches as ``eval/rollout/<key>``.
         left_padded: the ``per_sample`` keys whose ``[N, L, ...]`` tensors are left-padded along ``L`` (prompt ids),
             so that :meth:`cat` pads them on the left; every other tensor with a ragged second axis is right-padded.
     """
@@ -107,6 +111,7 @@ class Rollout:
     structure: dict[str, Any] = field(default_factory=dict)
     per_sample: dict[str, Tensor | list[Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
     left_padded: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -152,6 +157,7 @@ class Rollout:
             structure=select_structure(self.structure, idx),
             per_sample=per_sample,
             info=dict(self.info),
+            counts=dict(self.counts),
             left_padded=self.left_padded,
         )
 
@@ -159,7 +165,9 @@ class Rollout:
     def cat(parts: Sequence[Rollout]) -> Rollout:
         """Join rollouts of one family along the sample axis (extra sampling rounds, replayed samples): tensors are
         zero-padded to the longest action / per-sample axis (``left_padded`` keys on the left), ``group_ids`` are
-        kept as they are (the caller makes them globally meaningful first), numeric ``info`` entries are summed."""
+        kept as they are (the caller makes them globally meaningful first), ``counts`` are summed and ``info``
+        (settings and descriptions of the sampling, e.g. the guidance scale a flow rollout is scored with) is the
+        first part's."""
         parts = [part for part in parts if len(part)] or list(parts[:1])
         if len(parts) == 1:
             return parts[0]
@@ -175,10 +183,9 @@ class Rollout:
             else:
                 per_sample[key] = [item for value in values for item in value]
         info: dict[str, Any] = {}
-        for part in parts:
+        for part in parts:  # settings and descriptions of the sampling: the first part's (counts are summed)
             for key, value in part.info.items():
-                summable = isinstance(value, (int, float)) and not isinstance(value, bool) and key in info
-                info[key] = info[key] + value if summable else info.get(key, value)
+                info.setdefault(key, value)
         return Rollout(
             rows=[row for part in parts for row in part.rows],
             outputs=[output for part in parts for output in part.outputs],
@@ -188,8 +195,66 @@ class Rollout:
             structure=cat_structures([part.structure for part in parts], [len(part) for part in parts]),
             per_sample=per_sample,
             info=info,
+            counts=add_counts(part.counts for part in parts),
             left_padded=parts[0].left_padded,
         )
+
+
+@dataclass(frozen=True)
+class PeerModel:
+    """Another model of a family (a teacher), loaded like the frozen reference copy.
+
+    Attributes:
+        module: the model, frozen and in eval mode, on the policy's device.
+        vocabulary: its tokenizer's token -> id map (compared with the policy's: :mod:`genalign.teachers.vocabulary`).
+        output_size: rows of its output head (ids it can score: ``0 .. output_size - 1``).
+    """
+
+    module: nn.Module
+    vocabulary: dict[str, int]
+    output_size: int
+
+
+class TeacherHost(Protocol):
+    """What a family offers a teacher (:mod:`genalign.teachers`); the kinds it hosts are
+    :attr:`PolicyCapabilities.teachers`. Every method runs without gradient."""
+
+    def score_with(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """The family's scoring pass of ``rollout`` (its chunked head) under ``module``, a model of the family (a
+        teacher's, the reference's or the policy's own): ``logp`` ``[n, T]`` at the sampling temperature and the
+        requested features, no KL."""
+        ...
+
+    def under_reference(self, fn: Callable[[nn.Module], Any]) -> Any:
+        """``fn(module)`` under the reference weights (the base model), without gradient."""
+        ...
+
+    def under_current_weights(self, fn: Callable[[nn.Module], Any]) -> Any:
+        """``fn(module)`` under the policy's current weights, in eval mode, without gradient."""
+        ...
+
+    def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
+        """The model of the family saved at ``path`` (``tokenizer``: its tokenizer folder, default ``path``;
+        ``dtype``: default the policy's), frozen; ``field`` names the config key in errors."""
+        ...
+
+    def vocabulary(self) -> dict[str, int]:
+        """The policy's tokenizer's token -> id map."""
+        ...
+
+    def with_prompts(self, rollout: Rollout, rows: list[dict[str, Any]]) -> Rollout:
+        """``rollout`` (a training rollout of this family) with sample ``i`` conditioned on the prompt of ``rows[i]``
+        instead, rendered like the policy's prompts and never truncated; the actions are unchanged (``context``)."""
+        ...
+
+
+def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Key-by-key sums of :attr:`Rollout.counts` dicts (a key missing from a part counts 0), in sorted key order."""
+    total: dict[str, int] = {}
+    for part in parts:
+        for key, value in part.items():
+            total[key] = total.get(key, 0) + value
+    return dict(sorted(total.items()))
 
 
 class Policy(ABC):
@@ -222,12 +287,16 @@ class Policy(ABC):
         behaviour_logp: list[Tensor | None],
         *,
         request: RolloutRequest = RolloutRequest(),
+        continues: list[bool] | None = None,
     ) -> Rollout:
         """A training rollout of given completions instead of sampled ones (``capabilities.forced_completions``):
         sample ``i`` answers ``rows[i]`` with the action ids ``completions[i]`` ``[T_i]`` (ending with the end
-        action when the completion ended) or with a text (tokenized, the end action appended); its ``old_logp`` is ``behaviour_logp[i]`` ``[T_i]`` (the policy that
-        produced it, for replayed samples) or, where None, the current policy's log-probs (reference solutions).
-        ``group_ids`` index ``rows``. Sample sources replay stored samples and insert reference solutions with it."""
+        action when the completion ended) or with a text (tokenized, the end action appended); its ``old_logp`` is
+        ``behaviour_logp[i]`` ``[T_i]`` (the policy that produced it, for replayed samples) or, where None or NaN, the
+        current policy's log-probs (reference solutions, inserted cues). ``group_ids`` index ``rows``. Where
+        ``continues[i]``, the given ids are only the start: the policy samples the rest of the completion as in
+        :meth:`rollout` (a forced continuation), recording those actions' behaviour log-probs. Sample sources replay
+        stored samples, insert reference solutions and continue given starts with it."""
         raise NotImplementedError(
             f"the {self.family} family cannot build rollouts of given completions (capabilities.forced_completions is "
             "False), which replay and reference-solution sample sources need; remove them from "
@@ -263,6 +332,13 @@ class Policy(ABC):
         also when it is built later). ``wrap`` shards the module in place (its parameters become DTensors)."""
         for module in self.modules_to_train():
             wrap(module)
+
+    def teacher_host(self) -> TeacherHost:
+        """What a teacher (``algorithm.teacher``) uses of the family; only called when ``capabilities.teachers`` is
+        not empty (config load refuses a teacher otherwise)."""
+        raise NotImplementedError(
+            f"the {self.family} family hosts no teacher ({self.capabilities.teacher_limits}); remove algorithm.teacher."
+        )
 
     def evaluation_weights(self) -> AbstractContextManager:
         """Context in which the parameters hold the weights evaluation samples with (e.g. an EMA); the default is the
@@ -304,6 +380,7 @@ __all__ = [
     "DTYPES",
     "GUIDANCE_KEY",
     "FamilyTraits",
+    "PeerModel",
     "Policy",
     "PolicyCapabilities",
     "RewardProbe",
@@ -311,4 +388,6 @@ __all__ = [
     "RolloutRequest",
     "ScoreOutput",
     "ScoreRequest",
+    "TeacherHost",
+    "add_counts",
 ]

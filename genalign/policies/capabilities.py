@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from genalign.catalog.registries import declared_signals, signals_by
 
+#: Score features a family computes with its reference policy (requesting one loads the reference; declared in
+#: :mod:`genalign.algorithms.signals`).
+REFERENCE_FEATURES = frozenset({"kl", "ref_logp"})
+
 
 @dataclass(frozen=True)
 class FamilyTraits:
@@ -54,12 +58,19 @@ class PolicyCapabilities:
         group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
             None when any ``algorithm.group_size`` works.
         forced_completions: :meth:`Policy.force` builds rollouts of given completions (replayed samples, reference
-            solutions), and training rollouts carry the ``action_ids`` signal so that samples can be stored.
+            solutions) and of given starts it continues by sampling, and training rollouts carry the ``action_ids``
+            signal so that samples can be stored.
         guidance: the keys of a row's :data:`genalign.policies.base.GUIDANCE_KEY` dict its training rollouts honour (``hint``: text added
             to the prompt; ``prefix``: text the completion is forced to start with, conditioning only;
             ``temperature``: this row's sampling temperature).
         rollout_calls_rewards: its training rollouts call the trainer's reward probe with these options (e.g. a
             noise search that ranks initial noises by reward), so they cannot run where the rewards are not callable.
+        teachers: the kinds of teacher (``algorithm.teacher``, :mod:`genalign.teachers`) it hosts through
+            :meth:`~genalign.policies.base.Policy.teacher_host`: ``model`` (another model of the family, same
+            tokenizer), ``self`` (its own current weights), ``reference`` (its base weights: the reference),
+            ``context`` (a teacher that sees the prompt with privileged context added), ``remote`` (a server scoring
+            the sampled token ids).
+        teacher_limits: why the kinds it does not host are refused (in the config-load error).
     """
 
     rollout_logp_is_exact: bool = False
@@ -68,6 +79,8 @@ class PolicyCapabilities:
     forced_completions: bool = False
     guidance: frozenset[str] = frozenset()
     rollout_calls_rewards: bool = False
+    teachers: frozenset[str] = frozenset()
+    teacher_limits: str = "this family hosts no teacher"
 
     def missing(self, needs: Iterable[str]) -> list[str]:
         """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot
@@ -82,4 +95,4 @@ class PolicyCapabilities:
         return sorted(name for name in self.signals if name not in signals)
 
 
-__all__ = ["FamilyTraits", "PolicyCapabilities"]
+__all__ = ["REFERENCE_FEATURES", "FamilyTraits", "PolicyCapabilities"]

@@ -8,11 +8,13 @@ from genalign.rewards import (  # noqa: F401
     environment,
     image,
     judge,
+    labels,
     preference_models,
     remote,
     reward_models,
     text,
     tool_use,
+    verification,
     vlm,
 )
 from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory

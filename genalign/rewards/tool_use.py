@@ -2,9 +2,9 @@
 
 A multi-turn rollout gives each reward the whole transcript after the prompt: the model's turns (tool-call blocks
 included) and the environment's rendered messages (:mod:`genalign.policies.lm.multi_turn`). These two rewards count
-what happened in it, so that a run logs its tool use per step (``reward/<name>``) and at every held-out evaluation
-(``eval/reward/<name>``), where the rollout's own counters (``rollout/tools/*``) are not recorded. Give them
-``weight: 0`` to log without optimising them.
+what happened in it, as rewards (``reward/<name>`` per step, ``eval/reward/<name>`` at every held-out evaluation),
+next to the rollout's own counters (``rollout/tools/*`` and ``eval/rollout/tools/*``: calls by outcome, as the
+environment parsed and ran them). Give them ``weight: 0`` to log without optimising them.
 
 - ``tool_calls``: the number of ``<tool_call>`` blocks the model opened (malformed ones included);
 - ``tool_errors``: the number of error observations, the lines that start with ``Error (<kind>):``

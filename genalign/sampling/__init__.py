@@ -10,7 +10,12 @@ the rollout that choose the prompts, the samples per prompt, and which samples t
 - :mod:`genalign.sampling.budgets`: rollout budgets (GFPO [109], D³S sample level [27]);
 - :mod:`genalign.experimental.sampling.guidance`, :mod:`~genalign.experimental.sampling.references`: hints, prefixes, reference solutions
   (SAGE [69], AdaPrefix [77], Scaf-GRPO [250], GCPO [253], EDGE-GRPO [99]);
-- :mod:`genalign.experimental.sampling.allocation`: extra sampling rounds (DARS [192], AERO [234], XRPO [241]).
+- :mod:`genalign.experimental.sampling.allocation`: extra sampling rounds (DARS [192], AERO [234], XRPO [241]);
+- :mod:`~genalign.experimental.sampling.exits`, :mod:`~genalign.experimental.sampling.drafts`,
+  :mod:`~genalign.experimental.sampling.reward_goals`, :mod:`~genalign.experimental.sampling.in_context`,
+  :mod:`~genalign.experimental.sampling.mixed_prefix`: groups built from the policy's own rollouts (S-GRPO's serial
+  exits [14], Step-GRPO's truncation [114], iGRPO's drafts [100], RC-GRPO's goals [128], ICPO's in-context expert
+  [44], SOUP's mixed-policy prefixes [134]).
 """
 
 from genalign.sampling import (  # noqa: F401  (register the rules)

@@ -1,9 +1,10 @@
 """The sample-source contract: what a rule sees before the rollout and after the rewards, and what it may decide.
 
-A rule is a small stateful object with six stages (:class:`SampleRule`); :class:`RuleDefaults` gives the no-op
+A rule is a small stateful object with seven stages (:class:`SampleRule`); :class:`RuleDefaults` gives the no-op
 version of each, so a rule implements only the stages it changes. Rules are registered in :data:`SAMPLE_SOURCES` by
 name with their keyword-only hyper-parameters as constructor arguments (validated at config load) and docs meta
-(``formula``, ``source``, ``summary``; ``needs`` for rollout-structure fields such as ``truncated``).
+(``formula``, ``source``, ``summary``; ``needs`` for rollout-structure fields such as ``truncated``; ``provides`` for
+the ``source`` signals its decisions carry, :attr:`Decision.signals`).
 
 Everything a rule sees is global (all processes), so every process holds the same rule state and makes the same
 choices; rule state holds only JSON-able values and tensors (checkpointed without pickle).
@@ -81,11 +82,16 @@ class Decision:
         train: samples that enter the loss: the others keep their place in the group statistics but get zero loss
             weight (DAPO's overlong filtering).
         stats: statistics for the step record, logged as ``sampling/<rule>/<key>``.
+        signals: ``[N]`` per-sample values of declared signals whose producer is ``source`` (the rule lists them in
+            its registry meta ``provides``), for every sample of the outcome: the trainer adds each process's share
+            to its rollout's structure, where reward shapers and credit rules read them by name (e.g. the exit order
+            of S-GRPO's serial groups [14], which samples ICPO guided [44]).
     """
 
     keep: Tensor | None = None
     train: Tensor | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,8 +105,13 @@ class Forced:
         text: the completion as text (a reference solution), tokenized by the policy, which appends the end token.
         behaviour_logp: ``[T]`` float log-probs of the policy that produced it (replay: the importance weights and the
             off-policy clip [323] use them), or None for text no policy sampled (a reference solution), which is
-            scored by the current policy.
+            scored by the current policy; a NaN entry marks one token no policy sampled (a cue the rule inserted),
+            scored by the current policy too.
         kind: what it is, for the statistics (``replay``, ``reference``, ...).
+        continues: ``tokens`` are only the start of the completion: the policy samples the rest with its training
+            sampling settings (a *forced continuation*: an exit cue after part of a reasoning path [14], a prefix of a
+            historical policy's completion [134]); the sampled tokens' behaviour log-probs are recorded as in a
+            rollout. A start that already ends (its end token) is not continued.
     """
 
     position: int
@@ -108,9 +119,11 @@ class Forced:
     behaviour_logp: Tensor | None
     kind: str = "replay"
     text: str | None = None
+    continues: bool = False
 
     def __post_init__(self) -> None:
         assert (self.tokens is None) != (self.text is None), "give the completion as tokens or as text"
+        assert not (self.continues and self.tokens is None), "a forced continuation starts from tokens"
 
 
 class SampleRule(Protocol):
@@ -132,9 +145,16 @@ class SampleRule(Protocol):
         ``max(rule.rounds)``."""
         ...
 
+    def round_guidance(self, outcome: Outcome) -> dict[int, dict[str, Any]]:
+        """With :meth:`more_samples`: guidance (keys of ``GUIDANCE_KEY``, :mod:`genalign.policies.base`) for the
+        extra samples of these prompts drawn in the next round only; its keys replace those of the guidance the
+        prompt was planned with (e.g. iGRPO's best draft [100], RC-GRPO's reward-goal token [128]). No state change
+        here."""
+        ...
+
     def forced_samples(self, outcome: Outcome) -> list[Forced]:
         """After the last round: samples to add to this step's groups without sampling them (replay, reference
-        solutions); their rewards are computed like any sample's. No state change here."""
+        solutions, forced continuations); their rewards are computed like any sample's. No state change here."""
         ...
 
     def after_rewards(self, outcome: Outcome) -> Decision:
@@ -165,6 +185,9 @@ class RuleDefaults:
         return None
 
     def more_samples(self, outcome: Outcome) -> dict[int, int]:
+        return {}
+
+    def round_guidance(self, outcome: Outcome) -> dict[int, dict[str, Any]]:
         return {}
 
     def forced_samples(self, outcome: Outcome) -> list[Forced]:

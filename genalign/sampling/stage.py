@@ -1,9 +1,10 @@
 """The sample-source stage: between the prompt stream and the rollout, a list of composable, stateful rules
 (``algorithm.sample_sources``) decides which prompts to sample and how many samples each (:meth:`plan`, once before
 the rollout); after each round's rewards whether some prompts get more samples (:meth:`more_samples`, adaptive
-budgets); after the last round which stored or reference samples join the groups (:meth:`forced_samples`, replay and
-guidance); and after every reward of the step which samples form the groups and which enter the loss, updating the
-rules' state (:meth:`decide`). :meth:`observe` turns this process's samples into the global :class:`Outcome` the
+budgets) and with what guidance (:meth:`sampling_row`); after the last round which stored, reference or continued
+samples join the groups (:meth:`forced_samples`, replay and guidance); and after every reward of the step which
+samples form the groups and which enter the loss, updating the rules' state and collecting their per-sample signals
+(:meth:`decide`). :meth:`observe` turns this process's samples into the global :class:`Outcome` the
 rules read. With no rules the stage takes ``count`` prompts from the stream and changes nothing.
 
 Every process runs the same plan on the same stream (and keeps its share), and every rule sees the outcome of all
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from genalign.policies.base import GUIDANCE_KEY
 from genalign.registry import Option
 from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Forced, Outcome, SampleRule
 
@@ -43,11 +45,13 @@ class SamplePlan:
 @dataclass
 class SampleChoice:
     """This process's samples after the rewards: ``keep`` ``[m]`` long indices of the samples that form the groups
-    (None = all), ``train`` ``[m]`` bool, which of those enter the loss (None = all), and the step's statistics."""
+    (None = all), ``train`` ``[m]`` bool, which of those enter the loss (None = all), the step's statistics, and the
+    rules' ``source`` signals of this process's samples (``[n]`` each, before ``keep``: :attr:`Decision.signals`)."""
 
     keep: Tensor | None
     train: Tensor | None
     stats: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,6 +112,7 @@ class SampleSourceStage:
             raise ValueError(f"more than one sample source sets the samples per prompt ({asked}); keep one of them.")
         self.samples_per_prompt = asked[0] if asked else group_size
         self._candidates: dict[int, Candidate] = {}  # stream position -> prompt, for the current step
+        self._round_rows: dict[int, dict[str, Any]] = {}  # stream position -> its row for the next round's samples
         self._plan_stats: dict[str, float] = {}
         self._round_stats: dict[str, float] = {}
         self._share = (0, 0)  # (first index, count) of this process's samples in the last outcome
@@ -119,7 +124,7 @@ class SampleSourceStage:
         do not pass through the rules' ``choose`` again, so they carry no guidance a later rule would have attached."""
         if not self.rules:
             prompts = [Candidate(p, stream.row_index(p), row) for p, row in stream.take(count)]
-            self._candidates = {c.position: c for c in prompts}
+            self._candidates, self._round_rows = {c.position: c for c in prompts}, {}
             return SamplePlan(prompts, self.samples_per_prompt)
         generator = torch.Generator().manual_seed((self.seed * 1_000_003 + step * 7_919) % 2**63)
         pool_factor = max(rule.pool for _, rule in self.rules)
@@ -141,7 +146,7 @@ class SampleSourceStage:
             passed_over += [c for c in pool if c.position not in positions]
         refilled = count - len(chosen)
         chosen += passed_over[:refilled]
-        self._candidates = {c.position: c for c in chosen}
+        self._candidates, self._round_rows = {c.position: c for c in chosen}, {}
         self._plan_stats = {
             "sampling/prompts_drawn": float(drawn),
             "sampling/prompts_passed_over": float(drawn - count),
@@ -183,6 +188,12 @@ class SampleSourceStage:
         """The prompt of this step at stream ``position`` (its row carries the guidance the rules attached)."""
         return self._candidates[position]
 
+    def sampling_row(self, position: int) -> dict[str, Any]:
+        """The row the extra samples of prompt ``position`` are drawn with in the round :meth:`more_samples` just
+        planned: the candidate's row, with the guidance keys the rules' :meth:`SampleRule.round_guidance` gave for
+        that round replacing its own."""
+        return self._round_rows.get(position, self._candidates[position].row)
+
     def observe(self, samples: LocalSamples, *, step: int, progress: float, round: int) -> Outcome:
         """The :class:`Outcome` of all processes' samples (this process's ``samples`` gathered with the others'),
         without changing any rule's state."""
@@ -215,8 +226,10 @@ class SampleSourceStage:
 
     def more_samples(self, outcome: Outcome) -> dict[int, int]:
         """Extra samples to draw after round ``outcome.round``, by stream position (the largest request of any rule
-        for each prompt of the step; none once ``outcome.round + 1`` reaches :attr:`rounds`)."""
+        for each prompt of the step; none once ``outcome.round + 1`` reaches :attr:`rounds`), and the guidance they
+        are drawn with (:meth:`sampling_row`; rules in order, a later rule's keys replacing an earlier one's)."""
         wanted: dict[int, int] = {}
+        guidance: dict[int, dict[str, Any]] = {}
         for name, rule in self.rules:
             if outcome.round + 1 >= rule.rounds:
                 continue
@@ -225,6 +238,14 @@ class SampleSourceStage:
                     raise ValueError(f"sample source {name!r} asked for samples of prompt {position}, not in this step")
                 if count > 0:
                     wanted[int(position)] = max(wanted.get(int(position), 0), int(count))
+            for position, keys in rule.round_guidance(outcome).items():
+                if position not in self._candidates:
+                    raise ValueError(f"sample source {name!r} guided prompt {position}, not in this step")
+                guidance[int(position)] = guidance.get(int(position), {}) | dict(keys)
+        self._round_rows = {}
+        for position, keys in guidance.items():
+            row = self._candidates[position].row
+            self._round_rows[position] = {**row, GUIDANCE_KEY: {**(row.get(GUIDANCE_KEY) or {}), **keys}}
         self._round_stats["sampling/rounds"] = float(outcome.round + 1 + bool(wanted))
         self._round_stats["sampling/extra_samples"] = self._round_stats.get("sampling/extra_samples", 0.0) + float(
             sum(wanted.values())
@@ -255,18 +276,29 @@ class SampleSourceStage:
         train = torch.ones(len(outcome), dtype=torch.bool)
         stats = dict(self._plan_stats) | self._round_stats
         self._round_stats = {}
+        signals: dict[str, Tensor] = {}
         for name, rule in self.rules:
             decision: Decision = rule.after_rewards(outcome)
             keep &= decision.keep if decision.keep is not None else True
             train &= decision.train if decision.train is not None else True
             stats |= {f"sampling/{name}/{key}": float(value) for key, value in decision.stats.items()}
+            for key, value in decision.signals.items():
+                if key in signals or value.shape[:1] != (len(outcome),):
+                    raise ValueError(f"sample source {name!r} gave signal {key!r} of shape {list(value.shape)}: each "
+                                     f"signal comes from one rule, with one value per sample ({len(outcome)})")  # fmt: skip
+                signals[key] = value
         if len(outcome):
             stats["sampling/frac_kept"] = float(keep.float().mean())
             stats["sampling/frac_trained"] = float((keep & train).float().mean())
         start, n = self._share
         keep, train = keep[start : start + n], train[start : start + n]  # this process's share
         kept = keep.nonzero().flatten()
-        return SampleChoice(None if bool(keep.all()) else kept, None if bool(train[kept].all()) else train[kept], stats)
+        return SampleChoice(
+            None if bool(keep.all()) else kept,
+            None if bool(train[kept].all()) else train[kept],
+            stats,
+            {key: value[start : start + n] for key, value in signals.items()},
+        )
 
     def after_rewards(self, samples: LocalSamples, *, step: int, progress: float) -> SampleChoice:
         """One-round shortcut: :meth:`observe` then :meth:`decide` (no rules: keep and train everything)."""

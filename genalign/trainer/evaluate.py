@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genalign.policies.base import Policy
+from genalign.policies.base import Policy, add_counts
 from genalign.trainer.distributed import all_gather_cat, rank_and_world, sum_counters
 from genalign.trainer.metrics import Progress
 from genalign.trainer.rewards import RewardSet
@@ -44,7 +44,9 @@ def evaluate(
     seed: int = 0,
     progress_every: int | None = None,
 ) -> dict[str, Any]:
-    """Return ``eval/accuracy`` (mean of the accuracy reward), ``eval/reward/<name>`` means and counts.
+    """Return ``eval/accuracy`` (mean of the accuracy reward), ``eval/reward/<name>`` means and counts, and the
+    rollouts' event counts (:attr:`Rollout.counts`: a multi-turn rollout's turns, tool calls by outcome, environment
+    errors) summed over the evaluation as ``eval/rollout/<key>``.
 
     Args:
         accuracy_reward: the reward reported as ``eval/accuracy`` (its metric name or config label; None: the first).
@@ -65,6 +67,7 @@ def evaluate(
     for m in modules:
         m.eval()
     scores = [torch.empty(0, len(rewards.labels))]
+    counts: list[dict[str, int]] = []
     try:
         with (
             torch.no_grad(),
@@ -76,6 +79,7 @@ def evaluate(
                 rollout = policy.rollout(mine[start : start + batch_size], 1, mode="eval")
                 values, _ = rewards(rollout.rows, rollout.outputs)
                 scores.append(values)
+                counts.append(rollout.counts)
                 if progress is not None:
                     progress.update(1, f"{min(start + batch_size, len(mine))}/{len(mine)} prompts")
     finally:
@@ -86,6 +90,7 @@ def evaluate(
     table = all_gather_cat(torch.cat(scores))  # [n, K]
     result: dict[str, Any] = {"eval/num_prompts": len(rows), "eval/num_scored": table.shape[0]}
     result |= {f"eval/{key}": value for key, value in sum_counters(rewards.take_metrics()).items()}
+    result |= {f"eval/rollout/{key}": value for key, value in sum_counters(add_counts(counts)).items()}
     for k, name in enumerate(rewards.labels):
         result[f"eval/reward/{name}"] = float(table[:, k].nanmean()) if table.numel() else float("nan")
     result["eval/accuracy"] = result[f"eval/reward/{rewards.name_of(accuracy_reward)}"]

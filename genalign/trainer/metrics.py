@@ -92,7 +92,7 @@ def dump_samples(
 
 def step_record(step, rollout, reward_table, reward_errors, labels, stats, update_metrics) -> dict[str, Any]:
     """One line of ``metrics.jsonl``: rewards per label, the advantage stage's statistics, the update's metrics and
-    the rollout's numeric info (``rollout/<key>``)."""
+    the rollout's numeric info and its counts (``rollout/<key>``)."""
     mask = rollout.action_mask
     lengths = mask.sum(1)
     record: dict[str, Any] = {
@@ -116,7 +116,7 @@ def step_record(step, rollout, reward_table, reward_errors, labels, stats, updat
     record["time/unix"] = time.time()  # wall clock at the end of the step (the run's wall time in `genalign report`)
     record.setdefault("kl", 0.0)
     record.setdefault("entropy", float("nan"))
-    for key, value in rollout.info.items():
+    for key, value in [*rollout.info.items(), *rollout.counts.items()]:
         if isinstance(value, (int, float)):
             record[f"rollout/{key}"] = value
     return record

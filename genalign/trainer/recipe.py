@@ -1,10 +1,10 @@
 """The group-relative training recipe, top to bottom, for every model family.
 
-One step: take prompts → ``policy.rollout`` (G samples each, with the structure the method needs) → rewards →
-advantages over the global batch → credit rules → μ epochs × minibatches × micro-batches of ``policy.score`` + the
-configured objective + global-normaliser aggregation → metrics, samples, evaluation, checkpoint. Model families differ
-only inside the policy (shared/ARCHITECTURE.md); the trainer calls only the stages declared by
-:class:`genalign.policies.base.Policy`.
+One step: take prompts → ``policy.rollout`` (G samples each, with the structure the method needs) → rewards → the
+teacher's judgements (``algorithm.teacher``, optional) → advantages over the global batch → credit rules → μ epochs ×
+minibatches × micro-batches of ``policy.score`` + the configured objective + global-normaliser aggregation → metrics,
+samples, evaluation, checkpoint. Model families differ only inside the policy (shared/ARCHITECTURE.md); the trainer
+calls only the stages declared by :class:`genalign.policies.base.Policy`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from genalign.policies import load_family
 from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import SampleSourceStage, build_rules
 from genalign.sampling.prompt_stream import PromptStream
+from genalign.teachers.stage import TeacherStage
 from genalign.trainer.async_rollout import AsyncRollout
 from genalign.trainer.checkpoint import (
     CheckpointError,
@@ -117,6 +118,7 @@ class TrainingRun:
     trackers: Trackers
     collapse: CollapseMonitor = field(default_factory=CollapseMonitor)
     rollouts: AsyncRollout | None = None  # algorithm.async_rollout: the rollout process and its schedule
+    teacher: TeacherStage | None = None  # algorithm.teacher: judges the samples before their advantages
     skipped_in_a_row: int = 0
 
     @property
@@ -274,7 +276,8 @@ def start_run(config: TrainConfig, supplied: SuppliedRows | None = None) -> tupl
 def _build_run(
     config: TrainConfig, accelerator: Any, rank: int, world: int, out: Path, supplied: SuppliedRows
 ) -> TrainingRun:
-    """The components: data first (cheap to check), then rewards, policy, optimizer, estimator statistics."""
+    """The components: data first (cheap to check), then rewards, policy, optimizer, estimator statistics and the
+    teacher (a teacher model is loaded and its tokenizer checked here, before anything is written)."""
     run_cfg, cfg = config.run, config.algorithm
     train_rows = supplied.train if supplied.train is not None else load_rows(config.data.train)
     eval_rows = (
@@ -314,6 +317,7 @@ def _build_run(
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
         rollouts=AsyncRollout(seed_step) if cfg.async_rollout.enabled else None,
+        teacher=TeacherStage.build(cfg.teacher, cfg.needs(), policy, batch_size=cfg.micro_batch_size),
     )
 
 
@@ -441,7 +445,7 @@ def learn_from_samples(
     batch, stats = build_step_batch(
         run.policy, rollout, reward_table, run.rewards.weights, run.stage, run.loss, step / config.run.max_steps,
         micro_batch_size=cfg.micro_batch_size, on_policy=cfg.fully_on_policy, asynchronous=cfg.async_rollout.enabled,
-        lockstep=run.parallel.sharded,
+        lockstep=run.parallel.sharded, teacher=run.teacher,
     )  # fmt: skip
     keep = alg.informative_groups(
         rollout.group_ids, batch["reward_zero_std"],
@@ -464,6 +468,8 @@ def learn_from_samples(
     record["num_trained_samples"] = len(keep)
     record |= chosen.stats
     record |= sum_counters(run.rewards.take_metrics())
+    if run.teacher is not None:
+        record |= run.teacher.take_metrics(sum_counters)
     step_seconds = sampling_seconds + time.perf_counter() - t0
     record |= {"time/rollout_s": sampling_seconds, "time/update_s": t_update, "time/step_s": step_seconds}
     return record, rollout, batch

@@ -1,6 +1,6 @@
-"""One step's :class:`~genalign.algorithms.batch.StepBatch`: the rollout's signals, a scoring pass before the update
-when the methods need one, the advantages over the GLOBAL batch (all processes) sliced back per process, per-action
-credit and the old log-probs (:func:`build_step_batch`).
+"""One step's :class:`~genalign.algorithms.batch.StepBatch`: the rollout's signals, the teacher's judgements (with
+``algorithm.teacher``), a scoring pass before the update when the methods need one, the advantages over the GLOBAL
+batch (all processes) sliced back per process, per-action credit and the old log-probs (:func:`build_step_batch`).
 
 The trainer moves signals by name and names none but the core ones (mask, groups, log-probs, rewards, advantages):
 which features the scoring pass computes and which signals the advantage stage gathers are the stage's declared needs.
@@ -14,6 +14,7 @@ from torch import Tensor
 from genalign import algorithms as alg
 from genalign.algorithms.signals import signal
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
+from genalign.teachers.stage import TeacherStage
 from genalign.trainer.distributed import all_gather_cat, all_reduce_max, rank_and_world
 from genalign.trainer.update import score_without_grad
 
@@ -42,10 +43,14 @@ def needs_rescored_old_logp(plan: alg.LossPlan, policy: Policy, *, on_policy: bo
 
 def gather_batch(batch: alg.StepBatch, names: frozenset[str]) -> alg.StepBatch:
     """The signals ``names`` of every process's ``batch``, concatenated along the sample axis in rank order, on the
-    CPU; per-action signals are zero-padded on the right to the longest action axis of all processes."""
+    CPU; per-action signals are zero-padded on the right to the longest action axis of all processes; scalars (such as
+    ``progress``) are the same on every process and kept as they are."""
     gathered = {}
     for name in sorted(names):
         value = batch.require(name, "the advantage stage")
+        if not signal(name).axes:  # a scalar (progress) is the same on every process
+            gathered[name] = value
+            continue
         if signal(name).per_action and value.dim() > 1:
             width = all_reduce_max(value.shape[1])
             if width > value.shape[1]:
@@ -67,6 +72,7 @@ def build_step_batch(
     on_policy: bool,
     asynchronous: bool = False,
     lockstep: bool = False,
+    teacher: TeacherStage | None = None,
 ) -> tuple[alg.StepBatch, dict[str, float]]:
     """The step batch of one rollout, ready for the update, and the advantage stage's statistics.
 
@@ -78,8 +84,12 @@ def build_step_batch(
         on_policy: the update makes one optimizer step per rollout (old log-probs = the detached current ones).
         asynchronous: the rollout was sampled by a stale policy (asynchronous rollouts).
         lockstep: every process makes the same number of scoring passes (sharded training).
+        teacher: the run's teacher stage: its judgements of the samples join the batch before the advantages.
     """
     batch = rollout_batch(rollout, reward_table, progress)
+    if teacher is not None:
+        judged = teacher.judge(rollout, passes_everywhere=all_reduce_max) if lockstep else teacher.judge(rollout)
+        batch = batch.with_values(judged)
     rescore_old = needs_rescored_old_logp(plan, policy, on_policy=on_policy, asynchronous=asynchronous)
     request = stage.prepass()
     scored: ScoreOutput | None = None

@@ -3,10 +3,11 @@ sources ask for, and their decision over which samples form the groups and which
 
 Round 0 is the step's rollout. After each round the stage sees every sample so far (:meth:`SampleSourceStage.observe`)
 and may ask for more samples of some prompts (adaptive budgets); each process samples the prompts it owns, as rows
-repeated once per extra sample. After the last round the rules may add samples without sampling them (replayed
-completions with their behaviour log-probs, reference solutions scored by the current policy); each is built by
-:meth:`Policy.force` on the process that owns its prompt. Every part's rewards are computed like the first's, and
-the parts are joined with :meth:`Rollout.cat` in the order sampled.
+repeated once per extra sample, with the guidance the rules gave for that round. After the last round the rules may
+add samples without sampling them (replayed completions with their behaviour log-probs, reference solutions scored by
+the current policy, given starts the policy continues); each is built by :meth:`Policy.force` on the process that
+owns its prompt. Every part's rewards are computed like the first's, and the parts are joined with
+:meth:`Rollout.cat` in the order sampled; the rules' per-sample ``source`` signals join the rollout's structure.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def collect_samples(run: TrainingRun, step: int, rollout: Rollout, request: Roll
         if extra is not None:
             rollout, table, forced, errors = _join(run, (rollout, table, forced, errors), extra, True)
         outcome = stage.observe(_local(run, rollout, table, forced), step=step, progress=progress, round=round_)
-    return StepSamples(rollout, table, errors, forced, stage.decide(outcome))
+    choice = stage.decide(outcome)
+    rollout.add_structure(**choice.signals)  # the rules' per-sample signals (producer ``source``)
+    return StepSamples(rollout, table, errors, forced, choice)
 
 
 def _join(run: TrainingRun, so_far: tuple[Rollout, Tensor, Tensor, list[int]], extra: Rollout, forced: bool):
@@ -106,7 +109,7 @@ def _local(run: TrainingRun, rollout: Rollout, table: Tensor, forced: Tensor) ->
 def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest) -> Rollout | None:
     """One sample per entry of ``positions`` (stream positions of this step, repeated per extra sample); None when
     this process has none. Every process enters the full-parameter context (sharded training gathers there)."""
-    rows = [run.sources.candidate(p).row for p in positions]
+    rows = [run.sources.sampling_row(p) for p in positions]
     with run.parallel.full_parameters():
         extra = run.policy.rollout(rows, 1, request=request) if rows else None
     if extra is not None:
@@ -119,8 +122,9 @@ def _force(run: TrainingRun, added: list[Forced], request: RolloutRequest) -> Ro
     rows = [run.sources.candidate(item.position).row for item in added]
     completions = [item.tokens if item.tokens is not None else item.text for item in added]
     logps = [item.behaviour_logp for item in added]
+    continues = [item.continues for item in added]
     with run.parallel.full_parameters():
-        extra = run.policy.force(rows, completions, logps, request=request) if rows else None
+        extra = run.policy.force(rows, completions, logps, request=request, continues=continues) if rows else None
     if extra is not None:
         extra.group_ids = torch.tensor([item.position for item in added], dtype=torch.long)[extra.group_ids]
     return extra

@@ -93,6 +93,7 @@ def test_missing_rewards_are_excluded_and_get_zero():
 ONE_SIDED = (
     "positive_only",
     "quantile",
+    "reinforce",  # no baseline: the advantage is the reward (for shapers that subtract their own, e.g. [257])
 )  # only positives [267]; a K-quantile baseline can equal the worst reward [216]
 
 
@@ -113,6 +114,7 @@ CONSTANT_GROUP_SIGNAL = (
     "reinforce_pp_baseline", "empirical_bayes", "zero_variance_direct", "smooth_standardized", "momentum_augmented",
     "value_anchored",  # absolute anchor [67]
     "cross_level_fusion",  # batch-level term [62]
+    "reinforce",  # no group baseline at all
 )  # fmt: skip
 
 

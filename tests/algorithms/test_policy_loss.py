@@ -39,6 +39,9 @@ def token_case(ratios: list[float], advantages: list[float], **kwargs):
 
 #: levels whose weight of action t depends on its prefix: on-policy their gradient is not per-action REINFORCE
 PREFIX_LEVELS = ("cumulative", "min_prefix", "prefix_geometric")
+#: product ratios over several actions: at ratio 1 each action's gradient is its unit's size times REINFORCE's
+#: (MA-RLHF's macro-action objective, mean over macro actions; tests/experimental/ratio_levels/test_macro.py)
+PRODUCT_LEVELS = ("macro_action",)
 
 
 def full_context(old_logp: torch.Tensor) -> StepBatch:
@@ -220,7 +223,9 @@ ON_POLICY_CASES = sorted(
     set(itertools.product(CORE_LEVELS, CORE_CLIPS, AGGREGATIONS.names()))
     | set(
         itertools.product(
-            [name for name in RATIO_LEVELS.names() if name not in PREFIX_LEVELS], CLIP_FORMS.names(), ["token_mean"]
+            [name for name in RATIO_LEVELS.names() if name not in PREFIX_LEVELS + PRODUCT_LEVELS],
+            CLIP_FORMS.names(),
+            ["token_mean"],
         )
     )
 )

@@ -88,6 +88,8 @@ def test_the_preset_validates_and_trains_one_step(tmp_path, monkeypatch):
     result = train(config)
     assert result["eval/num_scored"] == 4 and 0.0 <= result["eval/accuracy"] <= 1.0
     assert result["eval/reward/tool_calls"] >= 0.0 and result["eval/reward/tool_errors"] >= 0.0
+    assert result["eval/rollout/trajectories"] == 4  # the held-out rollouts' counters, summed over the evaluation
+    assert result["eval/reward/tool_calls"] * 4 == result["eval/rollout/tools/calls"]
     record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert record["rollout/trajectories"] == 8 and record["rollout/turns"] >= 8
     assert record["rollout/tools/calls"] == record["rollout/tools/ok"] + sum(

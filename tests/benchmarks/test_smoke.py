@@ -143,6 +143,43 @@ def check_code_execution(out: str, tmp: Path) -> None:
     assert "every one scored 1.0 with both harnesses" in out
 
 
+def check_teacher_memory(out: str, tmp: Path) -> None:
+    (naive,) = _table_rows(out, "naive full logits")
+    (teacher,) = _table_rows(out, "genalign teacher pass")
+    assert float(naive[1].replace(",", "")) >= 0 and float(teacher[1].replace(",", "")) >= 0
+    # the teacher's chunked pass computes the same log-probs as the full-logits one
+    assert _number(r"\|sum logp naive - teacher\| = (\d\.\d+e[+-]\d+)", out) < 1e-3
+
+
+def check_multi_turn(out: str, tmp: Path) -> None:
+    rows = {row[1]: row for row in _table_rows(out, "smoke")}
+    assert set(rows) == {"kept cache", "re-encoded", "single turn"}
+    assert {row[2] for row in rows.values()} == {"32"}  # the same model tokens: 4 trajectories x 2 turns x 4
+    assert rows["single turn"][3] == "0" and int(rows["kept cache"][3]) == int(rows["re-encoded"][3]) > 0
+    assert rows["single turn"][7] == "1.00x" and rows["re-encoded"][8] == "1.00x"
+    for row in rows.values():
+        assert all(0 < float(cell.rstrip("x")) < math.inf for cell in row[4:10]), row
+    report = json.loads((tmp / "report.json").read_text())["exactness"]["smoke"]
+    assert report["identical"] == report["trajectories"] == 8  # 2 rounds of 4 trajectories, same seeds
+    assert report["max_abs_logp_gap"] <= 1e-5
+
+
+def check_opd_vs_grpo(out: str, tmp: Path) -> None:
+    text = (tmp / "opd.md").read_text()
+    assert "trained 1 step(s)" in text  # the teacher was made here
+    rows = {row[0]: row for row in _table_rows(text, "") if row[0] in ("grpo", "opd", "opd_mixed")}
+    assert set(rows) == {"grpo", "opd", "opd_mixed"}
+    for row in rows.values():  # s/step, held-out accuracy at steps 0 and 2
+        assert float(row[1].split(" ± ")[0]) > 0 and all(0 <= float(c.split(" ± ")[0]) <= 1 for c in row[2:4])
+    targets = [row for row in _table_rows(text, "0.9") if row[1] in rows]
+    assert [(row[0], row[1]) for row in targets] == [(t, m) for t in ("0.90", "0.95") for m in rows]
+    assert "identical across the methods in all 2 (seed, step) pairs" in text
+    for method in rows:  # the OPD runs were scored by the teacher, GRPO's was not
+        records = [json.loads(line) for line in (tmp / "runs" / f"{method}-seed0" / "metrics.jsonl").open()]
+        assert all(("teacher/reverse_kl" in r) == (method != "grpo") for r in records), method
+    assert (tmp / "opd.png").stat().st_size > 0
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -163,10 +200,14 @@ SMOKES = {
     "bench_sharding_memory": Smoke("bench_sharding_memory.py", (), check_sharding_memory),
     "bench_ode_solver": Smoke("bench_ode_solver.py", (), check_ode_solver),
     "bench_lm_trees": Smoke("bench_lm_trees.py", ("--json", "{tmp}/report.json"), check_lm_trees),
+    "bench_multi_turn": Smoke("bench_multi_turn.py", ("--json", "{tmp}/report.json"), check_multi_turn),
     "compare_methods": Smoke("compare_methods.py", ("--table", "{tmp}/table.md", "--png", "{tmp}/plot.png"),
                              check_compare_methods),
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
     "bench_code_execution": Smoke("bench_code_execution.py", (), check_code_execution, linux_only=True),
+    "bench_teacher_memory": Smoke("bench_teacher_memory.py", (), check_teacher_memory),
+    "opd_vs_grpo": Smoke("opd_vs_grpo.py", ("--work", "{tmp}/runs", "--table", "{tmp}/opd.md", "--png", "{tmp}/opd.png"),
+                         check_opd_vs_grpo),
 }  # fmt: skip
 
 

@@ -23,6 +23,10 @@ BASE = {
     "algorithm": {"group_size": 4, "micro_batch_size": 8},
 }
 DECLARING = ["conspo", "disco", "gvpo", "reg_grpo"]
+#: the preference objectives on group pairs (issue 29 item 2) declare it too (a pair's loss written on both samples)
+DECLARING += ["cita", "constrained_dpo", "group_dpo", "mipo", "p3o", "ra_dpo", "tdpo", "trpa"]
+#: and HAEPO's Plackett-Luce objective (issue 29 item 3: one loss per sample written on its actions)
+DECLARING += ["plackett_luce"]
 
 
 def load(tmp_path, *overrides):

@@ -85,6 +85,10 @@ def test_what_is_not_a_path_is_left_as_written(tmp_path):
         raw["data"]["train"]["source"] == "procedural:arithmetic" and raw["data"]["eval"]["source"] == "hf:openai/gsm8k"
     )
     assert raw["run"] == {"output_dir": "/abs/run", "resume": "latest"}
+    raw = {"algorithm": {"teacher": {"source": "model", "model": "../runs/t/policy", "tokenizer": "Qwen/Qwen2.5-0.5B"}}}
+    paths_from_config_file(raw, folder / "run.yaml", TrainConfig)  # the teacher's folders are paths like the policy's
+    assert raw["algorithm"]["teacher"] == {"source": "model", "model": str(tmp_path / "runs" / "t" / "policy"),
+                                           "tokenizer": "Qwen/Qwen2.5-0.5B"}  # fmt: skip
     (folder / "Qwen" / "Qwen2.5-0.5B").mkdir(parents=True)  # a folder next to the config is that folder
     raw = {"policy": {"family": "causal_lm", "model": "Qwen/Qwen2.5-0.5B"}, "run": {"resume": "../runs/r/checkpoints"}}
     paths_from_config_file(raw, folder / "run.yaml", TrainConfig)
@@ -104,6 +108,7 @@ def test_code_files_and_declared_reward_path_arguments_are_read_from_the_config_
             {"fn": "caption_view", "args": {"reward": "pickscore", "reward_args": dict(pick)}},
             {"fn": "weighted_sum", "args": {"rewards": {"pickscore": {"weight": 1.0, "args": dict(pick)}}}},
             {"fn": "environment", "args": {"fallback": {"fn": "pickscore", "args": dict(pick)}}},
+            {"fn": "self_verification", "args": {"solution_reward": "pickscore", "solution_args": dict(pick)}},
             {"fn": "sub/mine.py:score", "args": {"model_path": "../weights/pick"}},  # a file's args: as written
         ],
     }  # fmt: skip
@@ -114,4 +119,5 @@ def test_code_files_and_declared_reward_path_arguments_are_read_from_the_config_
     assert rewards[1]["args"]["reward_args"]["model_path"] == weights
     assert rewards[2]["args"]["rewards"]["pickscore"]["args"]["model_path"] == weights
     assert rewards[3]["args"]["fallback"]["args"]["model_path"] == weights
-    assert rewards[4] == {"fn": f"{folder / 'sub' / 'mine.py'}:score", "args": {"model_path": "../weights/pick"}}
+    assert rewards[4]["args"]["solution_args"]["model_path"] == weights
+    assert rewards[5] == {"fn": f"{folder / 'sub' / 'mine.py'}:score", "args": {"model_path": "../weights/pick"}}

@@ -4,7 +4,6 @@ recorded so that saved configs work again; from Python, passed as callables."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 
 from genalign.config import ConfigError, load_config, to_dict
 from genalign.rewards import reward_factory
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = """
@@ -92,7 +92,7 @@ def test_the_cli_trains_with_a_file_reward_and_validates_the_saved_config(tmp_pa
     monkeypatch.chdir(tmp_path)
     assert main(["train", str(path)]) == 0
     saved = reward_module / "run" / "config.yaml"
-    check = subprocess.run([sys.executable, "-m", "genalign.cli", "validate", str(saved)], env=env, cwd=ROOT,
+    check = prepared_python.run([sys.executable, "-m", "genalign.cli", "validate", str(saved)], env=env, cwd=ROOT,
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stderr[-2000:]
 

@@ -48,7 +48,17 @@ OPTIONS = {
     "gcpo": {"sample_sources": ["gcpo"]},
     "edge_gec": {"sample_sources": [{"name": "edge_gec", "tokenizer": "builtin:arith-lm"}]},
     "composed_rounds": {"sample_sources": ["dars", "gcpo", "overlong_filter"]},
-}
+    "value_budget": {"sample_sources": [{"name": "value_budget", "base_samples": 2}]},
+    "serial_exits": {"sample_sources": [{"name": "serial_exits", "tokenizer": "builtin:arith-lm", "at": "tokens",
+                                         "answer_marker": None, "cue": "="}], "reward_shaping": ["exit_decay"]},
+    "dynamic_truncation": {"sample_sources": [{"name": "dynamic_truncation", "tokenizer": "builtin:arith-lm",
+                                               "confidence": 0.8}], "reward_shaping": ["step_redundancy"]},
+    "draft_refinement": {"sample_sources": [{"name": "draft_refinement", "tokenizer": "builtin:arith-lm", "drafts": 2}]},
+    "reward_goals": {"sample_sources": [{"name": "reward_goals", "goals": ["+", "-"]}]},
+    "in_context_expert": {"sample_sources": [{"name": "in_context_expert", "solution_column": "answer"}],
+                          "clip": "off_policy", "reward_shaping": ["expert_bonus"]},
+    "mixed_prefix": {"sample_sources": [{"name": "mixed_prefix", "mixed": 1}], "clip": "off_policy"},
+}  # fmt: skip
 
 
 def config(algorithm: dict[str, Any] | None = None, policy: dict[str, Any] | None = None) -> TrainConfig:

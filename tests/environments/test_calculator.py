@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from decimal import localcontext
 from fractions import Fraction
 
 import pytest
@@ -94,3 +95,10 @@ def test_the_registered_tool_refuses_python_with_a_tool_error():
     assert tool.schema["function"]["parameters"]["required"] == ["expression"]
     with pytest.raises(CalculatorError):
         tool.fn(expression="__import__('os')")
+
+
+def test_number_formatting_does_not_depend_on_the_threads_decimal_context():
+    with localcontext() as context:
+        context.prec = 5  # another library narrowed the thread's context
+        assert format_number(Fraction(1, 3)) == "0.333333333333333"
+        assert format_number(Fraction(10**20 + 1, 3)) == "3.33333333333333e+19"

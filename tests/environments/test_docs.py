@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from genalign.environments import ENVIRONMENTS, ERROR_KINDS, TASKS, TOOLS
+from tests import prepared_python
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "environments.md"
@@ -19,7 +19,7 @@ def test_the_page_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
     assert len(blocks) >= 3, "the page lost its examples"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [sys.executable, "-c", "\n\n".join(blocks)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -22,6 +22,7 @@ RUNS = {
     "uncertainty_shaping": ["algorithm.credit=[uncertainty_shaping]"],
     "self_distill_magnitude": ["algorithm.credit=[self_distill_magnitude, spurious_tokens]"],
     "blockwise": ["algorithm.credit=[blockwise]", "policy.probes.block_markers=['0']"],
+    "rubric_contrast": ["algorithm.credit=[rubric_contrast]", "policy.probes.counterfactual_column=operator"],
 }
 
 

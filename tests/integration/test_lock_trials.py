@@ -4,11 +4,12 @@ and resumed: exactly one runs, the other is refused naming it, every step is log
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import prepared_python
 
 pytestmark = pytest.mark.heavy(cpu_s=30)  # scheduled first (tests/conftest.py)
 
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_lock_trials_smoke_mode_lets_exactly_one_trainer_run():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_lock_trials.py"), "--smoke"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    script = str(ROOT / "benchmarks" / "bench_lock_trials.py")
+    proc = prepared_python.run([sys.executable, script, "--smoke"], cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=600, fork_descendants=True)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert '"exactly_one_ran": 2' in proc.stdout and '"refusal_named_the_holder": 2' in proc.stdout

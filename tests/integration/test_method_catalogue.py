@@ -63,14 +63,16 @@ def demo_config(overrides: list[str], output_dir: Path) -> TrainConfig:
     return from_dict(TrainConfig, apply_overrides(json.loads(json.dumps(FALLBACK_PRESET)), everything))
 
 
-#: credit rules the causal LM supplies inputs for (the flow rules run in tests/policies/test_contract.py)
+#: credit rules the causal LM supplies inputs for (the flow rules run in tests/policies/test_contract.py; the rules
+#: that read a teacher's signals train with one in tests/integration/test_teacher_training.py)
 LM_CREDIT_RULES = [
     name
     for name in alg.CREDIT_RULES.names()
     if not CausalLMPolicyConfig().capabilities().missing(alg.CREDIT_RULES.meta(name).get("needs", ()))
+    and not alg.names_by("teacher", alg.CREDIT_RULES.meta(name).get("needs", ()))
 ]
 #: ratio levels the single-turn causal LM supplies inputs for (``turn`` reads multi-turn structure: trained in
-#: tests/integration/test_turn_credit_training.py)
+#: tests/integration/test_turn_credit_training.py; ``phase`` reads block markers: test_useful_shaping_training.py)
 LM_RATIO_LEVELS = [
     name
     for name in alg.RATIO_LEVELS.names()
@@ -117,7 +119,7 @@ CASES = _cases()
 def test_the_cases_cover_every_option_that_runs_without_extra_inputs():
     used = {key: {case[key] for case in CASES if key in case} for key in CASES[0]}
     assert used["advantage"] == set(alg.ADVANTAGE_ESTIMATORS.names())
-    assert used["ratio_level"] == set(LM_RATIO_LEVELS) == set(alg.RATIO_LEVELS.names()) - {"turn"}
+    assert used["ratio_level"] == set(LM_RATIO_LEVELS) == set(alg.RATIO_LEVELS.names()) - {"turn", "phase"}
     assert used["clip"] == set(alg.CLIP_FORMS.names())
     assert used["reward_combination"] == set(alg.REWARD_COMBINERS.names())
     assert used["credit"] == {"none", *LM_CREDIT_RULES}
@@ -176,6 +178,70 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "gvpo": ["algorithm.objective=gvpo", "algorithm.advantage=dr_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "reg_grpo": ["algorithm.objective=reg_grpo", "algorithm.aggregation=seq_mean_token_mean"],
     "kl_importance_correction": ["algorithm.kl_coef=0.05", "algorithm.kl_importance_correction=token"],
+    # issue 29 (item 2): preference objectives on pairs formed inside each group by reward
+    **{
+        name: [f"algorithm.objective={name}", "algorithm.aggregation=seq_mean_token_mean"]
+        for name in ("group_dpo", "mipo", "trpa", "tdpo", "ra_dpo", "p3o", "constrained_dpo", "cita")
+    },
+    "group_dpo_best_worst": [
+        "algorithm.objective={name: group_dpo, pairs: best_worst, beta: 0.5}", "algorithm.aggregation=seq_mean_token_mean",
+    ],
+    # issue 29 item 3: RLPT's promising-token renormalisation (a vocabulary term), sampled from the same top k
+    "rlpt_promising_tokens": ["algorithm.regularizer=promising_tokens", "algorithm.regularizer.top_k=5",
+                              "policy.top_k=5"],
+    "laser_last_token_self_reward": [
+        "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",
+        "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
+    ],
+    # issue 29 item 3, useful seeds: regularisers, entropy, filtering, clipping, aggregation
+    "mdpo_mirror_descent_kl": ["algorithm.clip=none", "algorithm.regularizer=mirror_descent_kl", "algorithm.inner_epochs=2"],
+    "haepo_plackett_luce": [
+        "algorithm.objective=plackett_luce", "algorithm.aggregation=seq_mean_token_mean",
+        "algorithm.regularizer=mirror_descent_kl", "algorithm.entropy_coef=0.001",
+    ],
+    "reva_po_response_weighted_kl": ["algorithm.regularizer=response_weighted_kl"],
+    "genrec_gated_reward_and_nll": [
+        "algorithm.reward_combination=relevance_gated", "algorithm.regularizer=reward_gated_nll",
+        "algorithm.regularizer_coef=0.1", "rewards=[{fn: exact_match, name: accuracy}, {fn: exact_match, name: relevance}]",
+    ],
+    "la_grpo_functional_token_anchor": [
+        "algorithm.regularizer=functional_token_anchor", "algorithm.regularizer.token_ids=[1, 2, 3]",
+        "algorithm.regularizer_coef=0.5",
+    ],
+    "dagrpo_distinct_pairs": ["algorithm.credit=[{name: distinct_pairs, min_distinctiveness: 0.01}]"],
+    "verl_effective_rank_bonus": ["algorithm.credit=[{name: effective_rank_bonus, stride: 1}]"],
+    "length_budget_curriculum": [
+        "algorithm.reward_shaping=[{name: length_budget_curriculum, budget_start: 5.0, budget_end: 2.0}]",
+    ],
+    "v0_value_budget": ["algorithm.sample_sources=[{name: value_budget, base_samples: 2}]"],
+    "grpo_verif_verification_weighted": [  # the toy model writes digits: "1" stands in for the verification marker
+        "algorithm.credit=[{name: verification_weighted, weight: 0.5}]", "policy.probes.block_markers=['1']",
+        "rewards=[{fn: self_verification, name: accuracy, args: {part: solution, marker: '1'}}, "
+        "{fn: self_verification, name: verdict, args: {part: verdict, marker: '1'}}]",
+    ],
+    # issue 29 item 3: sample sources that build the groups (forced continuations, guided rounds, source signals)
+    "serial_exits_exit_decay": [
+        "algorithm.sample_sources=[{name: serial_exits, tokenizer: 'builtin:arith-lm', at: tokens, answer_marker: null, "
+        "cue: '='}]", "algorithm.reward_shaping=[exit_decay]",
+    ],
+    "dynamic_truncation_step_redundancy": [
+        "algorithm.sample_sources=[{name: dynamic_truncation, tokenizer: 'builtin:arith-lm', answer_marker: null, "
+        "cue: '=', confidence: 0.5}]", "algorithm.reward_shaping=[step_redundancy]",
+    ],
+    "draft_refinement": [
+        "algorithm.sample_sources=[{name: draft_refinement, tokenizer: 'builtin:arith-lm', drafts: 2, "
+        "template: ' {draft} '}]",
+    ],
+    "reward_goals": ["algorithm.sample_sources=[{name: reward_goals, goals: ['+', '-'], template: ' {goal}'}]"],
+    "in_context_expert_expert_bonus": [
+        "algorithm.clip=off_policy", "algorithm.reward_shaping=[expert_bonus]",
+        "algorithm.sample_sources=[{name: in_context_expert, solution_column: answer, template: '{demos}', "
+        "example: ' {prompt}{solution}'}]",
+    ],
+    "mixed_prefix": [
+        "algorithm.clip=off_policy", "algorithm.sample_sources=[{name: mixed_prefix, mixed: 1}]",
+        "data.train.args.size=4",
+    ],
 }  # fmt: skip
 
 

@@ -8,7 +8,6 @@ must restore exactly in 1 and vice versa, and training on from them must continu
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests import prepared_python
 from tests.policies.contract_cases import CASES
 
 pytestmark = pytest.mark.heavy(cpu_s=95)  # scheduled first (tests/conftest.py)
@@ -34,7 +34,7 @@ def _run(out: Path, cases: list[str], *args: str, processes: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     launcher = TORCHRUN if processes == 2 else (sys.executable,)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [*launcher, str(RUN_STEPS), str(out), *cases, *args], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip

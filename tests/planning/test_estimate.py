@@ -63,6 +63,11 @@ def test_a_kl_without_lora_loads_a_frozen_copy():
     assert line(with_kl, "reference policy") == line(with_kl, "weights")
 
 
+def test_a_preference_objective_against_the_reference_loads_it_like_a_kl():
+    dpo = plan(["algorithm.objective=group_dpo", "algorithm.aggregation=seq_mean_token_mean", "algorithm.clip=ppo"])
+    assert line(dpo, "reference policy") == line(dpo, "weights")  # it reads ref_logp
+
+
 def test_gradient_checkpointing_and_smaller_micro_batches_lower_the_activations(single):
     assert line(plan(["policy.gradient_checkpointing=true"]), "activations") < line(single, "activations")
     assert line(plan(["algorithm.micro_batch_size=64"]), "activations") < line(single, "activations")

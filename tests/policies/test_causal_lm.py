@@ -78,7 +78,7 @@ def test_masks_include_eos_exclude_padding_and_flag_truncation(model_dirs):
             assert n == 6
     assert data["prompt_mask"][:, 0].sum() < len(rollout), "prompts are left-padded"
     assert data["prompt_mask"][:, -1].all()
-    assert rollout.info["completion_tokens"] == int(lengths.sum())
+    assert rollout.counts["completion_tokens"] == int(lengths.sum())
 
 
 def test_empty_completion_has_exactly_one_action(model_dirs):
@@ -220,6 +220,40 @@ def test_frozen_copy_reference_is_lazy_and_kl_is_zero_before_updates(model_dirs)
         none_policy.score(rollout, ScoreRequest.of(kl="k1"))
 
 
+def test_reference_log_probs_come_from_the_kl_reference_pass(model_dirs):
+    """``ref_logp`` (the preference objectives' reference) is the reference's scoring of the stored actions, from the
+    same single reference pass as the KL when both are asked."""
+    policy = _lora_policy(model_dirs)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    calls = []
+    reference_logprobs = policy.reference_logprobs
+    policy.reference_logprobs = lambda r: calls.append(1) or reference_logprobs(r)
+    with torch.no_grad():
+        score = policy.score(rollout, ScoreRequest.of("ref_logp", kl="k1"))
+        expected = reference_logprobs(rollout)
+    assert len(calls) == 1 and not score["ref_logp"].requires_grad
+    torch.testing.assert_close(score["ref_logp"], expected, atol=0, rtol=0)
+    torch.testing.assert_close(score["kl"], (score.logp - score["ref_logp"]) * rollout.action_mask, atol=0, rtol=0)
+    assert (score.logp - score["ref_logp"]).abs().max() > 0.01  # the adapters moved the policy off the reference
+    with pytest.raises(ValueError, match="reference='none'"):
+        make_policy(model_dirs, reference="none").score(rollout, ScoreRequest.of("ref_logp"))
+
+
+def test_reference_entropy_comes_from_the_reference_pass(model_dirs):
+    policy = make_policy(model_dirs, reference="auto")
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    with torch.no_grad():
+        before = policy.score(rollout, ScoreRequest.of("entropy", "ref_entropy", kl="k3"))
+    torch.testing.assert_close(before["ref_entropy"], before["entropy"] * rollout.action_mask, atol=1e-5, rtol=1e-5)
+    assert before["kl"].abs().max().item() < 1e-6  # one reference pass gives both
+    with torch.no_grad():
+        for param in policy.trainable_parameters():
+            param.add_(0.05 * torch.randn_like(param))
+        after = policy.score(rollout, ScoreRequest.of("entropy", "ref_entropy"))
+    torch.testing.assert_close(after["ref_entropy"], before["ref_entropy"])  # the reference did not move
+    assert not torch.allclose(after["entropy"], before["entropy"])
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(model_dirs):
     plain = make_policy(model_dirs)
     checkpointed = make_policy(model_dirs, gradient_checkpointing=True)
@@ -236,15 +270,15 @@ def test_long_prompts_error_truncate_or_skip_with_counts(model_dirs):
     with pytest.raises(ValueError, match=r"row 1 of the batch: prompt has 10 tokens.*max_prompt_tokens=5"):
         make_policy(model_dirs, max_prompt_tokens=5).rollout(rows, group_size=2)
     truncated = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="truncate_left").rollout(rows, group_size=2)
-    assert truncated.info["prompts_truncated"] == 1 and len(truncated) == 4
+    assert truncated.counts["prompts_truncated"] == 1 and len(truncated) == 4
     assert truncated.per_sample["prompt_ids"].shape[1] == 5
     kept_tokens = truncated.per_sample["prompt_ids"][2].tolist()
     assert kept_tokens == make_policy(model_dirs).tokenizer("f g h i j")["input_ids"]
     skipped = make_policy(model_dirs, max_prompt_tokens=5, on_long_prompt="skip").rollout(rows, group_size=2)
-    assert skipped.info["prompts_skipped_too_long"] == 1 and len(skipped) == 2
+    assert skipped.counts["prompts_skipped_too_long"] == 1 and len(skipped) == 2
     assert [r["prompt"] for r in skipped.rows] == ["1 + 2 ="] * 2
     all_skipped = make_policy(model_dirs, max_prompt_tokens=1, on_long_prompt="skip").rollout(rows, group_size=2)
-    assert len(all_skipped) == 0 and all_skipped.info["prompts_skipped_too_long"] == 2
+    assert len(all_skipped) == 0 and all_skipped.counts["prompts_skipped_too_long"] == 2
 
 
 def test_chat_template_with_system_prompt_and_message_lists(model_dirs):
@@ -410,14 +444,19 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 
 # ---- capabilities, token features, rollout structure -------------------------------------------------------------
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
-    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logit_stats"})
-    structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
-    structure |= {"segment_values", "answer_probe", "teacher_logp"}  # rollout-time probes (policy.probes)
-    guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
-    assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
-        False, features | structure, forced_completions=True, guidance=guidance
+    features = frozenset(
+        {"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden", "logit_stats"}
     )
-    assert CausalLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
+    structure |= {"segment_values", "answer_probe", "teacher_logp", "prefix_rewards"}  # probes (policy.probes)
+    guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
+    teachers = frozenset({"model", "self", "reference", "context", "remote"})  # genalign.teachers
+    assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
+        False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
+    )
+    without_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy"}
+    assert CausalLMPolicyConfig(reference="none").capabilities().signals == without_reference
+    assert CausalLMPolicyConfig(reference="none").capabilities().teachers == teachers - {"reference"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
         features | structure
     )

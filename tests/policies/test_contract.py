@@ -32,6 +32,7 @@ from genalign.policies import BUILTIN_FAMILIES
 from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreRequest
 from genalign.trainer.evaluate import evaluation_randomness
 from genalign.trainer.recipe import build_policy
+from tests import prepared_python
 from tests.policies.contract_cases import CASES, case_config
 
 pytestmark = pytest.mark.heavy(cpu_s=110)  # scheduled first (tests/conftest.py)
@@ -159,7 +160,7 @@ def run(config_path: Path, *overrides: str, kill_at_call: int | None = None) -> 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     if kill_at_call is not None:
         env["GENALIGN_TEST_KILL_AT_CALL"] = str(kill_at_call)
-    return subprocess.run(
+    return prepared_python.run(
         [sys.executable, str(RUNNER), "train", str(config_path), *overrides],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -181,7 +182,7 @@ def run_each(commands: list[list[str]], folder: Path) -> tuple[list[int], str]:
     listing = folder / "commands.json"
     listing.write_text(json.dumps(commands))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(RUNNER), "--each", str(listing)], cwd=ROOT, env=env,
+    proc = prepared_python.run([sys.executable, str(RUNNER), "--each", str(listing)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(listing.read_text())["codes"], proc.stderr

@@ -101,6 +101,25 @@ def test_one_full_training_step(model_dirs, architecture):
     assert after["kl"].max() > 0 and torch.all(after["kl"][rollout.action_mask == 0] == 0)
 
 
+def test_reference_log_probs_are_the_adapter_free_log_probs_of_the_same_transitions(model_dirs):
+    """``ref_logp`` (Diffusion-DPO-style preference objectives): the reference's Gaussian log-density of each stored
+    SDE transition, 0 on untrained steps; equal to the policy's before LoRA moves, unchanged after."""
+    policy = build_policy(_config(model_dirs, train_steps=TrainStepsConfig(strategy="first_fraction", fraction=0.5)))
+    rollout = policy.rollout(ROWS, group_size=2)
+    with torch.no_grad():
+        first = policy.score(rollout, ScoreRequest.of("ref_logp"))
+    assert first.get("kl") is None and not first["ref_logp"].requires_grad
+    assert torch.equal(first["ref_logp"], rollout.old_logp), "LoRA starts at zero: the reference is the policy"
+    assert torch.all(first["ref_logp"][rollout.action_mask == 0] == 0)
+    _perturb_lora(policy)
+    with torch.no_grad():
+        after = policy.score(rollout, ScoreRequest.of("ref_logp", kl="mean_space"))
+        with policy.model.reference():
+            adapter_free = policy.score(rollout).logp
+    assert torch.equal(after["ref_logp"], first["ref_logp"]) and torch.equal(adapter_free, first["ref_logp"])
+    assert (after.logp - after["ref_logp"]).abs().max() > 0 and after["kl"].max() > 0
+
+
 @pytest.mark.parametrize(("dynamics", "noise_level"), [("flow_sde", 0.7), ("dance_sde", 0.3), ("cps", 0.5)])
 def test_rollout_log_probs_are_exact_for_every_dynamics(model_dirs, dynamics, noise_level):
     policy = build_policy(_config(model_dirs, dynamics=dynamics, noise_level=noise_level))

@@ -59,8 +59,10 @@ def test_nft_pieces_match_hand_values():
 def test_vgrpo_proxy_old_logp_is_exact_and_a_positive_advantage_raises_it(sd3_dir):
     policy = _policy(sd3_dir, "elbo")
     assert isinstance(policy.scorer, FlowMatchingScorer) and policy.old is None  # the shared ratio objective
-    assert policy.capabilities.signals == {"kl"}
+    assert policy.capabilities.signals == {"kl", "ref_logp"}
     rollout = policy.rollout(ROWS, group_size=2)
+    with torch.no_grad():  # the reference's ELBO proxy at the same points: the policy's while LoRA is zero
+        assert torch.equal(policy.score(rollout, ScoreRequest.of("ref_logp"))["ref_logp"], rollout.old_logp)
     assert rollout.old_logp.shape == rollout.action_mask.shape == (4, 2)
     assert rollout.per_sample[CLEAN].shape[0] == 4 and "latents" not in rollout.per_sample
     policy.model.transformer.train()

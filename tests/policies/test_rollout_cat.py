@@ -9,7 +9,7 @@ from genalign.algorithms.structure import PrefixTree, cat_structures, pad_cat
 from genalign.policies.base import Rollout
 
 
-def lm_like(prompt_lengths: list[int], completion_lengths: list[int], group: int) -> Rollout:
+def lm_like(prompt_lengths: list[int], completion_lengths: list[int], group: int, counts=None) -> Rollout:
     """A rollout shaped like the causal LM's: left-padded prompts, right-padded completions."""
     n, width, steps = len(prompt_lengths), max(prompt_lengths), max(completion_lengths)
     prompt_mask = torch.zeros(n, width, dtype=torch.long)
@@ -25,7 +25,8 @@ def lm_like(prompt_lengths: list[int], completion_lengths: list[int], group: int
         action_mask=completion_mask,
         structure=dict(truncated=torch.zeros(n, dtype=torch.bool), action_ids=completion_mask.long() * 7),
         per_sample={"prompt_mask": prompt_mask, "completion_mask": completion_mask, "note": ["x"] * n},
-        info={"completion_tokens": int(completion_mask.sum()), "engine": "static"},
+        info={"guidance_scale": 4.5, "engine": "static"},
+        counts={"completion_tokens": int(completion_mask.sum()), **(counts or {})},
         left_padded=frozenset({"prompt_mask"}),
     )
 
@@ -57,7 +58,8 @@ def test_multi_turn_structure_joins_as_its_signals_declare():
 
 
 def test_cat_keeps_left_padded_prompts_aligned_and_right_pads_actions():
-    first, second = lm_like([2, 3], [1, 4], group=0), lm_like([4], [2], group=5)
+    first = lm_like([2, 3], [1, 4], group=0, counts={"turns": 3, "tools/ok": 1})
+    second = lm_like([4], [2], group=5, counts={"turns": 2, "tools/bad_json": 4})
     joined = Rollout.cat([first, second])
     assert len(joined) == 3 and joined.group_ids.tolist() == [0, 0, 5]
     assert joined.per_sample["prompt_mask"].tolist() == [[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]  # left
@@ -67,8 +69,10 @@ def test_cat_keeps_left_padded_prompts_aligned_and_right_pads_actions():
         joined.structure.get("action_ids").shape == (3, 4) and joined.structure.get("truncated").tolist() == [False] * 3
     )
     assert joined.per_sample["note"] == ["x"] * 3 and joined.outputs == ["o00", "o01", "o50"]
-    assert joined.info == {"completion_tokens": 7, "engine": "static"}  # counters summed, labels kept
+    assert joined.info == {"guidance_scale": 4.5, "engine": "static"}  # settings kept (a scale is not summed)
+    assert joined.counts == {"completion_tokens": 7, "tools/bad_json": 4, "tools/ok": 1, "turns": 5}  # summed by key
     assert joined.left_padded == frozenset({"prompt_mask"})
+    assert joined.select([0]).counts == joined.counts  # batch-level, like info
     # selecting the parts back gives the original tensors (up to the padding columns)
     back = joined.select([2])
     assert back.per_sample["prompt_mask"].tolist() == second.per_sample["prompt_mask"].tolist()

@@ -313,6 +313,21 @@ def test_frozen_copy_reference_kl_is_zero_before_training(model_dirs, rows):
     assert out.get("entropy") is not None and torch.all(out["entropy"][rollout.action_mask > 0] > 0)
 
 
+def test_a_teacher_vlm_scores_the_stored_processor_outputs_like_a_policy_of_its_own(model_dirs, rows):
+    """A teacher model of the family (here the other architecture, same processor) is scored through the student's
+    pass: the values a policy of the teacher's folder gives for the same stored rollout."""
+    from genalign.teachers.build import build_teacher
+    from genalign.teachers.config import TeacherConfig
+
+    policy = make_policy(model_dirs, "qwen2_vl")
+    rollout = policy.rollout(rows[:2], group_size=2)
+    teacher = build_teacher(TeacherConfig(source="model", model=model_dirs["qwen2_5_vl"]), policy, batch_size=3)
+    values = teacher.judge(rollout, frozenset({"teacher_scored", "teacher_action_logp"}))
+    with torch.no_grad():
+        expected = make_policy(model_dirs, "qwen2_5_vl").score(rollout).logp
+    torch.testing.assert_close(values["teacher_action_logp"], expected, atol=1e-6, rtol=0)
+
+
 def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match=r"policy.min_pixels=5000 and policy.max_pixels=100"):
         VLMPolicyConfig(min_pixels=5000, max_pixels=100).validate()
@@ -346,12 +361,16 @@ def test_score_returns_the_vocab_term_of_the_full_suppressed_logits(model_dirs, 
 
 def test_capabilities_are_declared_by_the_config():
     from genalign.policies.lm.core import AUTOREGRESSIVE_STRUCTURE
+    from genalign.policies.vlm.config import VLM_TEACHER_LIMITS
 
-    features = frozenset({"entropy", "kl", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
+    features = frozenset({"entropy", "kl", "ref_logp", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
                           "logp_frames_shuffled"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
-    assert VLMPolicyConfig().capabilities() == PolicyCapabilities(False, features | structure)
-    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl"}
+    teachers = frozenset({"model", "self", "reference"})  # genalign.teachers: no context, no remote
+    assert VLMPolicyConfig().capabilities() == PolicyCapabilities(
+        False, features | structure, teachers=teachers, teacher_limits=VLM_TEACHER_LIMITS
+    )
+    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {"kl", "ref_logp"}
     blocks = VLMPolicyConfig(block_markers=["<answer>"]).capabilities().signals
     assert blocks == features | structure | {"block_ids"}
 

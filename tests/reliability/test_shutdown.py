@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ from genalign.config import to_dict
 from genalign.trainer import recipe, train
 from genalign.trainer.checkpoint import list_checkpoints, verify_checkpoint
 from genalign.trainer.shutdown import StopSignals, TrainingInterrupted
+from tests import prepared_python
 from tests.reliability.conftest import metrics, toy_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(to_dict(config)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [sys.executable, str(ROOT / "tests" / "trainer" / "run_toy.py"), "train", str(path),
          "rewards.0.args={signal_on_call: 3, signal_times: 2}"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -124,6 +124,9 @@ class AsksForMore:
                 failed[position] = self.extra
         return failed
 
+    def round_guidance(self, outcome):
+        return {}
+
     def forced_samples(self, outcome):
         first = int(outcome.positions[0])
         tokens, logp = outcome.completion(0)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests import prepared_python
 
 pytestmark = pytest.mark.heavy(cpu_s=20)  # scheduled first (tests/conftest.py)
 
@@ -39,7 +40,7 @@ def test_rounds_replay_and_references_in_two_processes(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([*TORCHRUN, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
+    proc = prepared_python.run([*TORCHRUN, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

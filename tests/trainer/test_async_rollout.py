@@ -11,6 +11,7 @@ from genalign.config import ConfigError
 from genalign.config.schema import AlgorithmConfig, AsyncRolloutConfig
 from genalign.policies.base import ScoreRequest
 from genalign.trainer.async_rollout import rollout_version
+from tests import prepared_python
 from tests.trainer.test_recipe import metrics, run_cli, train_in_process, without_times, write_config
 
 pytestmark = pytest.mark.heavy(cpu_s=75)  # scheduled first (tests/conftest.py)
@@ -102,7 +103,6 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     import json
     import os
     import shutil
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -117,7 +117,7 @@ def test_async_flow_run_is_stale_as_scheduled_and_resumes_exactly(tmp_path):
     def train(out: Path, steps: int, *extra: str) -> None:
         command = [sys.executable, "-m", "genalign.cli", "train", str(root / "configs" / "demo_shapes_flow_grpo.yaml"),
                    *common, f"run.max_steps={steps}", f"run.output_dir={out}", *extra]  # fmt: skip
-        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        proc = prepared_python.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
     def records(out: Path) -> list[dict]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import yaml
 from safetensors.torch import load_file
 
 from genalign.trainer.checkpoint import list_checkpoints, verify_checkpoint
+from tests import prepared_python
 from tests.trainer.toy_policy import toy_rows
 
 pytestmark = pytest.mark.heavy(cpu_s=90)  # scheduled first (tests/conftest.py)
@@ -48,7 +48,7 @@ def write_config(tmp_path: Path, **sections) -> Path:
 
 def run_cli(*args: str, launcher: tuple[str, ...] = (sys.executable,), check: bool = True):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = prepared_python.run(
         [*launcher, str(RUN_TOY), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     if check and proc.returncode != 0:

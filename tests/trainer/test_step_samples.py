@@ -33,6 +33,9 @@ class MoreForFailures:
                 wanted[position] = 2
         return wanted
 
+    def round_guidance(self, outcome):
+        return {}
+
     def forced_samples(self, outcome):
         return []
 

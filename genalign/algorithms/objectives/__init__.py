@@ -6,6 +6,7 @@ from genalign.algorithms.objectives import (  # noqa: F401  (register)
     likelihood,
     likelihood_free,
     phased,
+    preference,
     ratio,
     regression,
 )

@@ -24,6 +24,7 @@ another mode is refused at config load.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from genalign import option_rules
 from genalign.algorithms.clip_forms import CLIP_FORMS
-from genalign.algorithms.options import Option
+from genalign.algorithms.options import Option, accepted_hyperparameters
 from genalign.algorithms.ratio_levels import RATIO_LEVELS
 from genalign.registry import Registry
 
@@ -51,3 +52,15 @@ def objective_hyperparameters(
         objective, ratio_level=ratio_level, clip=clip, objectives=OBJECTIVES, ratio_levels=RATIO_LEVELS,
         clip_forms=CLIP_FORMS,
     )  # fmt: skip
+
+
+def checked_binding(name: str, check: Callable[..., None]) -> Callable[..., Objective]:
+    """A registry ``bind`` (meta) for objective ``name`` that runs ``check(**hyper-parameters)`` (the objective's
+    defaults completed by the config's values; it raises ``ValueError`` naming the bad value) once, at config load,
+    then binds the values."""
+
+    def bind(**hp: Any) -> Objective:
+        check(**(accepted_hyperparameters(OBJECTIVES, name) | hp))
+        return functools.partial(OBJECTIVES.get(name), **hp)
+
+    return bind

@@ -23,6 +23,7 @@ from genalign.algorithms.kl import kl_k3
 from genalign.algorithms.objectives.base import OBJECTIVES
 from genalign.algorithms.objectives.group_terms import (
     batch_inputs,
+    batch_token_mean_on_actions,
     group_count,
     group_logsumexp,
     on_actions,
@@ -47,11 +48,9 @@ def _kl_constraint(logp: Tensor, old_logp: Tensor, mask: Tensor, *, delta: float
     ``seq_mean_token_mean`` aggregation returns ``c · KL``. Returns ``(per-action penalty [n, T], KL [])``."""
     valid = mask > 0
     per_token = torch.where(valid, kl_k3(old_logp, torch.where(valid, logp, old_logp)), 0.0)  # [n, T] e^ℓ − ℓ − 1
-    lengths = mask.sum(1, keepdim=True)  # [n, 1]
-    mean_kl = per_token.sum() / lengths.sum().clamp_min(1.0)  # []
+    mean_kl = per_token.sum() / mask.sum().clamp_min(1.0)  # []
     coefficient = (beta * (mean_kl.detach() - delta)).clamp_min(0.0)  # [] the hinge's active slope
-    scale = lengths * logp.shape[0] / lengths.sum().clamp_min(1.0)  # [n, 1]
-    return coefficient * per_token * scale, mean_kl.detach()
+    return coefficient * batch_token_mean_on_actions(per_token, mask), mean_kl.detach()
 
 
 @OBJECTIVES.register(

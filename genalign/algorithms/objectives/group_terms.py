@@ -1,5 +1,6 @@
-"""Shared pieces of the group-level objectives (ConSPO, DisCO, GVPO, Reg-GRPO): sequence scores, group sums and
-log-sum-exps, and the rule that places a per-sample loss on the actions of its sample.
+"""Shared pieces of the group-level objectives (ConSPO, DisCO, GVPO, Reg-GRPO, the preference objectives): sequence
+scores, group sums and log-sum-exps, the rule that places a per-sample loss on the actions of its sample, and the one
+that places a micro-batch token mean (a KL constraint) on the actions.
 
 Placement rule. A group-level objective produces one loss value ``ℓ_i`` per sample; it is written on every valid action
 of sample ``i`` (0 on padding). With ``aggregation: seq_mean_token_mean`` the aggregated loss is then exactly
@@ -66,3 +67,12 @@ def group_logsumexp(values: Tensor, include: Tensor, groups: Groups) -> Tensor:
 def on_actions(per_sample: Tensor, mask: Tensor) -> Tensor:
     """Write ``per_sample`` ``[n]`` on every valid action of its sample: ``[n, T]``, 0 on padding."""
     return torch.where(mask > 0, per_sample[:, None].expand_as(mask), 0.0)  # [n, T]
+
+
+def batch_token_mean_on_actions(per_action: Tensor, mask: Tensor) -> Tensor:
+    """Write ``per_action`` ``[n, T]`` as ``v_it · n|o_i| / Σ_j |o_j|`` (0 on padding), so that ``seq_mean_token_mean``
+    aggregation of the result gives the token mean ``Σ_it m v / Σ m`` of the micro-batch (for a constraint such as a
+    KL to the old policy, written beside a per-sample loss)."""
+    lengths = mask.sum(1, keepdim=True)  # [n, 1]
+    scale = lengths * mask.shape[0] / lengths.sum().clamp_min(1.0)  # [n, 1]
+    return torch.where(mask > 0, per_action * scale, 0.0)  # [n, T]

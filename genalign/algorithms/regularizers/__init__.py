@@ -1,7 +1,12 @@
-"""Per-action regularisers, one registry (:data:`REGULARIZERS`): trust-region and vocabulary terms; see
-:mod:`genalign.algorithms.regularizers.base`."""
+"""Per-action regularisers, one registry (:data:`REGULARIZERS`): trust-region, response-weighted KL and vocabulary
+terms; see :mod:`genalign.algorithms.regularizers.base`."""
 
-from genalign.algorithms.regularizers import candidates, entropy_shaping, trust  # noqa: F401  (register)
+from genalign.algorithms.regularizers import (  # noqa: F401  (register)
+    candidates,
+    entropy_shaping,
+    response_weighted,
+    trust,
+)
 from genalign.algorithms.regularizers.base import (
     REGULARIZERS,
     bind_vocab_term,

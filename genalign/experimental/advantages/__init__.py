@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.advantages import (  # noqa: F401  (register the options)
     difficulty,
     fusion,
+    risk,
     shaped,
     value_anchored,
 )

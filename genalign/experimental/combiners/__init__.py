@@ -2,8 +2,11 @@
 package the first time it is read)."""
 
 from genalign.experimental.combiners import (  # noqa: F401  (register the options)
+    domains,
+    gated,
     paced,
     process,
+    tightening,
     variance,
     views,
 )

@@ -2,6 +2,10 @@
 package the first time it is read)."""
 
 from genalign.experimental.objectives import (  # noqa: F401  (register the options)
+    anchored_preference,
     contrastive,
+    pairwise_ppo,
     regression,
+    token_preference,
+    trajectory_softmax,
 )

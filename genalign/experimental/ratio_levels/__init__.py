@@ -3,7 +3,9 @@ package the first time it is read)."""
 
 from genalign.experimental.ratio_levels import (  # noqa: F401  (register the options)
     grouped,
+    macro,
     means,
+    phases,
     segments,
     turns,
 )

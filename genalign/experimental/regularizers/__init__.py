@@ -2,7 +2,11 @@
 package the first time it is read)."""
 
 from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
+    auxiliary,
     entropy_shaping,
+    previous_policy,
+    promising,
+    self_reward,
     trust,
     vocabulary,
 )

@@ -3,4 +3,11 @@ package the first time it is read)."""
 
 from genalign.experimental.shaping import (  # noqa: F401  (register the options)
     diversity,
+    early_exit,
+    expert,
+    length_budget,
+    length_gate,
+    polychromic,
+    probe,
+    segments,
 )

@@ -5,7 +5,7 @@ registries it names are read through :mod:`genalign.catalog.registries`, and onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from genalign.catalog.registries import implementations, options
@@ -176,7 +176,16 @@ class DiffusionLMPolicyConfig:
         """The KL unless ``reference='none'``; no token features; the rollout structure ``path_logp`` with a decoding
         policy (module docstring)."""
         structure = frozenset({"path_logp"}) if self.decoding_policy is not None else frozenset()
-        return token_capabilities(self.reference, features=frozenset(), structure=structure)
+        capabilities = token_capabilities(self.reference, features=frozenset(), structure=structure)
+        return replace(capabilities, teacher_limits=DLM_TEACHER_LIMITS)
+
+
+#: Why a masked diffusion LM hosts no teacher (the config-load error says it).
+DLM_TEACHER_LIMITS = (
+    "a masked diffusion LM scores its actions with a likelihood proxy (ELBO terms over masked positions, or one per "
+    "sequence), not the left-to-right conditionals log π(o_t | x, o_<t) that a teacher's per-token log-probs are "
+    "compared with, so a per-token distillation term would compare a proxy with a conditional"
+)
 
 
 CONFIG_CLASS = DiffusionLMPolicyConfig

@@ -157,9 +157,9 @@ class DiffusionLMPolicy(TokenLMPolicy):
             on_long_prompt=cfg.on_long_prompt,
             pad_token_id=self.pad_id,
         )
-        info: dict[str, Any] = {"prompts_skipped_too_long": len(prompts.skipped)}
+        counts: dict[str, int] = {"prompts_skipped_too_long": len(prompts.skipped)}
         if not prompts.kept:
-            return empty_rollout(info)
+            return empty_rollout(counts)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         generation, structure = self._generate(prompt_ids, prompt_mask, mode)
@@ -184,8 +184,8 @@ class DiffusionLMPolicy(TokenLMPolicy):
         self.inner_epoch = 0
         with torch.no_grad(), eval_mode(self.model):
             old_logp, action_mask, proxy_forward = self._actions(self.model, per_sample, epoch=0)
-        info |= {"nfe_per_sample": generation.num_forward, "proxy_forward_per_sample": proxy_forward}
-        info["completion_tokens"] = int(through_eos.sum())
+        info = {"nfe_per_sample": generation.num_forward, "proxy_forward_per_sample": proxy_forward}
+        counts["completion_tokens"] = int(through_eos.sum())
         return Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
             outputs=outputs,
@@ -195,6 +195,7 @@ class DiffusionLMPolicy(TokenLMPolicy):
             structure=structure,
             per_sample=per_sample,
             info=info,
+            counts=counts,
         )
 
     def _generate(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from genalign.catalog.registries import options
-from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
+from genalign.policies.capabilities import REFERENCE_FEATURES, FamilyTraits, PolicyCapabilities
 from genalign.policies.lora import LoRAConfig, LoRARules
 from genalign.registry import did_you_mean
 from genalign.schedulers.options import OdeSolverName, TrainStepsConfig
@@ -415,16 +415,18 @@ class FlowPolicyConfig:
                 )
 
     def capabilities(self) -> PolicyCapabilities:
-        """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL (with LoRA: the reference is the
-        model with adapters disabled), step noise levels, DenseGRPO step rewards and, for trees, the prefix tree.
-        Likelihood-free training: the ELBO proxy as log-probs, the velocities of DiffusionNFT, KL with LoRA."""
-        kl = {"kl"} if self.lora.rank > 0 or self.anchor_every > 0 else set()
+        """SDE training: exact step log-probs (independent trajectories), Gaussian step entropy, mean-space KL and the
+        reference's step log-probs (with LoRA: the reference is the model with adapters disabled), step noise levels,
+        DenseGRPO step rewards and, for trees, the prefix tree. Likelihood-free training: the ELBO proxy as log-probs,
+        the velocities of DiffusionNFT, KL and the reference's proxy with LoRA."""
+        kl = set(REFERENCE_FEATURES) if self.lora.rank > 0 or self.anchor_every > 0 else set()
         search = self.noise_search.enabled  # Smart-GRPO [152] ranks initial noises with the trainer's reward
         method = self.likelihood_free.method
+        common = {"rollout_calls_rewards": search, "teacher_limits": FLOW_TEACHER_LIMITS}
         if method == "elbo":  # the rollout records the proxy through the scorer's code path
-            return PolicyCapabilities(rollout_logp_is_exact=True, signals=frozenset(kl), rollout_calls_rewards=search)
+            return PolicyCapabilities(rollout_logp_is_exact=True, signals=frozenset(kl), **common)
         if method == "nft":  # no log-probs are recorded: the objective reads velocities, never old log-probs
-            return PolicyCapabilities(signals=frozenset(kl | {"velocity"}), rollout_calls_rewards=search)
+            return PolicyCapabilities(signals=frozenset(kl | {"velocity"}), **common)
         structure = {"step_std", "step_rewards"} | ({"prefix_tree"} if self.tree.enabled else set())
         # A tree runs the transformer on its nodes, not on the leaves the scorer re-runs: the batch composition differs,
         # so its recorded log-probs agree with the scores only to float rounding (~1e-6) and the trainer re-scores.
@@ -432,8 +434,15 @@ class FlowPolicyConfig:
             rollout_logp_is_exact=not self.tree.enabled,
             signals=frozenset({"entropy"} | kl | structure),
             group_size=self.tree.branching ** len(self.tree.split_steps) if self.tree.enabled else None,
-            rollout_calls_rewards=search,
+            **common,
         )
+
+
+#: Why a flow model hosts no teacher (the config-load error says it).
+FLOW_TEACHER_LIMITS = (
+    "a flow model's actions are denoising steps of latents, not tokens: there are no token ids for a teacher to "
+    "score (distil a flow model with a reward model of the teacher's preferences instead)"
+)
 
 
 CONFIG_CLASS = FlowPolicyConfig

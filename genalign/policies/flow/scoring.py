@@ -2,13 +2,14 @@
 
 * :class:`SDEStepScorer` (Flow-GRPO [319]): the Gaussian log-probability of each stored SDE transition, evaluated by the
   very :meth:`FlowSDEScheduler.step` the sampler used (``prev_sample`` given), so the rollout's log-probs are exact;
-  the step's Gaussian entropy (fixed by the schedule) and the closed-form KL in mean space to the reference (LoRA
-  adapters disabled) on request.
+  the step's Gaussian entropy (fixed by the schedule), the closed-form KL in mean space to the reference (LoRA
+  adapters disabled) and the reference's log-probability of the same transition on request.
 * :class:`FlowMatchingScorer` (likelihood-free training): the flow-matching error at ``K`` stored points per sample.
   ``logp = −elbo_scale · error`` is V-GRPO's ELBO proxy [10] for the ratio objective; on request the current, old
-  (an exponential moving average of the weights) and target velocities for DiffusionNFT, and ``|v_θ − v_ref|²`` as the
-  flow-matching KL proxy. Training forwards are conditional only (no classifier-free guidance; FLUX gets its embedded
-  guidance), as in the CFG-free training of both methods.
+  (an exponential moving average of the weights) and target velocities for DiffusionNFT, ``|v_θ − v_ref|²`` as the
+  flow-matching KL proxy and the reference's proxy ``−elbo_scale · |v_ref − v*|²`` (Diffusion-DPO's reference error).
+  Training forwards are conditional only (no classifier-free guidance; FLUX gets its embedded guidance), as in the
+  CFG-free training of both methods.
 """
 
 from __future__ import annotations
@@ -24,21 +25,25 @@ from genalign.algorithms.objectives.likelihood_free import element_mse
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest, VelocityPredictions
 from genalign.pipelines.flow import guided_velocity
 from genalign.policies.base import Rollout
+from genalign.policies.capabilities import REFERENCE_FEATURES
 from genalign.policies.flow import stored
 from genalign.policies.flow.components import ParameterAverage
 from genalign.policies.flow.config import KL_ESTIMATORS
 from genalign.policies.flow.model import FlowModel
 
 
-def _check_kl(request: ScoreRequest, model: FlowModel) -> None:
+def _check_kl(request: ScoreRequest, model: FlowModel) -> bool:
+    """Raise on a reference feature the policy cannot compute; return whether the request needs the reference."""
     estimator = request.param("kl", "k3")
     if "kl" in request and estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator={estimator!r} is not supported by the flow policy; use one of {KL_ESTIMATORS}.")
-    if "kl" in request and model.config.lora.rank == 0 and model.anchor is None:
+    wanted = sorted(REFERENCE_FEATURES & request.features)
+    if wanted and model.config.lora.rank == 0 and model.anchor is None:
         raise ValueError(
-            "KL needs a reference policy; with policy.lora.rank=0 and no moving anchor there is none. Use LoRA, set "
-            "policy.anchor_every > 0, or set the KL weight to 0."
+            f"{wanted[0]} needs a reference policy; with policy.lora.rank=0 and no moving anchor there is none. Use "
+            "LoRA, set policy.anchor_every > 0, or drop the KL weight / the objective that reads the reference."
         )
+    return bool(wanted)
 
 
 class SDEStepScorer:
@@ -48,21 +53,23 @@ class SDEStepScorer:
         self.model = model
 
     def score(self, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
-        _check_kl(request, self.model)
+        needs_reference = _check_kl(request, self.model)
         model, data = self.model, rollout.per_sample
         latents = stored.require(data, stored.LATENTS).to(model.device)  # [n, T + 1, ...]
         cond, uncond = stored.stored_embeddings(data, model.device)
         model.sampler.set_schedule(rollout.num_actions, latents[:, 0])  # the rollout's schedule, even after an eval
-        log_probs, entropy, kl = self.transitions(
+        log_probs, entropy, kl, ref_logp = self.transitions(
             latents,
             rollout.action_mask.bool().to(model.device),
             cond,
             uncond,
             guidance=float(rollout.info.get("guidance_scale", model.config.guidance_scale)),
             noise_level=data[stored.NOISE_LEVEL].to(model.device),
-            reference=model.reference if "kl" in request else None,
+            reference=model.reference if needs_reference else None,
         )
-        return ScoreOutput(log_probs, {"entropy": entropy if "entropy" in request else None, "kl": kl})
+        features = {"entropy": entropy if "entropy" in request else None}
+        features |= {"kl": kl if "kl" in request else None, "ref_logp": ref_logp if "ref_logp" in request else None}
+        return ScoreOutput(log_probs, features)
 
     def transitions(
         self,
@@ -74,9 +81,9 @@ class SDEStepScorer:
         guidance: float,
         noise_level: Tensor,
         reference: Callable[[], AbstractContextManager] | None,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """``(log_probs, entropy, kl)`` ``[n, S]`` float32 (0 where a step is not scored; kl None without
-        ``reference``).
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """``(log_probs, entropy, kl, ref_log_probs)`` ``[n, S]`` float32 (0 where a step is not scored; kl and the
+        reference's log-probs of the same transitions None without ``reference``).
 
         Args:
             latents: ``[n, S + 1, ...]`` stored states; step_mask: ``[n, S]`` bool, the steps to score (the
@@ -89,7 +96,7 @@ class SDEStepScorer:
         levels = noise_level.float().expand(n, num_steps)  # [n, S]
         zeros = torch.zeros(n, device=latents.device, dtype=torch.float32)
         reduce = torch.mean if scheduler.config.log_prob_reduction == "mean" else torch.sum
-        columns: dict[str, list[Tensor]] = {"log_prob": [], "entropy": [], "kl": []}
+        columns: dict[str, list[Tensor]] = {"log_prob": [], "entropy": [], "kl": [], "ref_log_prob": []}
         for i in range(num_steps):
             if not bool(step_mask[:, i].any()):
                 for values in columns.values():
@@ -114,8 +121,10 @@ class SDEStepScorer:
                     )
                 kl = reduce(((out.mean - ref.mean) ** 2 / (2 * safe_std**2)).flatten(1), dim=1)  # [n]
                 columns["kl"].append(torch.where(active, kl, zeros))
+                columns["ref_log_prob"].append(torch.where(active, ref.log_prob.float(), zeros))
         kl = torch.stack(columns["kl"], dim=1) if reference is not None else None  # [n, S]
-        return torch.stack(columns["log_prob"], dim=1), torch.stack(columns["entropy"], dim=1), kl
+        ref_log_probs = torch.stack(columns["ref_log_prob"], dim=1) if reference is not None else None  # [n, S]
+        return torch.stack(columns["log_prob"], dim=1), torch.stack(columns["entropy"], dim=1), kl, ref_log_probs
 
 
 def flow_matching_points(
@@ -177,7 +186,7 @@ class FlowMatchingScorer:
         return -self.model.config.likelihood_free.elbo_scale * self.points(rollout)[0]
 
     def score(self, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
-        _check_kl(request, self.model)
+        needs_reference = _check_kl(request, self.model)
         if "entropy" in request:
             raise ValueError("likelihood-free flow training has no per-action entropy; set the entropy weight to 0.")
         errors, kept, sigmas = self.points(rollout)
@@ -193,10 +202,14 @@ class FlowMatchingScorer:
                 old=torch.stack(v_old, dim=1),
                 target=torch.stack([t for _, _, t in kept], dim=1),
             )
-        kl = None
-        if "kl" in request:
+        scale = self.model.config.likelihood_free.elbo_scale
+        kl = ref_logp = None
+        if needs_reference:
             with torch.no_grad(), self.model.reference():
                 refs = [self._velocity(x, sigmas[:, k], cond) for k, (x, _, _) in enumerate(kept)]
-            kl = torch.stack([element_mse(v, r) for (_, v, _), r in zip(kept, refs, strict=True)], dim=1)  # [n, K]
-        scale = self.model.config.likelihood_free.elbo_scale
-        return ScoreOutput(-scale * errors, {"velocity": velocity, "kl": kl})
+            if "kl" in request:
+                kl = torch.stack([element_mse(v, r) for (_, v, _), r in zip(kept, refs, strict=True)], dim=1)  # [n, K]
+            if "ref_logp" in request:  # the reference's ELBO proxy at the same points (Diffusion-DPO's ref error)
+                ref_errors = [element_mse(r, target) for (_, _, target), r in zip(kept, refs, strict=True)]
+                ref_logp = -scale * torch.stack(ref_errors, dim=1)  # [n, K]
+        return ScoreOutput(-scale * errors, {"velocity": velocity, "kl": kl, "ref_logp": ref_logp})

@@ -13,11 +13,17 @@ policy itself ([69] SAGE), which then renders like ``hint`` (``Rollout.rows`` ca
 renders again identically); rows are sampled in one engine call per sampling ``temperature``.
 
 Force (:meth:`CausalLMPolicy.force`, :mod:`genalign.policies.lm.forced`): a training rollout of given completions
-(replayed token ids, or reference-solution texts closed with the end token), laid out like a sampled one.
+(replayed token ids, or reference-solution texts closed with the end token), or of given starts continued by the
+rollout engine, laid out like a sampled one.
 
 Multi-turn (``policy.multi_turn``, :mod:`genalign.policies.lm.multi_turn`): with environments configured, ``rollout``
 dispatches to the turn loop, whose rollouts carry the environment's tokens as attended context between the model's
-turns (``per_sample["completion_attention"]``); without them nothing here changes.
+turns (``per_sample["completion_attention"]``); with the static engine each trajectory's KV cache is kept between its
+turns (``turn_engine``, ``multi_turn.keep_kv_cache``); without environments nothing here changes.
+
+Teachers (``algorithm.teacher``, :mod:`genalign.teachers`): every kind; a teacher model is loaded like the frozen
+reference (:meth:`CausalLMPolicy.load_peer`) and a teacher with privileged context sees the prompts re-rendered with it
+(:meth:`CausalLMPolicy.with_prompts`); multi-turn rollouts host model and self teachers only (:data:`MULTI_TURN_TEACHERS`).
 
 Score: one backbone pass over ``[prompt | completion]`` and a chunked head (:mod:`genalign.policies.lm.logprobs`), so
 ``score`` of a stored rollout is deterministic and does not depend on the micro-batch split; entropy, vocabulary terms,
@@ -38,9 +44,9 @@ from torch import Tensor, nn
 
 from genalign.algorithms.structure import PrefixTree
 from genalign.assets import model_location
-from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import PeerModel, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.chat_turns import ChatRenderer
-from genalign.policies.lm.config import CONFIG_CLASS, CausalLMPolicyConfig
+from genalign.policies.lm.config import CONFIG_CLASS, MULTI_TURN_TEACHERS, CausalLMPolicyConfig
 from genalign.policies.lm.core import (
     DTYPES,
     LoRAConfig,
@@ -51,10 +57,12 @@ from genalign.policies.lm.core import (
     end_and_pad_token_ids,
     eval_mode,
     lora_reference_mode,
+    peer_model,
     sampling_params,
 )
 from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.lm.engines.tree import TreeCacheEngine
+from genalign.policies.lm.engines.turn_cache import TurnCacheEngine
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
 from genalign.policies.lm.guidance import (
@@ -109,6 +117,9 @@ class CausalLMPolicy(TokenLMPolicy):
         )
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
         self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
+        keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
+        #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
+        self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
         self.segments = SegmentBoundaries(tokenizer)
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
@@ -149,25 +160,25 @@ class CausalLMPolicy(TokenLMPolicy):
             raise ValueError(f"group_size={group_size} must be >= 1.")
         if self.config.multi_turn.enabled:
             return multi_turn_rollout(self, rows, group_size, mode, request, TextTurns(self))
-        info: dict[str, Any] = {}
+        counts: dict[str, int] = {}
         guidance = [read_guidance(row, index) for index, row in enumerate(rows)]
         if any(g.self_hint is not None for g in guidance):
             with eval_mode(self.model):
-                rows = sample_self_hints(self, rows, self.sampling_params(mode), info)
+                rows = sample_self_hints(self, rows, self.sampling_params(mode), counts)
         prompts = self.encode(rows)
-        info |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
+        counts |= {"prompts_skipped_too_long": len(prompts.skipped), "prompts_truncated": len(prompts.truncated)}
         if not prompts.kept:
-            return empty_rollout(info)
+            return empty_rollout(counts)
         prompt_ids = prompts.ids.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         prompt_mask = prompts.mask.repeat_interleave(group_size, dim=0).to(self.device)  # [N, P]
         default = self.sampling_params(mode).temperature
         temperatures = [guidance[i].temperature or default for i in prompts.kept]
         with eval_mode(self.model):
-            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, info, temperatures)
+            generation, sampling_tree = self._generate_by_temperature(prompts, group_size, mode, counts, temperatures)
         lengths = generation.completion_mask.sum(dim=1).long().tolist()  # [N]
         prefixes = [prefix for prefix in prompts.prefixes for _ in range(group_size)]
         outputs = completion_texts(self.tokenizer, self.stop_matcher, prefixes, generation.completion_ids, lengths)
-        info["completion_tokens"] = int(sum(lengths))
+        counts["completion_tokens"] = int(sum(lengths))
         rollout = Rollout(
             rows=[rows[i] for i in prompts.kept for _ in range(group_size)],
             outputs=outputs,
@@ -189,7 +200,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 "completion_ids": generation.completion_ids,
                 "completion_mask": generation.completion_mask,
             },
-            info=info,
+            counts=counts,
             left_padded=LEFT_PADDED,
         )
         return probe_structure(self, rollout, request)
@@ -201,11 +212,13 @@ class CausalLMPolicy(TokenLMPolicy):
         behaviour_logp: list[Tensor | None],
         *,
         request: RolloutRequest = RolloutRequest(),
+        continues: list[bool] | None = None,
     ) -> Rollout:
         """A training rollout of given completions (token ids, or texts closed with the end token) for ``rows``,
-        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None, the current policy's
-        log-probs through the scoring pass (:mod:`genalign.policies.lm.forced`)."""
-        rollout = forced_rollout(self, rows, completions, behaviour_logp, request)
+        laid out like :meth:`rollout`'s; ``old_logp`` is ``behaviour_logp[i]`` or, where None or NaN, the current
+        policy's log-probs through the scoring pass; starts flagged in ``continues`` are continued by the rollout
+        engine (:mod:`genalign.policies.lm.forced`)."""
+        rollout = forced_rollout(self, rows, completions, behaviour_logp, request, continues)
         return probe_structure(self, rollout, request)
 
     def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
@@ -222,12 +235,35 @@ class CausalLMPolicy(TokenLMPolicy):
             pad_token_id=self.pad_token_id,
         )
 
+    # ---- teachers (TeacherHost; the rest is TokenLMPolicy's) -------------------------------------------------------
+    def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
+        """The causal LM saved at ``path`` (and its tokenizer), loaded with this policy's options (``dtype`` aside)."""
+        location = model_location(path, field=field)
+        peer_tokenizer = load_tokenizer(
+            model_location(tokenizer, field=f"{field.rsplit('.', 1)[0]}.tokenizer", marker=None) if tokenizer
+            else location
+        )  # fmt: skip
+        config = replace(self.config, dtype=dtype or self.config.dtype)
+        return peer_model(_load_model(config, location, self.device), peer_tokenizer)
+
+    def with_prompts(self, rollout: Rollout, rows: list[dict[str, Any]]) -> Rollout:
+        """``rollout`` with each sample's prompt ids rendered from ``rows`` (chat template and guidance as the policy
+        renders them, never truncated); completions unchanged."""
+        encoded = self.encode(rows, limit=False)
+        device = rollout.per_sample["prompt_ids"].device
+        per_sample = {
+            **rollout.per_sample,
+            "prompt_ids": encoded.ids.to(device),
+            "prompt_mask": encoded.mask.to(device),
+        }
+        return replace(rollout, per_sample=per_sample)
+
     def _generate_by_temperature(
         self,
         prompts: EncodedPrompts,
         group_size: int,
         mode: Literal["train", "eval"],
-        info: dict,
+        counts: dict[str, int],
         temperatures: list[float],
     ) -> tuple[Generation, PrefixTree | None]:
         """:meth:`_generate` once per distinct sampling temperature of the kept rows, merged in row order."""
@@ -235,7 +271,7 @@ class CausalLMPolicy(TokenLMPolicy):
         params = self.sampling_params(mode)
         if len(groups) == 1:
             return self._generate(
-                prompts.ids, prompts.mask, group_size, mode, info, replace(params, temperature=temperatures[0])
+                prompts.ids, prompts.mask, group_size, mode, counts, replace(params, temperature=temperatures[0])
             )
         generations, trees = [], []
         for temperature, members in groups:
@@ -245,7 +281,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 prompts.mask[chosen],
                 group_size,
                 mode,
-                info,
+                counts,
                 replace(params, temperature=temperature),
             )
             generations.append((members, generation))
@@ -259,14 +295,14 @@ class CausalLMPolicy(TokenLMPolicy):
         prompt_mask: Tensor,
         group_size: int,
         mode: Literal["train", "eval"],
-        info: dict,
+        counts: dict[str, int],
         params: SamplingParams,
     ) -> tuple[Generation, PrefixTree | None]:
         """``group_size`` completions of each prompt ``[B, P]`` with ``params``: independent samples, or with
         ``policy.tree`` in training the leaves of shared-prefix trees and their sampling tree; adds the sampled
-        tokens to ``info``."""
+        tokens to ``counts``."""
         prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
-        info.setdefault("generated_tokens", 0)
+        counts.setdefault("generated_tokens", 0)
         if self.tree_engine is None or mode == "eval":
             generation = self.engine.generate(
                 prompt_ids.repeat_interleave(group_size, dim=0),
@@ -274,7 +310,7 @@ class CausalLMPolicy(TokenLMPolicy):
                 params,
                 self.generator,
             )
-            info["generated_tokens"] += int(generation.completion_mask.sum())
+            counts["generated_tokens"] += int(generation.completion_mask.sum())
             return generation, None
         tree = sample_tree_group(
             self.tree_engine,
@@ -286,7 +322,7 @@ class CausalLMPolicy(TokenLMPolicy):
             generator=self.generator,
             boundary_table=self.segments.table() if self.config.tree.at_segment_boundaries else None,
         )
-        info["generated_tokens"] += tree.generated_tokens
+        counts["generated_tokens"] += tree.generated_tokens
         return tree.generation, tree.prefix_tree
 
     # ---- score ---------------------------------------------------------------------------------------------------
@@ -364,4 +400,11 @@ def build_policy(config: CausalLMPolicyConfig, device: torch.device | str = "cpu
     return CausalLMPolicy(config, model, tokenizer, device, model_path)
 
 
-__all__ = ["CONFIG_CLASS", "CausalLMPolicy", "CausalLMPolicyConfig", "LoRAConfig", "build_policy"]
+__all__ = [
+    "CONFIG_CLASS",
+    "MULTI_TURN_TEACHERS",
+    "CausalLMPolicy",
+    "CausalLMPolicyConfig",
+    "LoRAConfig",
+    "build_policy",
+]

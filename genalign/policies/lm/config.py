@@ -147,19 +147,36 @@ class CausalLMPolicyConfig:
         """Entropy, vocabulary terms, top-k log-probs, hidden states and raw-logit statistics from the chunked head
         pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
         rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
-        rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`."""
+        rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`; every
+        kind of teacher (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`)."""
         if self.multi_turn.enabled:  # no forcing, guidance, trees or probes: they assume one turn
-            return token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
-                                      structure=MULTI_TURN_STRUCTURE)  # fmt: skip
+            capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
+                                              structure=MULTI_TURN_STRUCTURE)  # fmt: skip
+            return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS)
         capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
-        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS)
+        teachers = self._teachers({"model", "self", "context", "remote"})
+        return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
+                       teacher_limits="")  # fmt: skip
+
+    def _teachers(self, kinds: set[str]) -> frozenset[str]:
+        """``kinds``, and ``reference`` (a self-teacher with the base weights) unless ``reference='none'``."""
+        return frozenset(kinds | ({"reference"} if self.reference != "none" else set()))
+
+
+#: Why a multi-turn causal LM hosts only model and self teachers (the config-load error says it).
+MULTI_TURN_TEACHERS = (
+    "multi-turn rollouts interleave the environment's tokens with the model's turns: a prompt re-rendered with "
+    "privileged context would lose the chat turns after it, and a remote teacher given the sampled token ids alone "
+    "would miss the environment's tokens between them; a teacher model of the family (or the policy's own weights) "
+    "scores the whole trajectory through the family's pass"
+)
 
 
 CONFIG_CLASS = CausalLMPolicyConfig
 
-__all__ = ["CONFIG_CLASS", "CausalLMPolicyConfig"]
+__all__ = ["CONFIG_CLASS", "MULTI_TURN_TEACHERS", "CausalLMPolicyConfig"]

@@ -11,8 +11,10 @@ What every token-LM family has in common lives here once:
   (:class:`~genalign.policies.lm.reference.ReferencePolicy`) around the family's own scoring pass, the trainable
   parameters, saving the weights (LoRA adapters alone in peft format, or all weights as safetensors plus the model
   config) together with the tokenizer or processor, the generation config and a model card
-  (:mod:`genalign.policies.lm.export`), and the resumable state: every random generator of the family (contract 4 of
-  ``shared/ARCHITECTURE.md``).
+  (:mod:`genalign.policies.lm.export`), the resumable state: every random generator of the family (contract 4 of
+  ``shared/ARCHITECTURE.md``), and the host of a teacher (:class:`~genalign.policies.base.TeacherHost`,
+  :mod:`genalign.teachers`): a teacher's model scored through the family's own pass, the reference and the current
+  weights as self-teachers.
 
 A family implements ``rollout``, :meth:`TokenLMPolicy.score_actions` (its scoring pass under a given module, without
 the KL) and :meth:`TokenLMPolicy.checkpoint_facts` (what its model card says); it never writes the reference,
@@ -34,13 +36,15 @@ from torch import Tensor, nn
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
-from genalign.policies.base import DTYPES, Policy, Rollout, RolloutRequest
+from genalign.policies.base import DTYPES, PeerModel, Policy, Rollout, RolloutRequest, TeacherHost
+from genalign.policies.capabilities import REFERENCE_FEATURES
 from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
 from genalign.policies.lm.lora import load_weights, save_weights
 from genalign.policies.lm.options import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
+    REFERENCE_ENTROPY,
     AttnImplementation,
     lora_reference_mode,
     token_capabilities,
@@ -140,12 +144,24 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
         module.train(was_training)
 
 
-def empty_rollout(info: dict[str, Any]) -> Rollout:
+def empty_rollout(counts: dict[str, int]) -> Rollout:
     """A rollout of zero samples (every prompt of the call was skipped), with the call's counters."""
     empty = torch.zeros(0, 0)
     return Rollout(
-        rows=[], outputs=[], group_ids=torch.zeros(0, dtype=torch.long), old_logp=empty, action_mask=empty, info=info
+        rows=[],
+        outputs=[],
+        group_ids=torch.zeros(0, dtype=torch.long),
+        old_logp=empty,
+        action_mask=empty,
+        counts=counts,
     )
+
+
+def peer_model(module: nn.Module, tokenizer: Any) -> PeerModel:
+    """``module`` frozen in eval mode, with its tokenizer's vocabulary and its output head's size (a teacher)."""
+    module = module.eval().requires_grad_(False)
+    head = get_base_model(module).get_output_embeddings()
+    return PeerModel(module, dict(tokenizer.get_vocab()), int(head.weight.shape[0]))
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,8 @@ class TokenLMPolicy(Policy):
     #: Why a score feature outside the capabilities is missing, by feature name (completes the error message).
     missing_feature_reasons: ClassVar[dict[str, str]] = {
         "kl": "has no reference policy with policy.reference='none'; set it to 'auto' or drop the KL term",
+        "ref_logp": "has no reference policy with policy.reference='none'; set it to 'auto' or choose an objective "
+        "without a reference",
     }
 
     def __init__(
@@ -206,16 +224,26 @@ class TokenLMPolicy(Policy):
         ``[n, T]`` and the requested features other than ``kl``."""
 
     def score(self, rollout: Rollout, request: ScoreRequest = ScoreRequest()) -> ScoreOutput:
-        """``score_actions`` under the current weights, plus the per-action KL ``[n, T]`` to the reference when the
-        request names ``kl`` (its parameter is the estimator; the reference scores the same actions through the same
-        code path)."""
+        """``score_actions`` under the current weights, plus, from one reference pass, the per-action KL ``[n, T]`` to
+        the reference when the request names ``kl`` (its parameter is the estimator), the reference's log-probs
+        ``ref_logp`` ``[n, T]`` and its own per-action entropy ``ref_entropy`` ``[n, T]`` when it names them (the
+        reference scores the same actions through the same code path)."""
         self.check_request(request)
         out = self.score_actions(self.model, rollout, request)
-        if "kl" not in request:
+        if not (REFERENCE_FEATURES | REFERENCE_ENTROPY) & request.features:
             return out
-        ref_logp = self.reference_logprobs(rollout)  # [n, T]
-        kl = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * rollout.action_mask.to(out.logp.device)
-        return out.with_features(kl=kl)
+        mask = rollout.action_mask.to(out.logp.device)
+        features = {}
+        if "ref_entropy" in request:
+            ref = self.reference(lambda module: self.score_actions(module, rollout, ScoreRequest.of("entropy")))
+            ref_logp, features["ref_entropy"] = ref.logp.to(out.logp.device), ref["entropy"].float() * mask  # [n, T]
+        else:
+            ref_logp = self.reference_logprobs(rollout).to(out.logp.device)  # [n, T]
+        if "ref_logp" in request:
+            features["ref_logp"] = ref_logp.float().detach()
+        if "kl" in request:
+            features["kl"] = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * mask
+        return out.with_features(**features)
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """``[n, T]`` log-probs of the stored actions under the reference policy (loaded on first use)."""
@@ -229,6 +257,32 @@ class TokenLMPolicy(Policy):
             raise ValueError(
                 f"score feature {missing[0]!r} was requested from the {self.family} policy, which {reason}."
             )
+
+    # ---- teachers (TeacherHost: genalign.teachers) ------------------------------------------------------------------
+    def teacher_host(self) -> TeacherHost:
+        """The policy itself: it scores a teacher's model through its own chunked head pass (:meth:`score_with`) and
+        runs its reference and current weights as a self-teacher; ``load_peer`` and ``with_prompts`` are the
+        family's (only the kinds in ``capabilities.teachers`` are called)."""
+        if not self.capabilities.teachers:
+            return super().teacher_host()
+        return self
+
+    def score_with(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
+        """:meth:`score_actions` under ``module`` without gradient (a teacher's model scored exactly like the policy
+        and its reference)."""
+        with torch.no_grad():
+            return self.score_actions(module, rollout, request)
+
+    def under_reference(self, fn: Callable[[nn.Module], Any]) -> Any:
+        return self.reference(fn)
+
+    def under_current_weights(self, fn: Callable[[nn.Module], Any]) -> Any:
+        with torch.no_grad(), eval_mode(self.model):
+            return fn(self.model)
+
+    def vocabulary(self) -> dict[str, int]:
+        tokenizer = getattr(self.preprocessor, "tokenizer", self.preprocessor)  # a VLM's processor holds one
+        return dict(tokenizer.get_vocab())
 
     # ---- parameters and weights ----------------------------------------------------------------------------------
     def trained_modules(self) -> list[TrainedModule]:
@@ -312,6 +366,7 @@ __all__ = [
     "end_and_pad_token_ids",
     "eval_mode",
     "lora_reference_mode",
+    "peer_model",
     "sampling_params",
     "token_capabilities",
 ]

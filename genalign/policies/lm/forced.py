@@ -1,5 +1,5 @@
 """Training rollouts of given completions (``Policy.force``) for the causal-LM family: replayed samples and reference
-solutions that join a step's groups without being sampled.
+solutions that join a step's groups without being sampled, and given starts the policy continues.
 
 Each completion is a ``[T_i]`` long tensor of token ids (ending with an end token when it ended) or a text, which is
 tokenized on its own (no special tokens) and closed with the tokenizer's end token. A completion longer than
@@ -8,12 +8,19 @@ The rows are rendered exactly like :meth:`CausalLMPolicy.rollout` renders them (
 ``prefix``; a ``self_hint`` is not sampled again and a ``temperature`` does not apply to given tokens), so the
 ``per_sample`` layout is the sampled one: a forced rollout of a sampled rollout's own completions scores identically.
 
-``old_logp`` is the given behaviour log-probs where there are some, else the current policy's log-probs, computed
-without gradient, in eval mode, through the scoring pass of ``score`` (at ``policy.temperature``).
+A *forced continuation* (``continues[i]``): the given ids are the start of the completion, and the rollout engine
+samples the rest after ``[prompt | start]`` with the training sampling settings (``policy.temperature``, top-k/top-p,
+stop strings), within the ``max_new_tokens`` the start left; the start and the sampled rest are all actions. A start
+that already ends (its end token or a stop string) or fills the limit is not continued.
+
+``old_logp`` is the given behaviour log-probs where there are some (NaN entries excepted), the engine's for continued
+tokens, else the current policy's log-probs, computed without gradient, in eval mode, through the scoring pass of
+``score`` (at ``policy.temperature``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -41,10 +48,14 @@ class ForcingPolicy(Protocol):
     pad_token_id: int
     stop_matcher: Any
     segments: Any
+    engine: Any
+    generator: torch.Generator
 
     def encode(self, rows: list[dict[str, Any]]) -> EncodedPrompts: ...
 
     def score_actions(self, module: Any, rollout: Rollout, request: ScoreRequest) -> ScoreOutput: ...
+
+    def sampling_params(self, mode: str) -> Any: ...
 
 
 def with_action_ids(request: RolloutRequest) -> RolloutRequest:
@@ -91,27 +102,33 @@ def forced_rollout(
     completions: list[Tensor | str],
     behaviour_logp: list[Tensor | None],
     request: RolloutRequest,
+    continues: list[bool] | None = None,
 ) -> Rollout:
     """The rollout of ``completions[i]`` answering ``rows[i]`` (module docstring); ``group_ids`` index ``rows``.
     Rows whose prompt is too long are skipped like in a sampled rollout (``policy.on_long_prompt``), with their
-    completions."""
-    if not len(rows) == len(completions) == len(behaviour_logp):
+    completions. ``continues[i]``: the completion is a start the rollout engine continues (None: none is)."""
+    continues = list(continues) if continues is not None else [False] * len(rows)
+    if not len(rows) == len(completions) == len(behaviour_logp) == len(continues):
         raise ValueError(
-            f"force: {len(rows)} rows, {len(completions)} completions and {len(behaviour_logp)} behaviour_logp "
-            "entries; give one completion and one behaviour_logp (or None) per row."
+            f"force: {len(rows)} rows, {len(completions)} completions, {len(behaviour_logp)} behaviour_logp and "
+            f"{len(continues)} continues entries; give one completion, one behaviour_logp (or None) and one "
+            "continues flag per row."
         )
     prompts = policy.encode([conditioning_only(row) for row in rows])
-    info: dict[str, Any] = {
+    counts: dict[str, int] = {
         "prompts_skipped_too_long": len(prompts.skipped),
         "prompts_truncated": len(prompts.truncated),
     }
     if not prompts.kept:
-        return empty_rollout(info)
+        return empty_rollout(counts)
     limit = policy.config.max_new_tokens
     tokens = [completion_tokens(policy, completions[i], i)[:limit] for i in prompts.kept]
     if any(not seq for seq in tokens):
         raise ValueError("force: a completion has no token; give at least the end token.")
     given = [_behaviour(behaviour_logp[i], len(seq), i) for i, seq in zip(prompts.kept, tokens, strict=True)]
+    continuing = [bool(continues[i]) for i in prompts.kept]
+    if any(continuing):
+        tokens, given = _continued(policy, prompts, tokens, given, continuing, counts)
     width = max(len(seq) for seq in tokens)
     ids = torch.full((len(tokens), width), policy.pad_token_id, dtype=torch.long)  # [n, C]
     mask = torch.zeros(len(tokens), width)  # [n, C]
@@ -122,7 +139,7 @@ def forced_rollout(
     ids, mask, truncated = ids.to(policy.device), mask.to(policy.device), truncated.to(policy.device)
     group_ids = torch.arange(len(tokens))
     lengths = [len(seq) for seq in tokens]
-    info["completion_tokens"] = int(sum(lengths))
+    counts["completion_tokens"] = int(sum(lengths))
     rollout = Rollout(
         rows=[rows[i] for i in prompts.kept],
         outputs=completion_texts(policy.tokenizer, policy.stop_matcher, prompts.prefixes, ids, lengths),
@@ -138,23 +155,64 @@ def forced_rollout(
             "completion_ids": ids,
             "completion_mask": mask,
         },
-        info=info,
+        counts=counts,
         left_padded=LEFT_PADDED,
     )
     rollout.old_logp = _old_logprobs(policy, rollout, given)
     return rollout
 
 
+def _continued(
+    policy: ForcingPolicy,
+    prompts: EncodedPrompts,
+    tokens: list[list[int]],
+    given: list[Tensor | None],
+    continuing: list[bool],
+    counts: dict[str, int],
+) -> tuple[list[list[int]], list[Tensor | None]]:
+    """``tokens`` and ``given`` with the flagged starts continued: one engine call samples after ``[prompt | start]``
+    (left-padded) for every start with room left, each continuation cut to its own room (``max_new_tokens −
+    len(start)``); the continued sample's behaviour log-probs are the given ones of its start (NaN where none was
+    given: scored by the current policy) followed by the engine's. Counts ``continued`` and ``continued_tokens``."""
+    limit = policy.config.max_new_tokens
+    chosen = [k for k, seq in enumerate(tokens) if continuing[k] and len(seq) < limit and not _ended(policy, seq)]
+    counts["continued"], counts["continued_tokens"] = len(chosen), 0
+    if not chosen:
+        return tokens, given
+    starts = [prompts.ids[k][prompts.mask[k] > 0].tolist() + tokens[k] for k in chosen]
+    width = max(len(start) for start in starts)
+    ids = torch.full((len(chosen), width), policy.pad_token_id, dtype=torch.long)  # [c, P'] left-padded
+    mask = torch.zeros(len(chosen), width, dtype=torch.long)  # [c, P']
+    for row, start in enumerate(starts):
+        ids[row, width - len(start) :] = torch.tensor(start, dtype=torch.long)
+        mask[row, width - len(start) :] = 1
+    params = replace(policy.sampling_params("train"), max_new_tokens=limit - min(len(tokens[k]) for k in chosen))
+    with torch.no_grad(), eval_mode(policy.model):
+        generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), params, policy.generator)
+    tokens, given = list(tokens), list(given)
+    for row, k in enumerate(chosen):
+        length = min(int(generation.completion_mask[row].sum()), limit - len(tokens[k]))
+        start_logp = given[k] if given[k] is not None else torch.full((len(tokens[k]),), math.nan)
+        tokens[k] = tokens[k] + generation.completion_ids[row, :length].tolist()
+        given[k] = torch.cat([start_logp, generation.logp[row, :length].float().cpu()])
+        counts["continued_tokens"] += length
+    return tokens, given
+
+
 def _old_logprobs(policy: ForcingPolicy, rollout: Rollout, given: list[Tensor | None]) -> Tensor:
-    """``[n, C]``: the given behaviour log-probs, the current policy's (no grad, eval mode) where none was given."""
+    """``[n, C]``: the given behaviour log-probs, the current policy's (no grad, eval mode) where none was given
+    (None, or a NaN entry)."""
     old = torch.zeros_like(rollout.action_mask)  # [n, C]
-    if any(g is None for g in given):
+    if any(g is None or bool(g.isnan().any()) for g in given):
         with torch.no_grad(), eval_mode(policy.model):
             old = policy.score_actions(policy.model, rollout, ScoreRequest()).logp.detach().float()  # [n, C]
     for row, values in enumerate(given):
         if values is not None:
+            length = values.shape[0]
+            values = values.to(old.device)
+            known = torch.where(values.isnan(), old[row, :length], values)  # [T_i]
             old[row] = 0.0
-            old[row, : values.shape[0]] = values.to(old.device)
+            old[row, :length] = known
     return old * rollout.action_mask
 
 

@@ -130,14 +130,14 @@ class HintSampler(Protocol):
 
 
 def sample_self_hints(
-    policy: HintSampler, rows: list[dict[str, Any]], params: SamplingParams, info: dict[str, Any]
+    policy: HintSampler, rows: list[dict[str, Any]], params: SamplingParams, counts: dict[str, int]
 ) -> list[dict[str, Any]]:
     """``rows`` whose ``self_hint`` instruction is replaced by a hint the policy samples under it ([69] SAGE): the
     instruction is appended to the prompt (after the row's ``hint``; without its ``prefix``), one hint per row is
     sampled with ``params`` at the row's temperature and ``self_hint_tokens`` at most, decoded, stripped and added
     with :func:`with_resolved_hint`. The instruction prompt is not held to ``policy.max_prompt_tokens`` (the
     reference solution may be long); the final prompt with the hint is. Counts ``self_hints`` and
-    ``self_hint_tokens`` in ``info``. Call it with the model in eval mode."""
+    ``self_hint_tokens`` in ``counts``. Call it with the model in eval mode."""
     asking = [i for i, row in enumerate(rows) if read_guidance(row, i).self_hint is not None]
     guidance = {i: read_guidance(rows[i], i) for i in asking}
     instructed = [{**rows[i], GUIDANCE_KEY: {"hint": guidance[i].hint + guidance[i].self_hint}} for i in asking]
@@ -155,7 +155,7 @@ def sample_self_hints(
         )
         parts.append((members, generation))
     hints = [""] * len(instructed)
-    info["self_hints"], info["self_hint_tokens"] = len(asking), 0
+    counts["self_hints"], counts["self_hint_tokens"] = len(asking), 0
     if parts:
         merged = merge_generations(parts, 1, policy.pad_token_id)
         lengths = merged.completion_mask.sum(dim=1).long().tolist()
@@ -164,7 +164,7 @@ def sample_self_hints(
         )
         for k, text in zip(prompts.kept, texts, strict=True):
             hints[k] = text.strip()
-        info["self_hint_tokens"] = int(sum(lengths))
+        counts["self_hint_tokens"] = int(sum(lengths))
     resolved = list(rows)
     for k, i in enumerate(asking):
         resolved[i] = with_resolved_hint(rows[i], hints[k])

@@ -10,7 +10,9 @@ Per trajectory (``group_size`` per row, one environment instance each, :class:`~
 choosing it by the row's column): ``reset`` may give the first observation, appended to the prompt's last user
 message; the prompt is rendered with the chat template and the episode's tool schemas. Then, while trajectories are
 active, one engine call samples a turn for every active one (a turn ends at an end-of-sequence token, the template's
-end-of-turn token, or ``policy.max_new_tokens``); each turn goes to ``environment.step`` (tool calls parsed and run
+end-of-turn token, or ``policy.max_new_tokens``; the causal-LM family's static engine continues each trajectory's KV
+cache from its last turn, :mod:`genalign.policies.lm.engines.turn_cache`, other engines re-encode the whole
+conversation); each turn goes to ``environment.step`` (tool calls parsed and run
 there: in parallel, with timeouts and output caps, every failure an error observation of a counted kind), and what the
 environment answers is rendered with the chat template and appended as a suffix (:mod:`genalign.policies.lm.chat_turns`:
 earlier turns are never tokenized again; a template that is not prefix-preserving is refused).
@@ -21,6 +23,11 @@ an answer is longer than ``max_observation_tokens`` (it is then not appended). A
 episode whose ``step`` raised is not read, the reward functions score it), and so does an answer the family cannot
 show the model (:class:`ObservationError`, e.g. an unreadable image; truncated); nothing an environment or the model
 does stops the run, except a chat template that is not prefix-preserving (a configuration error).
+
+Counts (``Rollout.counts``, logged as ``rollout/<key>`` and summed over a held-out evaluation as
+``eval/rollout/<key>``): ``turns``, ``trajectories``, the limits hit, ``tools/<outcome>`` (the episodes'
+``TurnRecord.counts``), ``environment_errors/<stage>`` and ``generated_tokens``; ``Rollout.info`` has
+``completion_tokens`` and ``turns_per_trajectory``.
 
 What the backend sees: ``per_sample`` holds the prompt ids (left-padded) and one completion ``[N, C]`` per sample, the
 model's turns and the environment's tokens in order; ``completion_mask`` (the action mask, ``Rollout.action_mask``) is
@@ -50,6 +57,7 @@ from genalign.policies.base import Rollout, RolloutRequest
 from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
 from genalign.policies.lm.core import completion_structure, eval_mode
 from genalign.policies.lm.engines.base import Generation, SamplingParams
+from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
 from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
 
@@ -69,6 +77,7 @@ class Trajectory:
     messages: list[dict[str, Any]]
     prompt: list[int]
     index: int = 0  # the row's index in the rollout's rows (for messages)
+    number: int = 0  # the trajectory's index in the rollout (names its kept KV cache)
     media: list[Any] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # model and environment tokens after the prompt
     actions: list[float] = field(default_factory=list)  # 1 on model tokens
@@ -165,6 +174,8 @@ def multi_turn_rollout(
     trajectories = [
         _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
     ]
+    for number, trajectory in enumerate(trajectories):
+        trajectory.number = number
     for turn in range(options.max_turns):
         active = [t for t in trajectories if not t.done]
         if not active:
@@ -232,11 +243,21 @@ def kept_turns(generation: Generation, budgets: list[int], counts: Counter) -> l
     return out
 
 
-def _generate_turn(policy: Any, active: list[Trajectory], params: Any, counts: Counter) -> list[SampledTurn]:
-    """One engine call for the active trajectories (:func:`kept_turns`)."""
+def _generate_turn(
+    policy: Any, active: list[Trajectory], params: Any, counts: Counter, caches: TurnCaches | None
+) -> list[SampledTurn]:
+    """One engine call for the active trajectories (:func:`kept_turns`): through ``policy.turn_engine`` continuing
+    the ``caches`` kept from their last turn, or (``caches`` None) through ``policy.engine`` re-encoding every
+    trajectory's whole context."""
     budgets, turn_params = turn_budgets(active, params, policy.config.multi_turn.max_total_tokens)
-    ids, mask = left_padded_contexts(active, policy.pad_token_id)
-    generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), turn_params, policy.generator)
+    if caches is not None:
+        contexts = [t.prompt + t.ids for t in active]
+        numbers = [t.number for t in active]
+        generation = policy.turn_engine.generate(caches, numbers, contexts, turn_params, policy.generator)
+    else:
+        ids, mask = left_padded_contexts(active, policy.pad_token_id)
+        generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), turn_params,
+                                            policy.generator)  # fmt: skip
     return kept_turns(generation, budgets, counts)
 
 
@@ -287,12 +308,16 @@ def _answer(
 
 class TextTurns:
     """The causal-LM family's side of the turn loop: prompts rendered with the chat template and tokenized (within
-    ``policy.max_prompt_tokens``), turns sampled by ``policy.engine``, answers as text (images dropped)."""
+    ``policy.max_prompt_tokens``), turns sampled by ``policy.turn_engine`` with each trajectory's KV cache kept
+    between its turns (the static engine, :mod:`genalign.policies.lm.engines.turn_cache`) or else by
+    ``policy.engine`` re-encoding the whole conversation every turn (hf, vllm, or ``multi_turn.keep_kv_cache=false``),
+    answers as text (images dropped). One instance serves one rollout (it holds the rollout's caches)."""
 
     left_padded: frozenset[str] = frozenset()
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
+        self.caches = TurnCaches() if policy.turn_engine is not None else None
 
     def start(self, row: dict[str, Any], index: int, episode: Episode | None, counts: Counter) -> Trajectory:
         policy, renderer = self.policy, self.policy.chat_renderer
@@ -312,7 +337,7 @@ class TextTurns:
         return Trajectory(row=row, episode=episode, messages=messages, prompt=prompt, index=index)
 
     def generate(self, active: list[Trajectory], params: SamplingParams, counts: Counter) -> list[SampledTurn]:
-        return _generate_turn(self.policy, active, params, counts)
+        return _generate_turn(self.policy, active, params, counts, self.caches)
 
     def observation(
         self, trajectory: Trajectory, ids: list[int], text: str, answer: list[Message]
@@ -383,9 +408,8 @@ def _assemble(
     extra = {"turn_ids": turn_ids, "turn_rewards": turn_rewards}
     extra["tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.long)
     structure |= {name: value for name, value in extra.items() if name in request.structure}
-    info: dict[str, Any] = {key: int(value) for key, value in sorted(counts.items())}
-    info["completion_tokens"] = int(actions.sum())
-    info["turns_per_trajectory"] = counts["turns"] / max(1, n)
+    info = {"turns_per_trajectory": counts["turns"] / max(1, n)}
+    counts = {**counts, "completion_tokens": int(actions.sum())}
     device = policy.device
     return Rollout(
         rows=[{**t.row, ENVIRONMENT_REWARD_COLUMN: t.reward} for t in trajectories],
@@ -403,6 +427,7 @@ def _assemble(
             **family.per_sample(trajectories, prompt_ids, completion_ids),
         },
         info=info,
+        counts={key: int(value) for key, value in sorted(counts.items())},
         left_padded=LEFT_PADDED | family.left_padded,
     )
 

@@ -41,6 +41,13 @@ class MultiTurnOptions:
         default=None,
         metadata={"help": "Longest trajectory (prompt + every turn and answer) in tokens; null = no limit."},
     )
+    keep_kv_cache: bool = field(
+        default=True,
+        metadata={
+            "help": "Static engine: keep each trajectory's KV cache between turns, so a turn encodes only its new "
+            "tokens; false re-encodes the whole conversation every turn (the reference; hf and vllm always do)."
+        },
+    )
     tool_limits: dict[str, Any] | None = field(
         default=None,
         metadata={"help": "ToolLimits for every environment (timeout_s, max_output_chars, max_calls, ...)."},

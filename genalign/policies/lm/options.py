@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from genalign.policies.capabilities import PolicyCapabilities
+from genalign.policies.capabilities import REFERENCE_FEATURES, PolicyCapabilities
 from genalign.policies.lora import TOKEN_LORA, LoRAConfig
 
 if TYPE_CHECKING:
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
     from genalign.policies.lm.engines.tree import LMTreePlan
 
+#: The reference's own per-action entropy (declared with its reader, the ``response_weighted_kl`` regulariser [18]): a
+#: reference feature of the families that compute ``entropy``.
+REFERENCE_ENTROPY = frozenset({"ref_entropy"})
 #: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
 AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk_logp", "hidden"})
 #: Rollout structure every autoregressive token family can fill.
@@ -68,10 +71,12 @@ def token_capabilities(
     structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
     group_size: int | None = None,
 ) -> PolicyCapabilities:
-    """Capabilities of a token family: the score ``features`` (plus ``kl`` unless ``policy.reference`` is ``none``: every other
-    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`)
-    and the rollout ``structure`` signals. Re-scoring with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
-    kl = frozenset({"kl"}) if reference != "none" else frozenset()
+    """Capabilities of a token family: the score ``features`` (plus ``kl`` and ``ref_logp`` unless ``policy.reference``
+    is ``none``: every other mode of a valid config resolves to a reference, see :func:`resolve_reference_mode`; and
+    ``ref_entropy`` when the family also computes ``entropy``) and the rollout ``structure`` signals. Re-scoring with a
+    KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
+    reference_features = REFERENCE_FEATURES | (REFERENCE_ENTROPY if "entropy" in features else frozenset())
+    kl = reference_features if reference != "none" else frozenset()
     return PolicyCapabilities(rollout_logp_is_exact=False, signals=features | kl | structure, group_size=group_size)
 
 
@@ -178,8 +183,9 @@ class LMTreeConfig:
                 raise ValueError(message)
 
 
-#: Structure fields the rollout-time probes fill (``block_ids`` only with ``block_markers``; :mod:`genalign.policies.lm.probes`).
-PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids")
+#: Structure fields the rollout-time probes fill (``block_ids`` only with ``block_markers``, ``counterfactual_logp``
+#: only with ``counterfactual_column``; :mod:`genalign.policies.lm.probes`).
+PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp")
 
 
 @dataclass
@@ -207,6 +213,13 @@ class ProbeOptions:
         metadata={"help": "Strings that open the 2nd, 3rd, ... text block of a completion (block_ids, blockwise)."},
     )
     batch_size: int = field(default=16, metadata={"help": "Sequences per probe forward pass or sampling call."})
+    counterfactual_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Row column holding the prompt each completion is re-scored under (counterfactual_logp, e.g. the "
+            "prompt without its rubric); None: the probe is off."
+        },
+    )
 
     def validate(self) -> None:
         if self.value_samples < 1:
@@ -215,12 +228,17 @@ class ProbeOptions:
             raise ValueError(f"policy.probes.batch_size={self.batch_size} must be >= 1 (e.g. 16).")
         if not all(self.block_markers):
             raise ValueError(f"policy.probes.block_markers={self.block_markers} contains an empty string; remove it.")
+        if self.counterfactual_column == "":
+            raise ValueError("policy.probes.counterfactual_column is empty; name the row column or set it to null.")
         if "{answer}" not in self.teacher_hint:
             raise ValueError(f"policy.probes.teacher_hint={self.teacher_hint!r} must contain '{{answer}}'.")
 
     def structure(self) -> frozenset[str]:
         """The fields these options let the family fill."""
-        return frozenset(PROBED_FIELDS) - (frozenset() if self.block_markers else {"block_ids"})
+        off = (set() if self.block_markers else {"block_ids"}) | (
+            set() if self.counterfactual_column else {"counterfactual_logp"}
+        )
+        return frozenset(PROBED_FIELDS) - off
 
 
 __all__ = [
@@ -228,6 +246,7 @@ __all__ = [
     "AUTOREGRESSIVE_STRUCTURE",
     "GUIDANCE_KEYS",
     "PROBED_FIELDS",
+    "REFERENCE_ENTROPY",
     "AttnImplementation",
     "LMTreeConfig",
     "LoRAConfig",

@@ -17,6 +17,11 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
   continuation gets the token budget the completion had left (``max_new_tokens − prefix length``).
 * ``block_ids`` ``[N, T]`` (blockwise advantages [56]): the number of ``block_markers`` (found in order in the decoded
   completion) whose first character lies in a token at or before each action.
+* ``prefix_rewards`` ``[N, S + 1]`` (Rank-GRPO [104]): the trainer's combined reward of the completion cut after every
+  segment state (no generation: the decoded prefix is scored as it is, one reward call per state); state ``S_i`` is
+  the sample's own output.
+* ``counterfactual_logp`` ``[N, T]`` (CoRT [275]): the completion re-scored by the same model under the row's
+  counterfactual prompt (``counterfactual_column``, e.g. the prompt without its rubric), at the sampling temperature.
 """
 
 from __future__ import annotations
@@ -157,6 +162,50 @@ def teacher_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
     return result
 
 
+def _rescored(policy: CausalLMPolicy, rollout: Rollout, prompts: list[list[int]]) -> Tensor:
+    """``[N, T]`` log-probs of every sample's completion after ``prompts[i]`` (token ids) at the sampling
+    temperature, 0 on padding (the loop of :func:`teacher_logprobs`, a deliberate copy kept in sync)."""
+    _, completions = _sequences(rollout)
+    result = torch.zeros(rollout.action_mask.shape)
+    size, temperature = policy.config.probes.batch_size, policy.config.temperature
+    for start in range(0, len(rollout), size):
+        part = range(start, min(start + size, len(rollout)))
+        logp, _, mask = _score(policy, [prompts[i] for i in part], [completions[i] for i in part], temperature)
+        result[start : part.stop, : logp.shape[1]] = logp * mask
+    return result
+
+
+def counterfactual_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
+    """``[N, T]`` log-probs of the sampled actions after each row's counterfactual prompt (the row's
+    ``counterfactual_column``: a text or chat messages, rendered like the policy's prompts; never truncated)."""
+    column = policy.config.probes.counterfactual_column
+    if column is None:
+        raise ValueError(
+            "counterfactual_logp needs policy.probes.counterfactual_column: the row column of the prompt "
+            "each completion is re-scored under."
+        )
+    missing = [i for i, row in enumerate(rollout.rows) if row.get(column) in (None, "")]
+    if missing:
+        raise ValueError(
+            f"counterfactual_logp re-scores each completion under the prompt in column {column!r} "
+            f"(policy.probes.counterfactual_column), which row {missing[0]} lacks or leaves empty (columns: "
+            f"{sorted(rollout.rows[missing[0]])}); add that column to the data or point the option at it."
+        )
+    rows = [{**row, "prompt": row[column]} for row in rollout.rows]
+    cfg = policy.config
+    encoded = encode_prompts(
+        rows,
+        policy.tokenizer,
+        use_chat_template=cfg.use_chat_template,
+        system_prompt=cfg.system_prompt,
+        max_prompt_tokens=None,
+        on_long_prompt="error",
+        pad_token_id=policy.pad_token_id,
+    )
+    prompts = [ids[m > 0].tolist() for ids, m in zip(encoded.ids, encoded.mask, strict=True)]
+    return _rescored(policy, rollout, prompts)
+
+
 def answer_probe(policy: CausalLMPolicy, rollout: Rollout, segment_ids: Tensor) -> Tensor:
     """``[N, S + 1, 3]`` answer log-prob, mean token probability and mean entropy at every segment state."""
     options: ProbeOptions = policy.config.probes
@@ -224,6 +273,36 @@ def segment_values(
     return values
 
 
+@torch.no_grad()
+def prefix_rewards(
+    policy: CausalLMPolicy, rollout: Rollout, segment_ids: Tensor, reward_probe: RewardProbe | None
+) -> Tensor:
+    """``[N, S + 1]`` the reward of every segment state's text (module docstring); NaN past a sample's last state."""
+    if reward_probe is None:
+        raise ValueError("RolloutRequest asks for prefix_rewards without a reward_probe to measure them.")
+    _, completions = _sequences(rollout)
+    ends = segment_ends(segment_ids.cpu(), rollout.action_mask.cpu())
+    rows, outputs, places = [], [], []
+    for i, bounds in enumerate(ends):
+        for k, bound in enumerate(bounds):
+            if k == len(bounds) - 1:
+                output = rollout.outputs[i]  # the sample's own output
+            else:
+                output = policy.stop_matcher.cut(
+                    policy.tokenizer.decode(completions[i][:bound], skip_special_tokens=True)
+                )
+            rows.append(rollout.rows[i])
+            outputs.append(output)
+            places.append((i, k))
+    values = torch.full((len(rollout), max(len(b) for b in ends)), float("nan"))
+    size = policy.config.probes.batch_size
+    for start in range(0, len(rows), size):
+        scores = reward_probe(rows[start : start + size], outputs[start : start + size]).float().cpu()
+        for (i, k), score in zip(places[start : start + size], scores.tolist(), strict=True):
+            values[i, k] = score
+    return values
+
+
 def block_ids(tokenizer, completion_ids: Tensor, mask: Tensor, markers: list[str]) -> Tensor:
     """``[N, T]`` long block index of every action (module docstring); padding continues the last block."""
     result = torch.zeros(completion_ids.shape, dtype=torch.long)
@@ -247,7 +326,7 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
     if not wanted or not len(rollout):
         return rollout
     segments = rollout.structure.get("segment_ids")
-    if segments is None and wanted & {"segment_values", "answer_probe"}:
+    if segments is None and wanted & {"segment_values", "answer_probe", "prefix_rewards"}:
         segments = policy.segments(rollout.per_sample["completion_ids"], rollout.action_mask)
     values: dict[str, Tensor] = {}
     with eval_mode(policy.model):
@@ -257,6 +336,10 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
             values["answer_probe"] = answer_probe(policy, rollout, segments)
         if "segment_values" in wanted:
             values["segment_values"] = segment_values(policy, rollout, segments, request.reward_probe)
+        if "counterfactual_logp" in wanted:
+            values["counterfactual_logp"] = counterfactual_logprobs(policy, rollout)
+    if "prefix_rewards" in wanted:
+        values["prefix_rewards"] = prefix_rewards(policy, rollout, segments, request.reward_probe)
     if "block_ids" in wanted:
         ids = rollout.per_sample["completion_ids"]
         values["block_ids"] = block_ids(policy.tokenizer, ids, rollout.action_mask, policy.config.probes.block_markers)
@@ -269,8 +352,10 @@ __all__ = [
     "ProbeOptions",
     "answer_probe",
     "block_ids",
+    "counterfactual_logprobs",
     "hinted_row",
     "left_pad",
+    "prefix_rewards",
     "probe_structure",
     "segment_ends",
     "segment_values",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
@@ -145,15 +145,28 @@ class VLMPolicyConfig:
         perception features ``logp_without_image``, ``visual_similarity`` and ``logp_frames_shuffled`` and, with ``block_markers``, the text
         blocks ``block_ids``. With ``multi_turn``: the structure of multi-turn rollouts and
         :data:`MULTI_TURN_VISION_FEATURES` (text blocks assume one turn)."""
+        kinds = {"model", "self"} | ({"reference"} if self.reference != "none" else set())
+        teachers = {"teachers": frozenset(kinds), "teacher_limits": VLM_TEACHER_LIMITS}
         if self.multi_turn.enabled:
             features = AUTOREGRESSIVE_FEATURES | MULTI_TURN_VISION_FEATURES
-            return token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
+            capabilities = token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
+            return replace(capabilities, **teachers)
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
-        return token_capabilities(
+        capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | VISION_FEATURES,
             structure=AUTOREGRESSIVE_STRUCTURE | blocks,
         )
+        return replace(capabilities, **teachers)
+
+
+#: Why a VLM hosts only model and self teachers (the config-load error says it): both score the stored processor
+#: outputs (images included) through the family's own pass.
+VLM_TEACHER_LIMITS = (
+    "a teacher that sees privileged context would need each prompt re-rendered and its images run through the "
+    "processor again, and a remote teacher would need the images sent with the token ids; neither is implemented "
+    "(a teacher VLM with the same processor, or the policy's own base weights, score the stored inputs as they are)"
+)
 
 
 CONFIG_CLASS = VLMPolicyConfig

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from genalign.assets import model_location
-from genalign.policies.base import Rollout, RolloutRequest, ScoreOutput, ScoreRequest
+from genalign.policies.base import PeerModel, Rollout, RolloutRequest, ScoreOutput, ScoreRequest
 from genalign.policies.lm.chat_turns import ChatRenderer
 from genalign.policies.lm.core import (
     TokenLMPolicy,
@@ -22,6 +23,7 @@ from genalign.policies.lm.core import (
     end_and_pad_token_ids,
     eval_mode,
     lora_reference_mode,
+    peer_model,
     sampling_params,
 )
 from genalign.policies.lm.engines.base import Generation, SamplingParams
@@ -257,6 +259,18 @@ class VLMPolicy(TokenLMPolicy):
                 completion_types = mm_token_types(completion_ids, self.image_token_id)  # [n, T]
                 inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], completion_types], 1)
         return {k: v.to(self.device) for k, v in inputs.items()}
+
+    def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
+        """The VLM saved at ``path`` (and its processor's tokenizer), loaded like the frozen reference copy, so that
+        it scores the stored processor outputs (a teacher)."""
+        location = model_location(path, field=field)
+        where = (
+            model_location(tokenizer, field=f"{field.rsplit('.', 1)[0]}.tokenizer", marker=None)
+            if tokenizer
+            else location
+        )
+        config = replace(self.config, dtype=dtype or self.config.dtype)
+        return peer_model(load_model(config, location, self.device), load_processor(where).tokenizer)
 
     def score_actions(self, module: nn.Module, rollout: Rollout, request: ScoreRequest) -> ScoreOutput:
         """``logp`` ``[n, T]`` of the stored completions under ``module`` (with grad in training mode) and the requested

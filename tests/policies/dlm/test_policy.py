@@ -220,7 +220,13 @@ def test_causal_decoder_body_becomes_bidirectional(tmp_path):
 
 
 def test_capabilities_are_declared_by_the_config():
-    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(False, frozenset({"kl"}))
+    from genalign.policies.dlm.config import DLM_TEACHER_LIMITS
+
+    assert DiffusionLMPolicyConfig().capabilities() == PolicyCapabilities(
+        False,
+        frozenset({"kl", "ref_logp"}),
+        teacher_limits=DLM_TEACHER_LIMITS,  # hosts no teacher (genalign.teachers)
+    )
     assert DiffusionLMPolicyConfig(reference="none").capabilities().signals == frozenset()
 
 

@@ -143,7 +143,7 @@ def test_self_hint_is_sampled_under_the_instruction_then_rendered_like_a_hint(mo
     assert calls[1][1] == 6 and len(calls) == 2
     resolved = rollout.rows[0][GUIDANCE_KEY]
     assert set(resolved) == {"hint"} and resolved["hint"].startswith(" hint : ") and resolved["hint"].endswith(" ;")
-    assert rollout.info["self_hints"] == 1 and 1 <= rollout.info["self_hint_tokens"] <= 3
+    assert rollout.counts["self_hints"] == 1 and 1 <= rollout.counts["self_hint_tokens"] <= 3
     prompt = policy.encode(rollout.rows[:1])  # the stored row renders the prompt the completions were sampled under
     assert real(prompt.ids[0], prompt.mask[0]) == real(
         rollout.per_sample["prompt_ids"][0], rollout.per_sample["prompt_mask"][0]

@@ -11,7 +11,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import itertools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.chat_turns import TemplateNotPrefixPreserving
 from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 from genalign.policies.lm.tiny import build_tiny_causal_lm
+from tests import prepared_python
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,21 +39,28 @@ def model_path(tmp_path_factory):
     return build_tiny_causal_lm(tmp_path_factory.mktemp("models") / "qwen2", vocab_size=96)
 
 
-def make_policy(model_path, environments, engine="static", **multi_turn):
+def make_policy(model_path, environments, engine="static", stop=(), **multi_turn):
     options = MultiTurnOptions(environments=environments, **multi_turn)
     config = CausalLMPolicyConfig(model=str(model_path), max_new_tokens=5, temperature=0.9, use_chat_template=True,
-                                  engine=engine, multi_turn=options)  # fmt: skip
+                                  engine=engine, multi_turn=options, stop=list(stop))  # fmt: skip
     return build_policy(config, "cpu")
 
 
+#: the engines of a multi-turn rollout: static with the KV cache kept between turns, static re-encoding, hf
+SAMPLERS = {"static": {}, "static_re_encoding": {"keep_kv_cache": False}, "hf": {"engine": "hf"}}
+
+
 class Recorder:
-    """Wraps an engine and keeps what each call sampled, per row."""
+    """Wraps the engine that samples the turns (``turn_engine`` when it keeps the caches, else ``engine``) and keeps
+    what each call sampled, per row."""
 
-    def __init__(self, engine):
-        self.engine, self.calls = engine, []
+    def __init__(self, policy):
+        self.attribute = "turn_engine" if policy.turn_engine is not None else "engine"
+        self.engine, self.calls = getattr(policy, self.attribute), []
+        setattr(policy, self.attribute, self)
 
-    def generate(self, ids, mask, params, generator):
-        generation = self.engine.generate(ids, mask, params, generator)
+    def generate(self, *args, **kwargs):
+        generation = self.engine.generate(*args, **kwargs)
         lengths = generation.completion_mask.sum(1).long().tolist()
         self.calls.append([generation.completion_ids[i, :n].tolist() for i, n in enumerate(lengths)])
         return generation
@@ -65,10 +72,11 @@ def scores(policy, rollout, parts=1):
         return torch.cat([policy.score(rollout.select(range(a, b))).logp for a, b in itertools.pairwise(bounds)])
 
 
-@pytest.mark.parametrize("engine", ["static", "hf"])
-def test_tokens_scored_are_tokens_sampled_and_the_first_ratio_is_one(model_path, engine):
-    policy = make_policy(model_path, f"{HERE}:Scripted", engine=engine)
-    policy.engine = recorder = Recorder(policy.engine)
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
+def test_tokens_scored_are_tokens_sampled_and_the_first_ratio_is_one(model_path, sampler):
+    policy = make_policy(model_path, f"{HERE}:Scripted", **SAMPLERS[sampler])
+    recorder = Recorder(policy)
+    assert recorder.attribute == ("turn_engine" if sampler == "static" else "engine")
     rollout = policy.rollout(ROWS, 3, request=STRUCTURE)
     mask = rollout.action_mask > 0
     ids = rollout.per_sample["completion_ids"]
@@ -82,7 +90,7 @@ def test_tokens_scored_are_tokens_sampled_and_the_first_ratio_is_one(model_path,
     turn_ids = rollout.structure["turn_ids"]
     assert turn_ids.max() == 2 and bool((turn_ids.diff(dim=1) >= 0).all())
     assert torch.allclose(rollout.structure["turn_rewards"], torch.tensor([0.0, 0.1, 0.2]).expand(6, 3))
-    assert not rollout.structure["truncated"].any() and rollout.info["turns"] == 18
+    assert not rollout.structure["truncated"].any() and rollout.counts["turns"] == 18
     assert all(row["environment_reward"] == 0.5 for row in rollout.rows)
     whole = scores(policy, rollout)
     assert torch.equal(whole, scores(policy, rollout)), "re-scoring is exact: the first ratio is exactly 1"
@@ -91,6 +99,29 @@ def test_tokens_scored_are_tokens_sampled_and_the_first_ratio_is_one(model_path,
     assert bool((whole[~mask] == 0).all()) and bool((rollout.old_logp[~mask] == 0).all())
     # the sampler's log-probs (KV cache) are the scored ones up to float rounding: same tokens, same positions
     assert torch.allclose(whole[mask], rollout.old_logp[mask], atol=1e-4)
+
+
+def test_the_kept_kv_cache_samples_what_re_encoding_samples(model_path):
+    """Same seed, float32 CPU: rows end after 2, 3 and 4 turns (they drop out of the cache), answers differ in
+    length, turns end at different steps (stop strings): the tokens are identical and the behaviour log-probs agree
+    to 1e-5 (the same context computed in other chunks: prompt, decoded tokens, answers, instead of one prefill)."""
+    environments = {"a": {"name": f"{HERE}:Scripted", "turns": 2},
+                    "b": {"name": f"{HERE}:Scripted", "turns": 4, "observation": "w1 w2 w3 w4 w5 w6 w7"},
+                    "c": {"name": f"{HERE}:Scripted", "turns": 3}}  # fmt: skip
+    rows = [{**row, "env": env} for row, env in zip([*ROWS, {"prompt": "a b"}], "abc")]
+    rollouts = []
+    for keep in (True, False):
+        policy = make_policy(model_path, environments, stop=("a",), keep_kv_cache=keep)
+        assert (policy.turn_engine is not None) == keep
+        rollouts.append(policy.rollout(rows, 4, request=STRUCTURE))
+    kept, re_encoded = rollouts
+    assert torch.equal(kept.per_sample["completion_ids"], re_encoded.per_sample["completion_ids"])
+    assert torch.equal(kept.action_mask, re_encoded.action_mask)
+    assert float((kept.old_logp - re_encoded.old_logp).abs().max()) <= 1e-5
+    assert kept.structure["turn_ids"].max(dim=1).values.tolist() == [1] * 4 + [3] * 4 + [2] * 4
+    lengths = kept.action_mask.sum(1)
+    assert len(set(lengths.tolist())) > 3, "turns of different lengths"
+    assert kept.counts == re_encoded.counts
 
 
 def test_a_huge_advantage_on_environment_tokens_gives_no_gradient(model_path):
@@ -124,7 +155,7 @@ def test_a_template_that_is_not_prefix_preserving_is_refused(model_path):
 def test_tool_and_environment_failures_are_counted_and_never_stop_the_run(model_path):
     policy = make_policy(model_path, f"{HERE}:ScriptedTools", max_turns=6)
     rollout = policy.rollout(ROWS[:1], 2, request=STRUCTURE)
-    info = rollout.info
+    info = rollout.counts
     assert info["tools/bad_json"] == 2 and info["tools/unknown_tool"] == 2 and info["tools/tool_error"] == 2
     assert info["tools/timeout"] == 2 and info["tools/truncated"] == 2 and info["tools/ok"] == 4
     assert info["tools/calls"] == 12 and rollout.structure["tool_calls"].tolist() == [6, 6]
@@ -132,19 +163,19 @@ def test_tool_and_environment_failures_are_counted_and_never_stop_the_run(model_
     for kind, count in (("RaisesInReset", "reset"), ("RaisesInStep", "step"), ("RaisesInReward", "reward")):
         policy = make_policy(model_path, f"{HERE}:{kind}")
         rollout = policy.rollout(ROWS, 2)
-        assert rollout.info[f"environment_errors/{count}"] == 4, kind
+        assert rollout.counts[f"environment_errors/{count}"] == 4, kind
         assert len(rollout) == 4 and len(policy.environment_failures) == (0 if count == "reward" else 4)
         assert all(row["environment_reward"] is None for row in rollout.rows)
-    assert rollout.info["turns"] == 12  # RaisesInReward: its episodes ran to their end
+    assert rollout.counts["turns"] == 12  # RaisesInReward: its episodes ran to their end
 
 
 def test_limits_end_trajectories_as_truncated(model_path):
     policy = make_policy(model_path, {"name": f"{HERE}:Scripted", "turns": 5}, max_turns=2)
     rollout = policy.rollout(ROWS, 2, request=STRUCTURE)
-    assert rollout.structure["truncated"].all() and rollout.info["turns"] == 8
+    assert rollout.structure["truncated"].all() and rollout.counts["turns"] == 8
     policy = make_policy(model_path, f"{HERE}:Scripted", max_observation_tokens=1)
     rollout = policy.rollout(ROWS, 2, request=STRUCTURE)
-    assert rollout.structure["truncated"].all() and rollout.info["observations_too_long"] == 4
+    assert rollout.structure["truncated"].all() and rollout.counts["observations_too_long"] == 4
     assert (rollout.per_sample["completion_attention"] == rollout.action_mask).all(), "the answer is not appended"
 
 
@@ -209,7 +240,7 @@ def test_trains_from_yaml_with_the_cli(model_path, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(training_config(model_path, ENVIRONMENTS["trl_class"], tmp_path / "run")))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
+    done = prepared_python.run([sys.executable, "-m", "genalign.cli", "train", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
@@ -249,22 +280,22 @@ def test_a_tool_call_the_model_writes_runs_and_its_answer_is_the_next_context(tm
     tokenizer.chat_template = CHAT_TEMPLATE
     path = build_tiny_causal_lm(tmp_path / "model", vocab_size=96, tokenizer=tokenizer)
     policy = make_policy(path, {"name": "tools", "tools": [f"{HERE}:add"]})
-    engine, call, eos = policy.engine, vocab[CALL], tokenizer.eos_token_id
+    engine, call, eos = policy.turn_engine, vocab[CALL], tokenizer.eos_token_id
 
     class CallsFirst:  # the first turn writes the call (a random tiny model would not), later turns are sampled
-        calls = 0
+        calls = 0  # (the sampled turns continue a KV cache that holds nothing of the written one: it is rebuilt)
 
-        def generate(self, ids, mask, params, generator):
+        def generate(self, caches, keys, contexts, params, generator):
             self.calls += 1
             if self.calls > 1:
-                return engine.generate(ids, mask, params, generator)
-            rows = ids.shape[0]
+                return engine.generate(caches, keys, contexts, params, generator)
+            rows = len(keys)
             return Generation(torch.tensor([[call, eos]] * rows), torch.ones(rows, 2), torch.full((rows, 2), -1.0),
                               torch.zeros(rows, dtype=torch.bool))  # fmt: skip
 
-    policy.engine = CallsFirst()
+    policy.turn_engine = CallsFirst()
     rollout = policy.rollout(ROWS[:1], 2, request=STRUCTURE)
-    assert rollout.info["tools/ok"] == 2 and rollout.structure["tool_calls"].tolist() == [1, 1]
+    assert rollout.counts["tools/ok"] == 2 and rollout.structure["tool_calls"].tolist() == [1, 1]
     for i in range(2):
         ids, mask = rollout.per_sample["completion_ids"][i], rollout.action_mask[i] > 0
         assert ids[:2].tolist() == [call, eos] and mask[:2].all()

@@ -77,7 +77,7 @@ def test_the_tokens_and_images_scored_are_those_each_turn_was_sampled_on(cropped
     ps, mask = rollout.per_sample, rollout.action_mask > 0
     decode = lambda ids: policy.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     assert len(calls) == 3 and all(len(call) == 4 for call in calls), "3 turns of all 4 trajectories"
-    assert rollout.info["tools/ok"] == 8 and rollout.structure["tool_calls"].tolist() == [2, 2, 2, 2]
+    assert rollout.counts["tools/ok"] == 8 and rollout.structure["tool_calls"].tolist() == [2, 2, 2, 2]
     for i in range(len(rollout)):
         prompt = ps["prompt_ids"][i][ps["prompt_mask"][i] > 0].tolist()
         completion = ps["completion_ids"][i][ps["completion_attention"][i] > 0].tolist()
@@ -160,8 +160,8 @@ def test_a_first_observation_with_an_image_follows_the_row_image_in_the_prompt()
 def test_an_image_the_model_cannot_be_shown_is_counted_and_never_stops_the_run():
     policy = make_policy(f"{HERE}:UnreadableImage")
     rollout = policy.rollout(ROWS, 2, request=STRUCTURE)
-    assert rollout.info["environment_errors/observation"] == 4 and rollout.structure["truncated"].all()
-    assert rollout.info["turns"] == 4 and "does not exist" in policy.environment_failures[-1]
+    assert rollout.counts["environment_errors/observation"] == 4 and rollout.structure["truncated"].all()
+    assert rollout.counts["turns"] == 4 and "does not exist" in policy.environment_failures[-1]
     assert torch.equal(rollout.per_sample["completion_attention"], rollout.action_mask), "nothing appended"
 
 

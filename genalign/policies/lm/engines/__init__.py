@@ -2,7 +2,8 @@
 
 * ``hf``: Hugging Face ``generate``; any ``AutoModelForCausalLM``; the reference back-end.
 * ``static``: genalign's own decode loop (static KV cache, lean forward, finished rows dropped) for Llama-family models;
-  several times faster than ``generate`` for small models on CPU, same sampling distribution.
+  several times faster than ``generate`` for small models on CPU, same sampling distribution. Multi-turn rollouts keep
+  each trajectory's cache between its turns (:mod:`genalign.policies.lm.engines.turn_cache`).
 * ``vllm``: vLLM, GPU only: a server in vLLM's own environment driven over HTTP + NCCL (default), or colocated in the
   training process (docs/vllm.md); nothing of vLLM is imported here.
 

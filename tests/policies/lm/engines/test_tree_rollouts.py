@@ -235,7 +235,7 @@ def test_policy_tree_rollout_declares_the_sampling_tree_and_scores_exactly(tmp_p
     # 2 prompts x 2 trees: 4 distinct roots, shared by the 4 leaves of each tree.
     assert tree.node_of_action[:, 0].view(4, 4).unique(dim=1).shape == (4, 1)
     assert tree.node_of_action[:, 0].unique().numel() == 4
-    assert rollout.info["generated_tokens"] < rollout.info["completion_tokens"]
+    assert rollout.counts["generated_tokens"] < rollout.counts["completion_tokens"]
     # The sampling tree refines the token prefix tree: leaves sharing a sampling node share their tokens.
     token_tree = token_prefix_tree(rollout.per_sample["completion_ids"], rollout.action_mask, rollout.group_ids)
     for t in range(tree.node_of_action.shape[1]):
@@ -245,7 +245,7 @@ def test_policy_tree_rollout_declares_the_sampling_tree_and_scores_exactly(tmp_p
     scored = policy.score(rollout).logp
     assert (scored - rollout.old_logp).abs().max().item() < 1e-4
     evaluation = policy.rollout(rows, 8, mode="eval", request=RolloutRequest(structure=frozenset({"prefix_tree"})))
-    assert evaluation.info["generated_tokens"] == evaluation.info["completion_tokens"]  # eval: independent samples
+    assert evaluation.counts["generated_tokens"] == evaluation.counts["completion_tokens"]  # eval: independent samples
 
 
 def test_policy_tree_at_segment_boundaries_splits_after_the_tokenizers_boundary_tokens(tmp_path):

@@ -1,0 +1,29 @@
+"""Build the configured teacher for a policy: :func:`build_teacher`."""
+
+from __future__ import annotations
+
+from genalign.policies.base import Policy
+from genalign.teachers.base import Teacher
+from genalign.teachers.config import TeacherConfig
+from genalign.teachers.local import LocalTeacher
+from genalign.teachers.remote import RemoteTeacher
+from genalign.teachers.vocabulary import check_same_vocabulary
+
+
+def build_teacher(config: TeacherConfig, policy: Policy, *, batch_size: int) -> Teacher:
+    """The teacher ``config`` describes, hosted by ``policy``'s family (config load has checked that it hosts that
+    kind). A ``model`` teacher is loaded now, and its tokenizer checked against the policy's
+    (:func:`~genalign.teachers.vocabulary.check_same_vocabulary`: a mismatch raises before the run starts)."""
+    host = policy.teacher_host()
+    size = config.batch_size or batch_size
+    if config.source == "remote":
+        return RemoteTeacher(config, host, size)
+    if config.source == "self":
+        run = host.under_reference if config.weights == "base" else host.under_current_weights
+        return LocalTeacher(config, host, size, run, shares_policy_modules=True)
+    peer = host.load_peer(config.model, tokenizer=config.tokenizer, dtype=config.dtype, field="algorithm.teacher.model")
+    check_same_vocabulary(host.vocabulary(), peer, field=f"algorithm.teacher.model = {config.model!r}")
+    return LocalTeacher(config, host, size, lambda fn: fn(peer.module), shares_policy_modules=False)
+
+
+__all__ = ["build_teacher"]

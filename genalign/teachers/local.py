@@ -1,0 +1,102 @@
+"""Teachers that run in this process: another model of the family (``source: model``) or the policy's own weights
+(``source: self``), scored through the family's chunked head pass (:meth:`TeacherHost.score_with`), so no
+``[n, T, V]`` logits exist and the teacher's per-action log-probs come from the same code path as the policy's and its
+reference's. With a ``context``, the prompts are re-rendered with the privileged context first
+(:meth:`TeacherHost.with_prompts`, :mod:`genalign.teachers.context`); the actions are the student's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from genalign.algorithms.scores import ScoreOutput, ScoreRequest
+from genalign.policies.base import Rollout, TeacherHost
+from genalign.teachers.base import PassCount, Teacher, same_count
+from genalign.teachers.config import TeacherConfig
+from genalign.teachers.context import Template, context_rows, other_rows
+
+#: ``run(fn)``: ``fn(module)`` under the teacher's weights, without gradient
+WeightsRunner = Callable[[Callable[[nn.Module], Any]], Any]
+
+
+def _template(text: str | None, field: str, *, others: bool) -> Template | None:
+    return None if text is None else Template.parse(text, field, others=others)
+
+
+class LocalTeacher(Teacher):
+    """A teacher model, or the policy's base or current weights (module docstring).
+
+    Args:
+        run: calls a scoring function with the teacher's module (the peer model, or the host's reference or
+            current weights).
+        shares_policy_modules: the module is the policy's own (a self-teacher).
+    """
+
+    def __init__(
+        self, config: TeacherConfig, host: TeacherHost, batch_size: int, run: WeightsRunner, *,
+        shares_policy_modules: bool,
+    ) -> None:  # fmt: skip
+        super().__init__(config, host, batch_size)
+        self.run = run
+        self.shares_policy_modules = shares_policy_modules
+        self.context = _template(config.context, "algorithm.teacher.context", others=False)
+        self.contrast = _template(config.contrast_context, "algorithm.teacher.contrast_context", others=True)
+        self._without_contrast = 0
+
+    def judge(
+        self, rollout: Rollout, wanted: frozenset[str], *, passes_everywhere: PassCount = same_count
+    ) -> dict[str, Tensor]:
+        """``teacher_scored`` (every sample), ``teacher_action_logp`` and, when wanted, ``teacher_entropy`` and
+        ``teacher_contrast_logp`` (a second pass under the contrast context)."""
+        mask = rollout.action_mask
+        request = ScoreRequest.of("entropy") if "teacher_entropy" in wanted else ScoreRequest()
+        view = rollout
+        if self.context is not None:
+            view = self.host.with_prompts(
+                rollout, context_rows(rollout.rows, self.context, "algorithm.teacher.context")
+            )
+        logp, features = self._scores(view, request, passes_everywhere)
+        values = {
+            "teacher_scored": torch.ones(len(rollout), dtype=torch.bool, device=mask.device),
+            "teacher_action_logp": logp * mask,  # [n, T]
+        }
+        if "teacher_entropy" in wanted:
+            values["teacher_entropy"] = features["entropy"] * mask  # [n, T]
+        if "teacher_contrast_logp" in wanted:
+            assert self.contrast is not None, "config load refuses teacher_contrast_logp without contrast_context"
+            others, alone = other_rows(rollout.rows, self.contrast.other_columns)
+            self._without_contrast += alone
+            rows = context_rows(rollout.rows, self.contrast, "algorithm.teacher.contrast_context", others)
+            contrast, _ = self._scores(self.host.with_prompts(rollout, rows), ScoreRequest(), passes_everywhere)
+            values["teacher_contrast_logp"] = contrast * mask  # [n, T]
+        return values
+
+    def _scores(self, view: Rollout, request: ScoreRequest, passes_everywhere: PassCount) -> tuple[Tensor, dict]:
+        """``[n, T]`` float32 log-probs and the requested features of ``view``, in passes of ``batch_size``."""
+        device = view.action_mask.device
+        if not len(view):  # (sharded training refuses a process without samples before this)
+            zeros = torch.zeros(view.action_mask.shape, device=device)
+            return zeros, dict.fromkeys(request.features, zeros)
+        blocks = self.batches(len(view))
+        parts: list[ScoreOutput] = [self._pass(view.select(block), request) for block in blocks]
+        for _ in range(passes_everywhere(len(blocks)) - len(blocks)):  # sharded modules: as many passes as the busiest
+            self._pass(view.select([0]), request)
+        logp = torch.cat([part.logp.float().to(device) for part in parts])  # [n, T]
+        return logp, {name: torch.cat([part[name].float().to(device) for part in parts]) for name in request.features}
+
+    def _pass(self, part: Rollout, request: ScoreRequest) -> ScoreOutput:
+        return self.run(lambda module: self.host.score_with(module, part, request))
+
+    def take_metrics(self) -> dict[str, float]:
+        """``teacher/contrast_unavailable``: samples whose batch held no other value of the contrast columns."""
+        if self.contrast is None:
+            return {}
+        counted, self._without_contrast = self._without_contrast, 0
+        return {"teacher/contrast_unavailable": float(counted)}
+
+
+__all__ = ["LocalTeacher", "WeightsRunner"]

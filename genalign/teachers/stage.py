@@ -1,0 +1,72 @@
+"""The teacher stage of a step (``algorithm.teacher``): the configured teacher judges this process's samples before
+their advantages are computed, and its signals join the step batch, where the distillation credit rules read them.
+The trainer holds the stage and passes its values on by name without reading them.
+
+The stage asks for the teacher signals the configured options need (producer ``teacher``) plus ``teacher_scored``,
+and counts for the step: ``teacher/scored_samples``, ``teacher/skipped_samples`` (a remote teacher's failures: they
+get no teacher term) and ``teacher/reverse_kl``, the mean over the scored actions of ``log π_behaviour − log
+π_teacher`` (the per-token reverse KL on-policy distillation minimises, [93]), plus the teacher's own counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from genalign import algorithms as alg
+from genalign.policies.base import Policy, Rollout
+from genalign.teachers.base import PassCount, Teacher, same_count
+from genalign.teachers.build import build_teacher
+from genalign.teachers.config import TeacherConfig
+
+
+@dataclass
+class TeacherStage:
+    """The run's teacher and the signals asked of it (build with :meth:`build`)."""
+
+    teacher: Teacher
+    wanted: frozenset[str]
+    _counts: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int
+    ) -> TeacherStage | None:
+        """The stage of ``algorithm.teacher`` (None without one) for options that need the signals ``needs``
+        (``algorithm.needs()``); a model teacher is loaded now. ``batch_size``: samples per teacher pass."""
+        if teacher is None:
+            return None
+        wanted = alg.names_by("teacher", needs) | {"teacher_scored"}
+        return cls(build_teacher(teacher, policy, batch_size=batch_size), wanted)
+
+    def judge(self, rollout: Rollout, *, passes_everywhere: PassCount = same_count) -> dict[str, Tensor]:
+        """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``passes_everywhere``: in sharded training the
+        trainer's all-reduce max, so that a teacher that runs the policy's modules makes as many passes as the
+        busiest process."""
+        passes = passes_everywhere if self.teacher.shares_policy_modules else same_count
+        values = self.teacher.judge(rollout, self.wanted, passes_everywhere=passes)
+        scored = values["teacher_scored"]  # [n]
+        actions = (rollout.action_mask > 0) & scored[:, None].to(rollout.action_mask.device)  # [n, T]
+        gap = (rollout.old_logp.float() - values["teacher_action_logp"].to(rollout.old_logp.device)) * actions
+        for key, value in {
+            "teacher/scored_samples": float(scored.sum()),
+            "teacher/skipped_samples": float((~scored).sum()),
+            "teacher/reverse_kl_sum": float(gap.sum()),
+            "teacher/scored_actions": float(actions.sum()),
+        }.items():
+            self._counts[key] = self._counts.get(key, 0.0) + value
+        return values
+
+    def take_metrics(self, reduce: Callable[[dict[str, float]], dict[str, float]]) -> dict[str, float]:
+        """The step's counters summed over processes by ``reduce`` (the trainer's ``sum_counters``), with the
+        reverse-KL sum turned into its mean per scored action."""
+        counts, self._counts = {**self._counts, **self.teacher.take_metrics()}, {}
+        summed = reduce(counts)
+        total, actions = summed.pop("teacher/reverse_kl_sum", 0.0), summed.pop("teacher/scored_actions", 0.0)
+        summed["teacher/reverse_kl"] = total / actions if actions else float("nan")
+        return summed
+
+
+__all__ = ["TeacherStage"]

@@ -1,0 +1,42 @@
+"""Perplexity and position reweighting of the plateau stage [180] against hand-computed weights."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from genalign.algorithms import CREDIT_RULES, StepBatch
+
+F64 = torch.float64
+MASK = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+# sample 0: log-perplexity 0.1 (confident), sample 1: 1.0
+LOGP = torch.tensor([[-0.1, -0.1, -0.1, -0.1], [-1.0, -1.0, 0.0, 0.0]], dtype=F64)
+
+
+def batch(progress: float = 0.5) -> StepBatch:
+    return StepBatch(mask=MASK, behaviour_logp=LOGP, progress=progress)
+
+
+def test_low_perplexity_samples_and_late_tokens_get_more_credit():
+    out = CREDIT_RULES.get("perplexity_position")(torch.ones(2, 4, dtype=F64), batch())
+    # z-scores of (0.1, 1.0): mean 0.55, unbiased std 0.9/√2 -> z = (−1/√2, +1/√2); u = 2·softmax(−0.5·z)
+    u0 = 2.0 / (1.0 + math.exp(-1.0 / math.sqrt(2.0)))  # 1.33952
+    u1 = 2.0 - u0
+    # v = 1 + 0.5·(2(t − ½)/|o| − 1): |o| = 4 -> 0.625, 0.875, 1.125, 1.375; |o| = 2 -> 0.75, 1.25
+    expected = torch.tensor(
+        [[u0 * 0.625, u0 * 0.875, u0 * 1.125, u0 * 1.375], [u1 * 0.75, u1 * 1.25, 1.0, 1.0]], dtype=F64
+    )
+    torch.testing.assert_close(out, expected)
+    assert u0 == pytest.approx(1.339523, rel=1e-5)
+    only_position = CREDIT_RULES.get("perplexity_position")(torch.ones(2, 4, dtype=F64), batch(), perplexity_coef=0.0)
+    torch.testing.assert_close(only_position[1, :2], torch.tensor([0.75, 1.25], dtype=F64))
+
+
+def test_before_the_plateau_the_advantages_are_unchanged():
+    incoming = torch.full((2, 4), -2.0, dtype=F64)
+    out = CREDIT_RULES.get("perplexity_position")(incoming, batch(progress=0.2), start=0.3)
+    torch.testing.assert_close(out, incoming)
+    with pytest.raises(ValueError, match="position_coef"):
+        CREDIT_RULES.get("perplexity_position")(incoming, batch(), position_coef=1.5)
