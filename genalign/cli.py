@@ -15,6 +15,7 @@ read-only disk); 75 ``train`` stopped by SIGTERM / SIGINT after saving a checkpo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -23,10 +24,7 @@ import traceback
 from pathlib import Path
 
 from genalign import __version__
-from genalign.config import ConfigError, load_config
 from genalign.errors import UserError
-from genalign.runs import load_policy as _load_policy
-from genalign.runs import resolve_checkpoint
 
 
 def _presets_epilog() -> str:
@@ -98,6 +96,8 @@ def expected_failure(err: BaseException) -> str | None:
     """The one-paragraph message of an error the user can fix, or None for a bug (which keeps its traceback)."""
     import yaml
 
+    from genalign.config import ConfigError
+
     if isinstance(err, ConfigError):
         return f"invalid config: {err}"
     if isinstance(err, UserError):
@@ -142,8 +142,19 @@ def _run(args: argparse.Namespace) -> int:
         from genalign.sample_command import run_sample
 
         return run_sample(args)
+    return _run_config_command(args)
+
+
+def _run_config_command(args: argparse.Namespace) -> int:
+    """``validate``, ``train`` and ``eval``: the config of ``args.config`` with its overrides, then the command."""
+    from genalign.catalog.registries import catalogued_checks
+    from genalign.config import ConfigError, load_config
+
+    # validate checks the config against the catalogue (no option module, no torch; genalign.catalog.registries)
+    checks = catalogued_checks() if args.command == "validate" else contextlib.nullcontext()
     try:
-        config = load_config(args.config, args.overrides)
+        with checks:
+            config = load_config(args.config, args.overrides)
     except (KeyError, FileNotFoundError) as err:  # raised outside the checks that turn them into ConfigErrors
         raise ConfigError(str(err)) from err
     if args.command == "validate":
@@ -169,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         if rank_and_world()[0] == 0:
             print(json.dumps(result, indent=2, default=str))
         return 0
+    from genalign.runs import resolve_checkpoint
     from genalign.trainer.checkpoint import CheckpointError
 
     try:
@@ -191,6 +203,7 @@ def _list(args) -> int:
 
 def _plan(args) -> int:
     """``genalign plan``: 0 when the config fits its GPUs, 1 when it does not, 2 for an invalid config or value."""
+    from genalign.config import ConfigError
     from genalign.planning.command import run_plan
 
     try:
@@ -244,10 +257,11 @@ def _eval(config, args, checkpoint: str | None) -> int:
 
 def _checkpoint_policy(config, checkpoint: str | None):
     """The policy with the (verified) checkpoint's weights; None after printing why a checkpoint cannot be loaded."""
+    from genalign.runs import load_policy
     from genalign.trainer.checkpoint import CheckpointError
 
     try:
-        return _load_policy(config, checkpoint, verified=True)  # resolve_checkpoint verified it
+        return load_policy(config, checkpoint, verified=True)  # resolve_checkpoint verified it
     except CheckpointError as err:
         print(f"genalign: {err}", file=sys.stderr)
         return None

@@ -9,15 +9,20 @@ A registry may name a *catalogue*: a module (the registry's sub-package of ``gen
 more options into it. It is imported the first time the registry is read (a name looked up, listed or counted), so
 every option of the tier is there whatever imported the registry first, and the package that defines the registry
 never imports the tier that builds on it.
+
+What a config check reads of a registry (names, meta, keyword hyper-parameters, :meth:`Registry.binding`) is also
+written to the generated catalogue (:mod:`genalign.catalog`), which answers the same questions without importing the
+options' modules (and torch); :func:`check_hyperparameters` reads either.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -25,11 +30,19 @@ T = TypeVar("T")
 OPTION_FORMS = "an option name, or a mapping of its name and keyword hyper-parameters ({name: NAME, KEYWORD: VALUE})"
 
 
+#: how binding an option checks its hyper-parameters (:meth:`Registry.binding`)
+Binding = Literal["keywords", "code"]
+
+
 class UnknownOptionError(KeyError, ValueError):
     """Raised when a registry is asked for a name it does not hold."""
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0])
+
+
+class HyperparameterError(TypeError, ValueError):
+    """Raised when an option receives a keyword it does not accept."""
 
 
 def did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
@@ -145,6 +158,27 @@ class Registry(Generic[T]):
         self._load_catalogue()
         return len(self._items)
 
+    def hyperparameters(self, name: str) -> dict[str, Any]:
+        """``{keyword: default}`` of the keyword-only hyper-parameters of option ``name`` (``inspect.Parameter.empty``
+        for one without a default): those a declared-keyword object lists (``hyperparameters``), else the keyword-only
+        parameters of the function or of the class's ``__init__``."""
+        option = self.get(name)
+        if hasattr(option, "hyperparameters") and not isinstance(option, type):  # an object that declares them
+            return dict(option.hyperparameters)
+        params = inspect.signature(option.__init__ if isinstance(option, type) else option).parameters.values()
+        return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    def binding(self, name: str) -> Binding:
+        """How binding option ``name`` (``bind_option``) checks its hyper-parameters: ``keywords`` when it only checks
+        that they are keywords the option takes (a function bound with ``functools.partial``, an object that declares
+        its keywords, or an option registered with meta ``binding="keywords"``), ``code`` when a bound form (meta
+        ``bind``), a class or a vocabulary-term binder runs checks of its own (values), which need the option's
+        module."""
+        option, meta = self.get(name), self._meta[name]
+        if "binding" in meta:
+            return meta["binding"]
+        return "code" if isinstance(option, type) or "bind" in meta or "vocab_term" in meta else "keywords"
+
     def tier(self, name: str) -> str:
         """``experimental`` for an option defined in the experimental tier (``genalign.experimental``), else
         ``stable``: the tier follows from where an option lives."""
@@ -154,3 +188,26 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"
+
+
+def check_hyperparameters(registry: Any, name: str, hp: Mapping[str, Any], *, supplied: tuple[str, ...] = ()) -> None:
+    """Raise :class:`HyperparameterError` if ``hp`` holds a keyword that option ``name`` of ``registry`` (a
+    :class:`Registry` or its catalogue, :class:`genalign.catalog.store.CataloguedRegistry`) does not take, or one of
+    the keywords the caller ``supplied`` itself; an unknown ``name`` raises :class:`UnknownOptionError` (with the valid
+    names). E.g. ``check_hyperparameters(ADVANTAGE_ESTIMATORS, "grpo", {"epsilon": 1e-6})`` fails and suggests
+    ``eps``."""
+    accepted = [key for key in registry.hyperparameters(name) if key not in supplied]
+    given = [key for key in hp if key in supplied]
+    if given:
+        raise HyperparameterError(
+            f"{registry.kind} {name!r} got {', '.join(map(repr, given))}, which the trainer supplies itself; remove "
+            f"{'it' if len(given) == 1 else 'them'}. Accepted keywords: {', '.join(accepted) or 'none'}."
+        )
+    unknown = [key for key in hp if key not in accepted]
+    if unknown:
+        hints = "".join(did_you_mean(key, accepted) for key in unknown)
+        valid = ", ".join(accepted) if accepted else "none"
+        raise HyperparameterError(
+            f"{registry.kind} {name!r} got unknown hyper-parameter(s) {', '.join(map(repr, unknown))}.{hints} "
+            f"Accepted keywords: {valid}."
+        )

@@ -1,5 +1,6 @@
 """Every preset under configs/ loads and validates, and fits the hardware it names (full-scale presets are checked and
-planned, not run, on CPU)."""
+planned, not run, on CPU); ``genalign validate``, which checks it against the option catalogue instead of the live
+registries, resolves it to the same config."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from genalign.catalog.registries import catalogued_checks
 from genalign.cli import main
-from genalign.config import load_config
+from genalign.config import load_config, to_dict
 
 pytestmark = pytest.mark.heavy(cpu_s=60)  # scheduled first (tests/conftest.py)
 
@@ -25,6 +27,8 @@ def test_there_are_presets():
 def test_preset_validates(path, capsys):
     config = load_config(path)
     assert config.rewards and config.policy.family
+    with catalogued_checks():
+        assert to_dict(load_config(path)) == to_dict(config)
     assert main(["validate", "--plan", str(path)]) == 0
     err = capsys.readouterr().err
     assert "valid" in err

@@ -5,8 +5,9 @@ Every choice of the backend is an option of one registry, written in a config as
 when the config loads (:func:`bind_option`): the trainer then calls the bound option with the registry's positional
 arguments only, and nothing is inspected per micro-batch. A registered *class* is instantiated with its
 hyper-parameters; an instance that keeps statistics across steps offers the state protocol
-(:class:`Stateful`) and is checkpointed with the run. (:class:`Option` itself lives in :mod:`genalign.registry`, which
-the config machinery reads without importing torch.)
+(:class:`Stateful`) and is checkpointed with the run. (:class:`Option`, :func:`check_hyperparameters` and
+:class:`HyperparameterError` live in :mod:`genalign.registry`, which the config machinery reads without importing
+torch.)
 """
 
 from __future__ import annotations
@@ -16,40 +17,16 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from genalign.registry import Option, Registry, did_you_mean
-
-
-class HyperparameterError(TypeError, ValueError):
-    """Raised when an option receives a keyword it does not accept."""
+from genalign.registry import HyperparameterError, Option, Registry, check_hyperparameters
 
 
 def accepted_hyperparameters(registry: Registry, name: str) -> dict[str, Any]:
-    """Return ``{keyword: default}`` for the keyword-only hyper-parameters of option ``name`` of ``registry``.
+    """Return ``{keyword: default}`` for the keyword-only hyper-parameters of option ``name`` of ``registry``
+    (:meth:`genalign.registry.Registry.hyperparameters`).
 
     Raises :class:`genalign.registry.UnknownOptionError` (listing the valid names) for an unknown ``name``.
     """
-    fn = registry.get(name)
-    if hasattr(fn, "hyperparameters") and not isinstance(fn, type):  # an object that declares its keywords
-        return dict(fn.hyperparameters)
-    params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters.values()
-    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def check_hyperparameters(registry: Registry, name: str, hp: Mapping[str, Any]) -> None:
-    """Raise :class:`HyperparameterError` if ``hp`` holds a keyword that option ``name`` of ``registry`` does not take.
-
-    The trainer's config loader calls this to reject a config early, e.g.
-    ``check_hyperparameters(ADVANTAGE_ESTIMATORS, "grpo", {"epsilon": 1e-6})`` fails and suggests ``eps``.
-    """
-    accepted = accepted_hyperparameters(registry, name)
-    unknown = [key for key in hp if key not in accepted]
-    if unknown:
-        hints = "".join(did_you_mean(key, list(accepted)) for key in unknown)
-        valid = ", ".join(accepted) if accepted else "none"
-        raise HyperparameterError(
-            f"{registry.kind} {name!r} got unknown hyper-parameter(s) {', '.join(map(repr, unknown))}.{hints} "
-            f"Accepted keywords: {valid}."
-        )
+    return registry.hyperparameters(name)
 
 
 def bind_option(registry: Registry, name: str, hp: Mapping[str, Any]) -> Any:

@@ -237,8 +237,8 @@ declare_signal("topk_logp", ("N", "T", "k"), "score", "The k largest next-token 
                param="k > 0")  # fmt: skip
 declare_signal("hidden", ("N", "T", "H"), "score", "The last hidden state that predicts each action.")
 
-#: Score features a family computes with its reference policy (requesting one loads the reference).
-REFERENCE_FEATURES = frozenset({"kl", "ref_logp"})
+# The score features a family computes with its reference policy (kl, ref_logp) are listed, for the config classes
+# that read them without torch, as genalign.policies.capabilities.REFERENCE_FEATURES.
 
 # Structure the families record while sampling.
 declare_signal("truncated", ("N",), "rollout", "The sample hit the length limit before its end action.", dtype="bool")

@@ -36,6 +36,7 @@ UPDATE_SCHEDULES: Registry = Registry("update schedule", catalogue="genalign.exp
 
 @UPDATE_SCHEDULES.register(
     "standard",
+    binding="keywords",  # count_passes takes no keyword of its own
     formula="μ passes over the batch: θ ← θ − η∇L(θ), μ × minibatches times",
     source="PPO / GRPO",
     summary="algorithm.inner_epochs passes over each rollout batch, one after the other.",

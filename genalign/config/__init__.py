@@ -8,7 +8,7 @@ from typing import Any
 
 from genalign.config.core import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 from genalign.config.migrate import migrate_saved_config
-from genalign.config.paths import place_saved_run
+from genalign.config.paths import paths_from_config_file, place_saved_run
 from genalign.config.schema import (
     AlgorithmConfig,
     DataConfig,
@@ -25,15 +25,17 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
 
     The ``config.yaml`` a run wrote (in its run folder or in one of its checkpoints) is read in the current form even
     when an older version wrote it (:func:`migrate_run_config`, in memory; the file is not changed); a note on
-    stderr says so. Any other file with a key of the older form is refused with the new form. Paths: see
-    :mod:`genalign.config.paths` (a saved run config's ``run.output_dir`` is the folder it is in)."""
+    stderr says so. Any other file with a key of the older form is refused with the new form. Paths (relative to the
+    config file; an override's to the working directory): see :mod:`genalign.config.paths` (a saved run config's
+    ``run.output_dir`` is the folder it is in)."""
     return from_dict(TrainConfig, read_config_data(path, overrides))
 
 
 def read_config_data(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """The raw config of the YAML file ``path`` with the overrides applied, before validation: a run's saved config
-    migrated and placed in its run folder (:func:`genalign.config.paths.place_saved_run`), reward files relative to
-    the config file made absolute."""
+    migrated and placed in its run folder (:func:`genalign.config.paths.place_saved_run`); in any other file, every
+    relative path read from the file's folder (:func:`genalign.config.paths.paths_from_config_file`), the overrides'
+    from the working directory."""
     data = load_yaml(path)
     if is_saved_run_config(path):
         moved = migrate_run_config(data)
@@ -44,12 +46,9 @@ def read_config_data(path: str | Path, overrides: list[str] | tuple[str, ...] = 
                 file=sys.stderr,
             )
         place_saved_run(data, path, in_checkpoint=(Path(path).parent / "COMPLETE").exists())
-    data = apply_overrides(data, list(overrides), TrainConfig)
-    for reward in data.get("rewards") or []:  # reward files are relative to the config file
-        fn = reward.get("fn") if isinstance(reward, dict) else None
-        if isinstance(fn, str) and ".py:" in fn and not Path(fn.rsplit(":", 1)[0]).expanduser().is_absolute():
-            reward["fn"] = str(Path(path).resolve().parent / fn)
-    return data
+    else:  # a saved config's paths are absolute (older versions: as the launch folder saw them)
+        paths_from_config_file(data, path, TrainConfig)
+    return apply_overrides(data, list(overrides), TrainConfig)
 
 
 def _not_loaded(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:

@@ -1,47 +1,82 @@
 """Cross-field checks of a training config: registry options with their hyper-parameters, objective-specific fields,
 the policy family's capabilities against what the configured methods need, reward arguments. Each error names the
-field, the value and the fix."""
+field, the value and the fix.
+
+The checks read registries and signal declarations through :mod:`genalign.catalog.registries`: the live ones, or
+inside ``genalign validate`` the generated catalogue, which answers the same without importing torch. Only a check
+that runs an option's own code (a bound form that checks its values, the sample-source rules, a reward given by
+import path) imports the options' modules there."""
 
 from __future__ import annotations
 
-import typing
 from typing import Any, Literal
 
+from genalign.catalog.registries import catalogued, declared_signals, options, signals_by
+from genalign.catalog.signatures import reward_arguments
 from genalign.config.core import ConfigError
+from genalign.option_rules import check_rule_order, objective_hyperparameters
+from genalign.registry import Option, check_hyperparameters, did_you_mean
 
 # The checked objects are the schema's AlgorithmConfig and RewardSpec (typed Any: the schema imports this module).
 AlgorithmConfig = RewardSpec = Any
 
 
-def check_algorithm_options(cfg: AlgorithmConfig) -> None:
-    """Every registry option of ``cfg`` exists and takes its hyper-parameters; the combination is consistent."""
-    from genalign import algorithms as alg
-
-    checks = [
-        ("advantage", alg.ADVANTAGE_ESTIMATORS, cfg.advantage),
-        ("reward_combination", alg.REWARD_COMBINERS, cfg.reward_combination),
-        ("aggregation", alg.AGGREGATIONS, cfg.aggregation),
+def configured_options(cfg: AlgorithmConfig) -> list[tuple[str, str, Option]]:
+    """``(config section, registry key, option)`` of every registry option of the loss and the advantages that
+    ``cfg`` names (the ratio level and clip form only with a ratio objective). The sample-source rules (objects the
+    trainer builds, with state) and the update schedule (its pass count is the trainer's) are checked apart."""
+    chosen = [
+        ("advantage", "advantages", cfg.advantage),
+        ("reward_combination", "combiners", cfg.reward_combination),
+        ("aggregation", "aggregations", cfg.aggregation),
     ]
-    checks += [("credit", alg.CREDIT_RULES, rule) for rule in cfg.credit]
-    checks += [("reward_shaping", alg.REWARD_SHAPERS, shaper) for shaper in cfg.reward_shaping]
+    chosen += [("credit", "credit", rule) for rule in cfg.credit]
+    chosen += [("reward_shaping", "shapers", shaper) for shaper in cfg.reward_shaping]
     if cfg.regularizer is not None:
-        checks.append(("regularizer", alg.REGULARIZERS, cfg.regularizer))
-    try:
-        ratio = cfg.is_ratio_objective()
-    except KeyError as err:
-        raise ConfigError(f"algorithm.objective: {err}") from None
-    if ratio:
-        checks += [("ratio_level", alg.RATIO_LEVELS, cfg.ratio_level), ("clip", alg.CLIP_FORMS, cfg.clip)]
-    for section, registry, option in checks:
+        chosen.append(("regularizer", "regularizers", cfg.regularizer))
+    chosen.append(("objective", "objectives", cfg.objective))
+    if _is_ratio_objective(cfg):
+        chosen += [("ratio_level", "ratio_levels", cfg.ratio_level), ("clip", "clips", cfg.clip)]
+    return chosen
+
+
+def check_algorithm_options(cfg: AlgorithmConfig) -> None:
+    """Every registry option of ``cfg`` exists and takes its hyper-parameters; the combination is consistent.
+
+    The options are bound once, as the trainer binds them (their bound forms check their values), except inside
+    ``genalign validate`` (:func:`genalign.catalog.registries.catalogued_checks`) when every option's binding checks
+    only keyword names (:meth:`genalign.registry.Registry.binding`): then the same checks read the catalogue and no
+    option module (nor torch) is imported."""
+    chosen = configured_options(cfg)
+    for section, key, option in chosen:
+        if key == "objectives":
+            continue  # with its ratio level and clip form, below
         try:
-            alg.check_hyperparameters(registry, option.name, option.args)
+            check_hyperparameters(options(key), option.name, option.args)
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.{section}: {err}") from None
-    check_sample_sources(cfg)
+    keywords_only = all(options(key).binding(option.name) == "keywords" for _, key, option in chosen)
+    if catalogued() and keywords_only and not cfg.sample_sources:
+        _check_keywords_of_the_loss(cfg)
+    else:
+        _check_by_binding(cfg)
+    _check_objective_fields(cfg)
+    check_declared_aggregation(cfg)
+
+
+def _is_ratio_objective(cfg: AlgorithmConfig) -> bool:
     try:
-        alg.check_rule_order([rule.name for rule in cfg.credit])
-    except ValueError as err:
-        raise ConfigError(f"algorithm.credit: {err}") from None
+        return cfg.is_ratio_objective()
+    except KeyError as err:
+        raise ConfigError(f"algorithm.objective: {err}") from None
+
+
+def _check_by_binding(cfg: AlgorithmConfig) -> None:
+    """Bind every option as the trainer does (imports the options' modules): the bound forms check their values."""
+    from genalign import algorithms as alg
+
+    check_sample_sources(cfg)
+    _check_credit_order(cfg)
     if cfg.regularizer is not None and "vocab_term" in alg.REGULARIZERS.meta(cfg.regularizer.name).get("needs", ()):
         try:
             alg.bind_vocab_term(cfg.regularizer.name, **cfg.regularizer.args)
@@ -50,35 +85,52 @@ def check_algorithm_options(cfg: AlgorithmConfig) -> None:
     try:
         cfg.loss_plan()
     except (KeyError, TypeError, ValueError) as err:
-        raise ConfigError(
-            f"{'algorithm.objective/ratio_level/clip' if ratio else 'algorithm.objective'}: {err}"
-        ) from None
+        raise ConfigError(f"{_objective_fields(cfg)}: {err}") from None
     try:
         cfg.advantage_stage()
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"algorithm: {err}") from None
-    _check_objective_fields(cfg)
-    check_declared_aggregation(cfg)
+
+
+def _check_keywords_of_the_loss(cfg: AlgorithmConfig) -> None:
+    """What binding checks of options whose binding checks only keyword names, read from the catalogue: the order of
+    the credit rules, and the keywords of the objective (with its ratio level and clip form)."""
+    _check_credit_order(cfg)
+    try:
+        objective_hyperparameters(
+            cfg.objective, ratio_level=cfg.ratio_level, clip=cfg.clip, objectives=options("objectives"),
+            ratio_levels=options("ratio_levels"), clip_forms=options("clips"),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"{_objective_fields(cfg)}: {err}") from None
+
+
+def _objective_fields(cfg: AlgorithmConfig) -> str:
+    return "algorithm.objective/ratio_level/clip" if _is_ratio_objective(cfg) else "algorithm.objective"
+
+
+def _check_credit_order(cfg: AlgorithmConfig) -> None:
+    try:
+        check_rule_order([rule.name for rule in cfg.credit], options("credit"))
+    except ValueError as err:
+        raise ConfigError(f"algorithm.credit: {err}") from None
 
 
 def declared_aggregation(objective: str) -> str | None:
     """The aggregation mode ``objective`` declares for its published form (registry meta ``aggregation``); None when
     it declares none or is not registered (validation reports an unknown objective)."""
-    from genalign import algorithms as alg
-
-    return alg.OBJECTIVES.meta(objective).get("aggregation") if objective in alg.OBJECTIVES else None
+    objectives = options("objectives")
+    return objectives.meta(objective).get("aggregation") if objective in objectives else None
 
 
 def check_declared_aggregation(cfg: AlgorithmConfig) -> None:
     """``algorithm.aggregation`` agrees with the mode the objective declares (the default follows it, so only an
     explicit contradicting choice fails)."""
-    from genalign import algorithms as alg
-
     declared = declared_aggregation(cfg.objective.name)
     mode = cfg.aggregation.name
     if declared is None or mode == declared:
         return
-    describe = lambda mode: alg.AGGREGATIONS.meta(mode)["summary"].rstrip(".").lower()  # noqa: E731
+    describe = lambda mode: options("aggregations").meta(mode)["summary"].rstrip(".").lower()  # noqa: E731
     raise ConfigError(
         f"algorithm.aggregation = {mode!r} contradicts algorithm.objective = {cfg.objective.name!r}, whose "
         f"published form needs aggregation {declared!r} ({describe(declared)}; {mode!r}: "
@@ -90,8 +142,9 @@ def check_declared_aggregation(cfg: AlgorithmConfig) -> None:
 def check_sample_sources(cfg: AlgorithmConfig) -> None:
     """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
     the rules fit together and the group size."""
-    from genalign import algorithms as alg
-    from genalign.sampling import SAMPLE_SOURCES, SampleSourceStage, build_rules
+    if not cfg.sample_sources:
+        return
+    from genalign.sampling import SampleSourceStage, build_rules
     from genalign.sampling.base import check_off_policy_sources
 
     names = [rule.name for rule in cfg.sample_sources]
@@ -100,7 +153,7 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
         raise ConfigError(f"algorithm.sample_sources = {names} lists {repeated} more than once; list each rule once.")
     for rule in cfg.sample_sources:
         try:
-            alg.check_hyperparameters(SAMPLE_SOURCES, rule.name, rule.args)
+            check_hyperparameters(options("sample_sources"), rule.name, rule.args)
             build_rules([rule])
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.sample_sources rule {rule.name!r}: {err}") from None
@@ -115,13 +168,11 @@ def check_sample_sources(cfg: AlgorithmConfig) -> None:
 def _check_source_signals(cfg: AlgorithmConfig, names: list[str]) -> None:
     """Every signal of producer ``source`` the configured options read is provided by a configured sample source
     (registry meta ``provides``)."""
-    from genalign.algorithms.signals import names_by
-    from genalign.sampling import SAMPLE_SOURCES
-
+    sources = options("sample_sources")
     wanted = cfg.needs()
-    provided = {signal for name in names for signal in SAMPLE_SOURCES.meta(name).get("provides", ())}
-    for need in sorted(names_by("source", wanted) - provided):
-        providers = [rule for rule in SAMPLE_SOURCES.names() if need in SAMPLE_SOURCES.meta(rule).get("provides", ())]
+    provided = {signal for name in names for signal in sources.meta(name).get("provides", ())}
+    for need in sorted(signals_by("source", wanted) - provided):
+        providers = [rule for rule in sources.names() if need in sources.meta(rule).get("provides", ())]
         raise ConfigError(
             f"{', '.join(wanted[need])} needs {need!r}, which a sample source provides about the samples it draws, "
             f"but algorithm.sample_sources = {names} provides none of it; add "
@@ -133,8 +184,6 @@ def _check_source_signals(cfg: AlgorithmConfig, names: list[str]) -> None:
 def _check_objective_fields(cfg: AlgorithmConfig) -> None:
     """``ratio_level`` / ``clip`` only mean something for ratio objectives; group-weighted objectives and
     regularisers (registry meta ``whole_groups``) need whole groups in every micro-batch."""
-    from genalign import algorithms as alg
-
     if not cfg.is_ratio_objective():
         from genalign.config.migrate import yaml_text
 
@@ -148,9 +197,9 @@ def _check_objective_fields(cfg: AlgorithmConfig) -> None:
                 f"it with algorithm.{name}={default} when a preset sets it). The objective's own hyper-parameters go "
                 f"with it: algorithm.objective: {{name: {cfg.objective.name}, KEYWORD: VALUE}}."
             )
-    grouped = [("objective", alg.OBJECTIVES, cfg.objective), ("regularizer", alg.REGULARIZERS, cfg.regularizer)]
-    for field, registry, option in grouped:
-        if option is None or not registry.meta(option.name).get("whole_groups", False):
+    grouped = [("objective", "objectives", cfg.objective), ("regularizer", "regularizers", cfg.regularizer)]
+    for field, key, option in grouped:
+        if option is None or not options(key).meta(option.name).get("whole_groups", False):
             continue
         if cfg.micro_batch_size % cfg.group_size:
             raise ConfigError(
@@ -180,9 +229,8 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
             "each step's prompts and samples from the steps before it, but asynchronous rollouts plan their prompts "
             "steps ahead; remove the rules or set algorithm.async_rollout.enabled=false."
         )
-    from genalign.algorithms.signals import declared
-
-    probed = sorted(name for name in cfg.needs() if name in declared() and declared()[name].needs_rewards)
+    signals = declared_signals()
+    probed = sorted(name for name in cfg.needs() if name in signals and signals[name].needs_rewards)
     if probed:
         raise ConfigError(
             f"{', '.join(cfg.needs()[probed[0]])} needs {probed[0]!r}, measured with the trainer's rewards during the "
@@ -229,9 +277,7 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
 def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: dict[str, list[str]]) -> None:
     """The options that read teacher signals have a teacher that supplies them, a teacher has a reader, and the
     policy family hosts that kind of teacher (its ``capabilities.teachers``; the refusal gives its reason)."""
-    from genalign.algorithms.signals import names_by
-
-    needed = sorted(names_by("teacher", wanted))
+    needed = sorted(signals_by("teacher", wanted))
     teacher = cfg.teacher
     if teacher is None:
         if needed:
@@ -298,6 +344,8 @@ def _check_remote_teacher_sees_the_prompts(cfg: AlgorithmConfig) -> None:
 def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) -> None:
     """Sample sources that add samples need joinable rollouts (no prefix tree); those that store or insert
     completions need ``forced_completions``; guidance keys must be ones the family honours."""
+    if not cfg.sample_sources:
+        return
     from genalign.sampling import build_rules
 
     for name, rule in build_rules(cfg.sample_sources):
@@ -322,45 +370,44 @@ def _check_sample_sources(cfg: AlgorithmConfig, family: str, capabilities: Any) 
 
 def _families_supplying(need: str) -> list[str]:
     """Policy families whose default options supply ``need``."""
-    from genalign.policies import family_names, load_family
+    from genalign.policies import family_config_class, family_names
 
-    return [name for name in family_names() if not load_family(name).CONFIG_CLASS().capabilities().missing([need])]
+    return [name for name in family_names() if not family_config_class(name)().capabilities().missing([need])]
 
 
 def check_reward_args(index: int, spec: RewardSpec) -> None:
-    """Reject ``args`` a reward does not take, and ``Literal`` values it does not accept, before any model loads."""
-    import inspect
-
+    """Reject ``args`` a reward does not take, and ``Literal`` values it does not accept, before any model loads. (An
+    argument without a default is not required here: the presets leave local weight paths to the user, and the
+    reward's factory names the missing one when the run builds it.)"""
     from genalign.config.core import _convert
-    from genalign.registry import did_you_mean
-    from genalign.rewards import reward_factory
 
-    factory = reward_factory(spec.fn)
-    target = factory.__init__ if isinstance(factory, type) else inspect.unwrap(factory)
-    params = inspect.signature(target).parameters
-    accepted = [
-        n for n, p in params.items()
-        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in ("self", "prompts", "completions")
-    ]  # fmt: skip
-    try:
-        hints = typing.get_type_hints(inspect.unwrap(target))
-    except Exception:  # annotations that cannot be resolved are simply not type-checked
-        hints = {}
+    arguments = reward_arguments_of(spec.fn)
+    accepted = [argument["name"] for argument in arguments]
     for key, value in spec.args.items():
         if key not in accepted:
             raise ConfigError(
                 f"rewards[{index}].args.{key}: reward {spec.fn!r} takes no argument {key!r}.{did_you_mean(key, accepted)} "
                 f"Accepted: {', '.join(accepted) or 'none'}."
             )
-        if typing.get_origin(hints.get(key)) is Literal:
-            _convert(value, hints[key], f"rewards[{index}].args.{key}")
+        choices = next(argument.get("choices") for argument in arguments if argument["name"] == key)
+        if choices:
+            _convert(value, Literal[tuple(choices)], f"rewards[{index}].args.{key}")
+
+
+def reward_arguments_of(fn: Any) -> list[dict[str, Any]]:
+    """What ``args`` the reward ``fn`` takes (:func:`genalign.catalog.signatures.reward_arguments`): from the catalogue
+    for a registered name inside ``genalign validate``, else from its factory (which imports the reward's module: a
+    reward file or module runs its imports). Raises for an unknown name or a path that cannot be imported."""
+    if catalogued() and isinstance(fn, str) and fn in (registry := options("rewards")):
+        return registry.arguments(fn)
+    from genalign.rewards import reward_factory
+
+    return reward_arguments(reward_factory(fn))
 
 
 def check_reward_count(cfg: AlgorithmConfig, rewards: list) -> None:
     """A reward combiner that reads several reward columns (meta ``min_rewards``) gets at least that many."""
-    from genalign import algorithms as alg
-
-    need = alg.REWARD_COMBINERS.meta(cfg.reward_combination.name).get("min_rewards", 1)
+    need = options("combiners").meta(cfg.reward_combination.name).get("min_rewards", 1)
     if len(rewards) < need:
         raise ConfigError(
             f"algorithm.reward_combination = {cfg.reward_combination.name!r} combines at least {need} reward columns, but "
@@ -375,4 +422,6 @@ __all__ = [
     "check_reward_count",
     "check_sample_sources",
     "check_teacher",
+    "configured_options",
+    "reward_arguments_of",
 ]

@@ -5,6 +5,7 @@ shared by all model families. Every registry choice inside ``algorithm`` is an :
 written as its name or as ``{name: ..., **hyper-parameters}`` (:mod:`genalign.config.core`); names are checked against
 the registries of :mod:`genalign.algorithms`, and hyper-parameters against the chosen function's keyword arguments,
 at load time, and bound once (:meth:`AlgorithmConfig.advantage_stage`, :meth:`AlgorithmConfig.loss_plan`).
+``genalign validate`` reads the same facts from the generated catalogue instead (:mod:`genalign.config.checks`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from genalign.catalog.registries import options
 from genalign.config.bounds import check_output_dir, check_seed, check_sizes
 from genalign.config.checks import (
     check_algorithm_options,
@@ -23,11 +25,12 @@ from genalign.config.checks import (
     check_reward_args,
     check_reward_count,
     declared_aggregation,
+    reward_arguments_of,
 )
 from genalign.config.core import ConfigError, convert_options
 from genalign.config.scale import FSDPConfig, HardwareConfig
 from genalign.data.sources import DataSourceConfig
-from genalign.registry import Option
+from genalign.registry import Option, check_hyperparameters
 from genalign.teachers.config import TeacherConfig
 
 #: experiment tracker -> the package it needs (the extra of the same name installs it)
@@ -51,7 +54,10 @@ def _option(text: str, name: str | None, replaces: str | None = None):
 
 @dataclass
 class RunConfig:
-    output_dir: str = _help("Directory for metrics, samples, checkpoints and plots.", "runs/genalign")
+    output_dir: str = field(
+        default="runs/genalign",
+        metadata={"help": "Directory for metrics, samples, checkpoints and plots.", "path": True},
+    )
     seed: int = _help("Seed; the randomness of step s is a pure function of (seed, s, rank).", 0)
     max_steps: int = _help("Number of training steps (one rollout batch each).", 100)
     max_time_minutes: float | None = _help("Stop (and checkpoint) after this wall time; null = no limit.")
@@ -75,7 +81,11 @@ class RunConfig:
     keep_last: int = _help("Checkpoints kept on disk (older ones are deleted after a new one is complete).", 2)
     sample_every: int = _help("Dump sample outputs every N steps; 0 = never.", 10)
     samples_per_dump: int = _help("How many outputs each dump keeps.", 4)
-    resume: str | None = _help("'latest', a checkpoint directory, or null to start fresh.")
+    resume: str | None = field(
+        default=None,
+        metadata={"help": "'latest', a checkpoint directory, or null to start fresh.", "path": True,
+                  "not_paths": ("latest",)},
+    )  # fmt: skip
     overwrite: bool = _help(
         "Start fresh in an output_dir that holds a previous run: the previous run is moved aside to "
         "'<output_dir>.old-<time>' (never deleted).",
@@ -328,9 +338,7 @@ class AlgorithmConfig:
 
     def update_phases(self) -> int:
         """How many times the update runs its epochs × minibatches over a rollout batch (objective meta ``phases``)."""
-        from genalign import algorithms as alg
-
-        return int(alg.OBJECTIVES.meta(self.objective.name).get("phases", 1))
+        return int(options("objectives").meta(self.objective.name).get("phases", 1))
 
     def update_passes(self) -> int:
         """Passes over each rollout batch: ``inner_epochs``, or what ``update_schedule`` sets (SFPO: K + 1)."""
@@ -344,9 +352,7 @@ class AlgorithmConfig:
 
     def is_ratio_objective(self) -> bool:
         """The objective is a ratio level × a clip form (objective meta ``ratio``): ``ratio_level`` and ``clip`` apply."""
-        from genalign import algorithms as alg
-
-        return bool(alg.OBJECTIVES.meta(self.objective.name).get("ratio", False))
+        return bool(options("objectives").meta(self.objective.name).get("ratio", False))
 
     def objective_kwargs(self) -> dict[str, Any]:
         """Keyword arguments the objective is bound with (ratio level and clip form included for ratio objectives)."""
@@ -391,21 +397,18 @@ class AlgorithmConfig:
     def needs(self) -> dict[str, list[str]]:
         """The signals the configured methods read (:mod:`genalign.algorithms.signals`), each with the options that
         need it (those a family produces are checked against its capabilities at config load)."""
-        from genalign import algorithms as alg
-        from genalign.sampling import SAMPLE_SOURCES
-
         wanted: dict[str, list[str]] = {}
-        options = [(f"algorithm.credit rule {o.name!r}", alg.CREDIT_RULES, o) for o in self.credit]
-        options += [(f"algorithm.reward_shaping {o.name!r}", alg.REWARD_SHAPERS, o) for o in self.reward_shaping]
-        options.append((f"algorithm.objective = {self.objective.name!r}", alg.OBJECTIVES, self.objective))
-        options += [(f"algorithm.sample_sources rule {o.name!r}", SAMPLE_SOURCES, o) for o in self.sample_sources]
+        chosen = [(f"algorithm.credit rule {o.name!r}", "credit", o) for o in self.credit]
+        chosen += [(f"algorithm.reward_shaping {o.name!r}", "shapers", o) for o in self.reward_shaping]
+        chosen.append((f"algorithm.objective = {self.objective.name!r}", "objectives", self.objective))
+        chosen += [(f"algorithm.sample_sources rule {o.name!r}", "sample_sources", o) for o in self.sample_sources]
         if self.regularizer is not None:
-            options.append((f"algorithm.regularizer = {self.regularizer.name!r}", alg.REGULARIZERS, self.regularizer))
+            chosen.append((f"algorithm.regularizer = {self.regularizer.name!r}", "regularizers", self.regularizer))
         if self.is_ratio_objective():  # the ratio level and clip form read inputs too
-            options.append((f"algorithm.ratio_level = {self.ratio_level.name!r}", alg.RATIO_LEVELS, self.ratio_level))
-            options.append((f"algorithm.clip = {self.clip.name!r}", alg.CLIP_FORMS, self.clip))
-        for label, registry, option in options:
-            for need in registry.meta(option.name).get("needs", ()):
+            chosen.append((f"algorithm.ratio_level = {self.ratio_level.name!r}", "ratio_levels", self.ratio_level))
+            chosen.append((f"algorithm.clip = {self.clip.name!r}", "clips", self.clip))
+        for label, key, option in chosen:
+            for need in options(key).meta(option.name).get("needs", ()):
                 wanted.setdefault(need, []).append(label)
         if self.kl_coef > 0:
             wanted.setdefault("kl", []).append(f"algorithm.kl_coef = {self.kl_coef}")
@@ -421,6 +424,11 @@ class AlgorithmConfig:
                 raise ConfigError(f"algorithm.{name} = {getattr(self, name)} must be >= 1.")
         if self.group_size < 2:
             raise ConfigError(f"algorithm.group_size = {self.group_size}: group-relative methods need at least 2.")
+        if self.advantage_clip is not None and not self.advantage_clip > 0:
+            raise ConfigError(
+                f"algorithm.advantage_clip = {self.advantage_clip} must be > 0 (advantages are clipped to [-c, c]), "
+                "or null for no clipping."
+            )
         if self.kl_coef < 0:
             raise ConfigError(f"algorithm.kl_coef = {self.kl_coef} must be >= 0.")
         if self.kl_importance_correction != "none" and (self.kl_coef == 0 or self.kl_placement != "loss"):
@@ -436,8 +444,13 @@ class AlgorithmConfig:
             check_async_rollout(self)
 
     def _check_update_schedule(self) -> None:
+        """Its keywords (``inner_epochs`` is the trainer's), then, for a schedule whose pass count checks values
+        (binding ``code``), the pass count itself."""
+        schedules, schedule = options("update_schedules"), self.update_schedule
         try:
-            self.update_passes()
+            check_hyperparameters(schedules, schedule.name, schedule.args, supplied=("inner_epochs",))
+            if schedules.binding(schedule.name) == "code":
+                self.update_passes()
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.update_schedule: {err}") from None
         if self.update_schedule.name != "standard" and self.update_phases() > 1:
@@ -519,12 +532,12 @@ class EvalConfig:
 
 
 def _resolve_policy_config(value: Any, where: str) -> type:
-    from genalign.policies import family_names, load_family
+    from genalign.policies import family_config_class, family_names
 
     if not isinstance(value, dict) or "family" not in value:
         raise ConfigError(f"{where}: needs 'family' (one of {', '.join(family_names())}).")
     try:
-        return load_family(value["family"]).CONFIG_CLASS
+        return family_config_class(value["family"])
     except KeyError as err:
         raise ConfigError(f"{where}.family: {err}") from None
 
@@ -557,12 +570,10 @@ class TrainConfig:
         check_capabilities(self.algorithm, self.policy)
         check_sizes(self)
         check_reward_count(self.algorithm, self.rewards)
-        from genalign.rewards import reward_factory
-
         labels = [r.label for r in self.rewards]
         for i, spec in enumerate(self.rewards):
             try:
-                reward_factory(spec.fn)
+                reward_arguments_of(spec.fn)  # the reward exists (a registered name, a callable, an importable path)
             except (KeyError, ValueError, TypeError, ImportError, OSError, AttributeError) as err:
                 raise ConfigError(f"rewards[{i}].fn: {err}") from None
             check_reward_args(i, spec)

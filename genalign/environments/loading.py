@@ -2,7 +2,8 @@
 
 An environment or a tool is named like a reward (``genalign.rewards.base``): a registered name, or an import path
 ``package.module:Name``, ``package.module.Name`` or ``path/to/file.py:Name`` (a file path is absolute or relative to
-the working directory). This is the same convention written once more, on purpose: ``genalign.environments`` depends
+the working directory; loading a config file has already made its relative files the config folder's:
+:mod:`genalign.config.paths`). This is the same convention written once more, on purpose: ``genalign.environments`` depends
 on no other genalign package but the registry and the sandbox, and the reward resolver's messages speak of rewards.
 Keep the two in step (the forms, and that a file is imported once under a private module name).
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from genalign.config import ConfigError
 from genalign.errors import UserError
 
 ExportDtype = Literal["float32", "bfloat16", "float16"]
@@ -59,6 +58,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """The command: export, print what was written; 2 with a one-line error for an argument that cannot be used."""
+    from genalign.config import ConfigError
     from genalign.trainer.checkpoint import CheckpointError
 
     try:

@@ -20,7 +20,6 @@ import math
 import torch
 from torch import nn
 
-from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.pipelines.architectures.base import FlowArchitecture
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds
@@ -29,6 +28,7 @@ from genalign.planning.meta_models import build_on_meta
 from genalign.planning.model_specs import resolve_model_spec
 from genalign.planning.tracing import TracedPeak, trace_peak
 from genalign.planning.workload import BatchShape, Workload
+from genalign.policies.capabilities import REFERENCE_FEATURES
 
 META = torch.device("meta")
 

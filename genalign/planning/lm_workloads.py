@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds, traced_by_depth
 from genalign.planning.meta_models import build_on_meta
@@ -28,6 +27,7 @@ from genalign.planning.model_specs import resolve_model_spec
 from genalign.planning.tracing import TracedPeak, storage_keys, trace_peak
 from genalign.planning.vllm_share import vllm_workload_terms
 from genalign.planning.workload import BatchShape, Workload
+from genalign.policies.capabilities import REFERENCE_FEATURES
 
 #: Text tokens assumed for a VLM prompt (the config bounds the image, not the text).
 VLM_PROMPT_TEXT_TOKENS = 256

@@ -10,8 +10,9 @@ A model family plugs into genalign by saying two things (shared/ARCHITECTURE.md)
 Everything else (advantages, credit, ratios, clipping, KL, aggregation, logging, checkpoints) is shared. Everything the
 trainer calls is declared here, with a no-op default where a family has nothing to do (the lifecycle stages
 :meth:`Policy.on_step`, :meth:`Policy.on_inner_epoch`, :meth:`Policy.after_optimizer_step`, :meth:`Policy.state_dict`,
-:meth:`Policy.load_state_dict`); what a family can compute is declared data (:class:`PolicyCapabilities`), checked
-against the configured methods at config load. The backend reads a rollout only through its declared fields (the
+:meth:`Policy.load_state_dict`); what a family can compute is declared data (:class:`PolicyCapabilities`, with
+:class:`FamilyTraits` in :mod:`genalign.policies.capabilities`, which imports no torch), checked against the configured
+methods at config load. The backend reads a rollout only through its declared fields (the
 action tensors and ``Rollout.structure``, a mapping of declared signals), never inside ``Rollout.per_sample``, which
 belongs to the family. ``T`` is the action axis: tokens for language models, trained denoising steps for flow
 models, tokens or one ELBO term per sequence for diffusion LMs.
@@ -48,90 +49,14 @@ import torch
 from torch import Tensor, nn
 
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.signals import declared, names_by
 from genalign.algorithms.structure import cat_structures, check_structure, pad_cat, select_structure
+from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
 
 #: Weight dtypes by their config name (``policy.dtype``), for every family.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 #: ``reward_fn(rows [n], outputs [n]) -> [n]`` combined reward of decoded outputs (the trainer's weighted rewards).
 RewardProbe = Callable[[list[dict[str, Any]], list[Any]], Tensor]
-
-
-@dataclass(frozen=True)
-class FamilyTraits:
-    """What the layers above the policy (the planner, export, ``genalign sample``, the dashboard) need to know about a
-    family, as data: a family config class declares them as its ``traits`` class attribute, and those layers read them
-    instead of comparing family names (:func:`genalign.policies.family_traits`).
-
-    Attributes:
-        workload: the memory model ``genalign plan`` builds (a key of
-            :data:`genalign.planning.estimate.WORKLOADS`: ``token``, ``vision_token``, ``masked_diffusion``,
-            ``flow``), or None when the planner has none for the family.
-        media_samples: samples are images or videos (written to files) rather than text.
-        image_inputs: dataset rows may carry input images (``genalign sample --image``).
-        export_format: the folder ``genalign export`` writes (a key of :data:`genalign.export.command.WRITERS`:
-            ``token_lm`` for a transformers folder, ``diffusers`` for a diffusers pipeline folder).
-        suggested_lora_rank: the LoRA rank the planner suggests for a full fine-tuning config that does not fit.
-        suggest_checkpointing: the planner may suggest ``policy.gradient_checkpointing=true``.
-        sample_batch_field: the policy field that bounds the samples generated per forward (halved by the planner's
-            suggestions), or None.
-        action_unit: what one trained action of a sample is, for the dashboard's length panel.
-    """
-
-    workload: str | None = None
-    media_samples: bool = False
-    image_inputs: bool = False
-    export_format: str = "token_lm"
-    suggested_lora_rank: int = 64
-    suggest_checkpointing: bool = True
-    sample_batch_field: str | None = None
-    action_unit: str = "actions per sample"
-
-
-@dataclass(frozen=True)
-class PolicyCapabilities:
-    """What a family (with its configured options) can supply; checked against the algorithm's needs at config load.
-
-    Attributes:
-        rollout_logp_is_exact: the sampler's log-probs come from the code path of ``score`` (bit-exact old log-probs).
-        signals: the declared signals (:mod:`genalign.algorithms.signals`) it can produce: score features its
-            ``score`` computes on request, and rollout structure its training rollouts record on request.
-        group_size: the only group size its training rollouts can produce (tree rollouts: the leaves per prompt), or
-            None when any ``algorithm.group_size`` works.
-        forced_completions: :meth:`Policy.force` builds rollouts of given completions (replayed samples, reference
-            solutions) and of given starts it continues by sampling, and training rollouts carry the ``action_ids``
-            signal so that samples can be stored.
-        guidance: the keys of a row's :data:`GUIDANCE_KEY` dict its training rollouts honour (``hint``: text added
-            to the prompt; ``prefix``: text the completion is forced to start with, conditioning only;
-            ``temperature``: this row's sampling temperature).
-        rollout_calls_rewards: its training rollouts call the trainer's reward probe with these options (e.g. a
-            noise search that ranks initial noises by reward), so they cannot run where the rewards are not callable.
-        teachers: the kinds of teacher (``algorithm.teacher``, :mod:`genalign.teachers`) it hosts through
-            :meth:`Policy.teacher_host`: ``model`` (another model of the family, same tokenizer), ``self`` (its own
-            current weights), ``reference`` (its base weights: the reference), ``context`` (a teacher that sees the
-            prompt with privileged context added), ``remote`` (a server scoring the sampled token ids).
-        teacher_limits: why the kinds it does not host are refused (in the config-load error).
-    """
-
-    rollout_logp_is_exact: bool = False
-    signals: frozenset[str] = frozenset()
-    group_size: int | None = None
-    forced_completions: bool = False
-    guidance: frozenset[str] = frozenset()
-    rollout_calls_rewards: bool = False
-    teachers: frozenset[str] = frozenset()
-    teacher_limits: str = "this family hosts no teacher"
-
-    def missing(self, needs: Iterable[str]) -> list[str]:
-        """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot
-        (step signals such as ``behaviour_logp`` or ``progress`` come from the trainer and are always available)."""
-        family_made = names_by("score", needs) | names_by("rollout", needs)
-        return sorted(family_made - self.signals)
-
-    def undeclared(self) -> list[str]:
-        """Names in :attr:`signals` that no declaration knows (a typo, or a module that declares them not imported)."""
-        return sorted(name for name in self.signals if name not in declared())
 
 
 @dataclass(frozen=True)
@@ -454,6 +379,7 @@ class Policy(ABC):
 __all__ = [
     "DTYPES",
     "GUIDANCE_KEY",
+    "FamilyTraits",
     "PeerModel",
     "Policy",
     "PolicyCapabilities",

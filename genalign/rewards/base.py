@@ -37,6 +37,12 @@ def register_reward(name: str, **meta) -> Callable:
         def exact_match(prompts, completions, answer, *, strip=True): ...
 
     Decorating a class registers the class itself (its ``__init__`` takes the args, its ``__call__`` scores).
+
+    Meta ``path_args``: the arguments that name local files or folders (weights, model folders); in a config file they
+    are read from the file's folder, like every path there (:mod:`genalign.config.paths`). Meta ``inner_rewards``: where
+    a reward built from other rewards finds them in its arguments, so that their path arguments are read so too; a
+    list of ``{"name": ARG, "args": ARG}`` (one reward and its arguments), ``{"spec": ARG}`` (a name or ``{fn, args}``)
+    or ``{"by_name": ARG}`` (``{name: {weight, args}}``).
     """
 
     def decorator(obj):
@@ -60,7 +66,8 @@ IMPORT_FORMS = "'package.module:function', 'package.module.function' or 'path/to
 
 def reward_factory(fn: str | Callable[..., Any]) -> Callable[..., RewardFn]:
     """The factory ``(**args) -> reward`` of ``fn``: a registered name, an import path (:data:`IMPORT_FORMS`; a file
-    path is absolute or relative to the working directory) or a Python callable / class.
+    path is absolute or relative to the working directory: loading a config file has made its relative files the config
+    folder's, :mod:`genalign.config.paths`) or a Python callable / class.
 
     A plain function becomes a factory that binds ``args`` as keyword arguments (as :func:`register_reward` does); a
     class is its own factory. Importing a module or file runs that code: name only code you trust (your own).

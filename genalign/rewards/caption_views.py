@@ -14,7 +14,7 @@ from typing import Any
 from genalign.rewards.base import register_reward, reward_factory
 
 
-@register_reward("caption_view", source="[63] MV-GRPO")
+@register_reward("caption_view", source="[63] MV-GRPO", inner_rewards=({"name": "reward", "args": "reward_args"},))
 class CaptionView:
     """Score ``completions`` with ``reward`` under one caption view of each prompt.
 

@@ -71,7 +71,7 @@ def load_open_clip(reward: str, *, model: str, weights: str | None, model_config
     return clip_model, preprocess, open_clip.get_tokenizer(model)
 
 
-@register_reward("clip_score", source="CLIP image-text similarity via open_clip")
+@register_reward("clip_score", source="CLIP image-text similarity via open_clip", path_args=("weights", "model_config"))
 class ClipScore:
     """``scale * cos(E_image(image), E_text(prompt))`` with an open_clip model.
 

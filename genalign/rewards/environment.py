@@ -23,7 +23,7 @@ from genalign.rewards.base import register_reward, reward_factory
 COLUMN = "environment_reward"
 
 
-@register_reward("environment", source="rule")
+@register_reward("environment", source="rule", inner_rewards=({"spec": "fallback"},))
 class EnvironmentReward:
     """The environment's episode reward; the ``fallback`` reward where the environment owns none.
 

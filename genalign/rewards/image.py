@@ -198,7 +198,7 @@ def build_reward(name: str, args: Mapping[str, Any] | None = None) -> RewardFn:
     return REWARDS.get(name)(**dict(args or {}))
 
 
-@register_reward("video_frames")
+@register_reward("video_frames", inner_rewards=({"name": "reward", "args": "args"},))
 class VideoFrames:
     """Score a video with an image reward on each frame, aggregated over frames.
 
@@ -259,7 +259,7 @@ class VideoFrames:
 # Several rewards with weights, and rewards overlapped with sampling
 
 
-@register_reward("weighted_sum")
+@register_reward("weighted_sum", inner_rewards=({"by_name": "rewards"},))
 class WeightedSum:
     """``sum_k w_k r_k`` over several registered rewards; ``None`` from any reward makes the sample ``None``.
 

@@ -221,7 +221,7 @@ def _chat_reply(answer: Any) -> str:
     return content
 
 
-@register_reward("llm_judge", source="LLM-as-a-judge")
+@register_reward("llm_judge", source="LLM-as-a-judge", path_args=("model_path",))
 class LLMJudge:
     """A generative judge's verdict as the reward (module docstring).
 

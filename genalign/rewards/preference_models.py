@@ -51,7 +51,7 @@ def _check_lengths(reward: str, prompts: Sequence[str], completions: Sequence[An
         raise ValueError(f"reward {reward!r}: {len(prompts)} prompts for {len(completions)} completions")
 
 
-@register_reward("pickscore", source="PickScore (Pick-a-Pic)")
+@register_reward("pickscore", source="PickScore (Pick-a-Pic)", path_args=("model_path", "processor_path"))
 class PickScore:
     """``logit_scale.exp() * cos(image, text)`` of a transformers CLIP model fine-tuned on human preferences.
 
@@ -101,7 +101,7 @@ class PickScore:
         return scores
 
 
-@register_reward("hpsv2", source="Human Preference Score v2")
+@register_reward("hpsv2", source="Human Preference Score v2", path_args=("weights", "model_config"))
 class HPSv2:
     """HPSv2 / HPSv2.1: ``cos(image, text)`` of an open_clip ViT-H-14 fine-tuned on human preferences.
 
@@ -148,7 +148,7 @@ class HPSv2:
         return scores
 
 
-@register_reward("imagereward", source="ImageReward")
+@register_reward("imagereward", source="ImageReward", path_args=("weights", "med_config"))
 class ImageRewardScore:
     """ImageReward (BLIP + MLP head) through the ``image-reward`` package, from local files.
 
@@ -194,7 +194,11 @@ def build_aesthetic_mlp(input_dim: int):
     )
 
 
-@register_reward("aesthetic", source="LAION improved aesthetic predictor")
+@register_reward(
+    "aesthetic",
+    source="LAION improved aesthetic predictor",
+    path_args=("mlp_weights", "clip_weights", "clip_config"),
+)
 class AestheticScore:
     """LAION aesthetic predictor: an MLP on the L2-normalised CLIP image embedding (the prompt is not used).
 

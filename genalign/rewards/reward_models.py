@@ -136,7 +136,9 @@ def normalize_scores(scores, normalize: Normalize, scale: float, shift: float):
     return scale * scores + shift  # [N]
 
 
-@register_reward("reward_model", source="sequence-classification reward model")
+@register_reward(
+    "reward_model", source="sequence-classification reward model", path_args=("model_path", "tokenizer_path")
+)
 class RewardModel:
     """Score of a local ``AutoModelForSequenceClassification`` reward model (module docstring).
 

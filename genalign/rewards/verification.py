@@ -20,7 +20,11 @@ from genalign.rewards.base import register_reward, reward_factory
 from genalign.rewards.inputs import completion_text
 
 
-@register_reward("self_verification", source="[288] GRPO-Verif")
+@register_reward(
+    "self_verification",
+    source="[288] GRPO-Verif",
+    inner_rewards=({"name": "solution_reward", "args": "solution_args"},),
+)
 class SelfVerification:
     """The solution part or the verdict part of a self-verifying completion (module docstring).
 

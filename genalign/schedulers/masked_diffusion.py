@@ -27,46 +27,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from genalign.schedulers.options import check_generation_args
+
 Remasking = Literal["low_confidence", "random", "threshold"]
 
 #: ``model_fn(input_ids [B, L], attention_mask [B, L] | None) -> logits [B, L, V]`` with logits *aligned* to the
 #: input positions (the logits at position ``j`` predict the token at ``j``; shifted models are aligned by the policy).
 ModelFn = Callable[[Tensor, Tensor | None], Tensor]
-
-
-def check_generation_args(*, gen_length: int, block_length: int, steps: int, mask_id: int | None) -> None:
-    """Raise a ``ValueError`` naming the rule and the fix when a generation setting cannot work."""
-    if mask_id is None:
-        raise ValueError(
-            "masked diffusion generation needs a mask token id, but the model/tokenizer defines none (mask_id=None). "
-            "Set mask_token_id in the policy config (e.g. 126336 for LLaDA, 151666 for Dream) or add a mask token to "
-            "the tokenizer."
-        )
-    if gen_length < 1 or block_length < 1 or steps < 1:
-        raise ValueError(
-            f"gen_length={gen_length}, block_length={block_length} and steps={steps} must all be positive integers."
-        )
-    if gen_length % block_length != 0:
-        raise ValueError(
-            f"block_length={block_length} must divide gen_length={gen_length} (the answer is cut into whole blocks); "
-            f"choose a block_length among the divisors of {gen_length}, e.g. {_largest_divisor_at_most(gen_length, block_length)}."
-        )
-    num_blocks = gen_length // block_length
-    if steps % num_blocks != 0:
-        raise ValueError(
-            f"steps={steps} must be divisible by the number of blocks gen_length/block_length={num_blocks} (every "
-            f"block gets the same number of steps); use steps={max(num_blocks, steps - steps % num_blocks)} or "
-            f"steps={steps + num_blocks - steps % num_blocks}."
-        )
-    if steps // num_blocks > block_length:
-        raise ValueError(
-            f"steps per block = steps/num_blocks = {steps // num_blocks} exceeds block_length={block_length}: a step "
-            f"would commit no token. Use steps <= gen_length={gen_length}."
-        )
-
-
-def _largest_divisor_at_most(n: int, bound: int) -> int:
-    return max(d for d in range(1, min(n, bound) + 1) if n % d == 0)
 
 
 def tokens_per_step(block_length: int, steps_per_block: int) -> list[int]:

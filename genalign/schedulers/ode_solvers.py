@@ -20,15 +20,13 @@ Only deterministic steps go through a solver: stochastic steps and their log-pro
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol
 
 from torch import Tensor
 
 from genalign.registry import Registry
+from genalign.schedulers.options import OdeSolverName  # noqa: F401  (the solver names, defined without torch)
 from genalign.schedulers.sde_dynamics import _per_sample
-
-#: Names of the registered solvers (config fields use this ``Literal``).
-OdeSolverName = Literal["euler", "ab2"]
 
 
 class OdeSolver(Protocol):

@@ -22,74 +22,13 @@ evaluation) is the policy's ``num_steps`` / ``eval_num_steps``, not a mask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, get_args
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from genalign.algorithms.ratio_levels.chunks import chunk_ids, weighted_chunk_mask
-
-TrainStepStrategy = Literal[
-    "all", "first_k", "first_fraction", "random_subset", "sliding_window", "random_early_window", "weighted_chunks"
-]
-
-
-@dataclass
-class TrainStepsConfig:
-    """Which sampling steps are stochastic and trained."""
-
-    strategy: TrainStepStrategy = field(
-        default="all", metadata={"help": "How trained steps are chosen (see module doc)."}
-    )
-    stochastic: Literal["all", "trained"] = field(
-        default="all",
-        metadata={"help": "'all': SDE at every step; 'trained': SDE only on trained steps, ODE elsewhere."},
-    )
-    k: int = field(default=1, metadata={"help": "Number of first steps trained by strategy 'first_k'."})
-    fraction: float = field(
-        default=0.6, metadata={"help": "Fraction of steps for 'first_fraction' and 'random_subset' (0 < f <= 1)."}
-    )
-    window_size: int = field(default=4, metadata={"help": "Consecutive trained steps of the window strategies."})
-    advance_every: int = field(
-        default=25, metadata={"help": "'sliding_window': iterations between two moves of the window."}
-    )
-    window_stride: int = field(default=1, metadata={"help": "'sliding_window': steps the window moves each time."})
-    max_start: int | None = field(
-        default=None, metadata={"help": "'sliding_window': last start position (None = num_steps - window_size)."}
-    )
-    early_fraction: float = field(
-        default=0.5, metadata={"help": "'random_early_window': the window lies inside this first fraction of steps."}
-    )
-    chunk_size: int = field(default=2, metadata={"help": "'weighted_chunks': consecutive steps per chunk."})
-    chunk_weights: list[float] | None = field(
-        default=None,
-        metadata={
-            "help": "'weighted_chunks': sampling weight of each chunk (None = uniform), e.g. more on early chunks."
-        },
-    )
-    num_chunks: int = field(default=1, metadata={"help": "'weighted_chunks': chunks trained per batch."})
-
-    def validate(self) -> None:
-        if self.strategy not in get_args(TrainStepStrategy):
-            raise ValueError(f"train_steps.strategy={self.strategy!r} is unknown.")
-        if self.stochastic not in ("all", "trained"):
-            raise ValueError(f"train_steps.stochastic={self.stochastic!r} must be 'all' or 'trained'.")
-        if self.chunk_size < 1 or self.num_chunks < 1:
-            raise ValueError(f"train_steps.chunk_size={self.chunk_size} and num_chunks={self.num_chunks} must be >= 1.")
-        if self.k < 1:
-            raise ValueError(f"train_steps.k={self.k} must be >= 1.")
-        if not 0 < self.fraction <= 1:
-            raise ValueError(f"train_steps.fraction={self.fraction} must be in (0, 1].")
-        if self.window_size < 1 or self.advance_every < 1 or self.window_stride < 1:
-            raise ValueError(
-                f"train_steps.window_size={self.window_size}, advance_every={self.advance_every} and "
-                f"window_stride={self.window_stride} must all be >= 1."
-            )
-        if self.max_start is not None and self.max_start < 0:
-            raise ValueError(f"train_steps.max_start={self.max_start} must be >= 0 or None.")
-        if not 0 < self.early_fraction <= 1:
-            raise ValueError(f"train_steps.early_fraction={self.early_fraction} must be in (0, 1].")
+from genalign.schedulers.options import TrainStepsConfig, TrainStepStrategy  # noqa: F401  (defined without torch)
 
 
 @dataclass

@@ -40,7 +40,8 @@ SUPPLIED: dict[str, frozenset[str]] = {
 
 
 def _help(text: str, default=None, *, path: bool = False, factory=None):
-    metadata = {"help": text} | ({"path": True} if path else {})
+    # a path field may also hold a hub id (genalign.config.paths)
+    metadata = {"help": text} | ({"path": True, "hub_id": True} if path else {})
     return field(default_factory=factory, metadata=metadata) if factory else field(default=default, metadata=metadata)
 
 

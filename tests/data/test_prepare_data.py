@@ -217,6 +217,8 @@ def test_text_to_image_family(prepared):
 
 
 PRESET_CASES = [(spec.name, preset) for spec in DATASETS for preset in spec.presets]
+#: where the presets name the prepared files: data/ of the repository, from their own folder configs/
+PRESET_DATA = "../data/"
 
 
 @pytest.mark.parametrize(("name", "preset"), PRESET_CASES, ids=[f"{n}-{p}" for n, p in PRESET_CASES])
@@ -227,7 +229,7 @@ def test_output_loads_with_the_presets_data_section(prepared, name, preset):
     checked = 0
     for section in ("train", "eval"):
         data = dict(config["data"][section])
-        relative = data["source"].removeprefix("data/")
+        relative = data["source"].removeprefix(PRESET_DATA)
         if relative not in files:
             continue
         data["source"] = str(prepared / relative)
@@ -235,7 +237,7 @@ def test_output_loads_with_the_presets_data_section(prepared, name, preset):
         assert len(rows) == len(read(prepared / relative))
         image_root = config["policy"].get("image_root")
         if image_root and BY_NAME[name].image_columns == ("images",):  # images written next to the JSONL
-            root = prepared / image_root.removeprefix("data/")
+            root = prepared / image_root.removeprefix(PRESET_DATA)
             assert all((root / path).is_file() for row in rows for path in row["images"])
         checked += 1
     assert checked, f"{preset} reads none of {sorted(files)}"
@@ -246,8 +248,8 @@ def test_every_preset_data_file_has_a_dataset():
     for path in sorted(CONFIGS.glob("*.yaml")):
         for section in load_yaml(path).get("data", {}).values():
             source = section.get("source", "") if isinstance(section, dict) else ""
-            if source.startswith("data/"):
-                assert source.removeprefix("data/") in written, f"{path.name}: nothing writes {source}"
+            if source.startswith(PRESET_DATA):
+                assert source.removeprefix(PRESET_DATA) in written, f"{path.name}: nothing writes {source}"
 
 
 def test_images_from_bytes_keep_their_format(tmp_path):

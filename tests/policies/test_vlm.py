@@ -363,18 +363,16 @@ def test_capabilities_are_declared_by_the_config():
     from genalign.policies.lm.core import AUTOREGRESSIVE_STRUCTURE
     from genalign.policies.vlm.config import VLM_TEACHER_LIMITS
 
-    features = frozenset({"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden", "logp_without_image", "visual_similarity",
-                          "logp_frames_shuffled"})  # fmt: skip
+    # ref_entropy: the reference's entropy, through the same pass as the policy's (genalign.policies.lm.core.score)
+    features = frozenset({"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden",
+                          "logp_without_image", "visual_similarity", "logp_frames_shuffled"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
     teachers = frozenset({"model", "self", "reference"})  # genalign.teachers: no context, no remote
     assert VLMPolicyConfig().capabilities() == PolicyCapabilities(
         False, features | structure, teachers=teachers, teacher_limits=VLM_TEACHER_LIMITS
     )
-    assert VLMPolicyConfig(reference="none").capabilities().signals == (features | structure) - {
-        "kl",
-        "ref_logp",
-        "ref_entropy",
-    }
+    no_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy"}
+    assert VLMPolicyConfig(reference="none").capabilities().signals == no_reference
     blocks = VLMPolicyConfig(block_markers=["<answer>"]).capabilities().signals
     assert blocks == features | structure | {"block_ids"}
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from genalign import option_rules
 from genalign.algorithms._validation import expand_advantages
 from genalign.algorithms.batch import StepBatch
 from genalign.registry import Option, Registry
@@ -61,10 +62,6 @@ def rule_needs(names: Sequence[str]) -> frozenset[str]:
 
 
 def check_rule_order(names: Sequence[str]) -> None:
-    """A rule with ``replaces=True`` ignores the advantages it receives, so it must come first."""
-    for position, name in enumerate(names):
-        if position > 0 and CREDIT_RULES.meta(name).get("replaces", False):
-            raise ValueError(
-                f"credit rule {name!r} computes per-action advantages from the sample advantages and the rollout "
-                f"structure, discarding what {names[position - 1]!r} produced; put it first in the credit list."
-            )
+    """A rule with ``replaces=True`` ignores the advantages it receives, so it must come first
+    (:func:`genalign.option_rules.check_rule_order`)."""
+    option_rules.check_rule_order(names, CREDIT_RULES)

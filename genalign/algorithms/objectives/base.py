@@ -30,10 +30,11 @@ from typing import Any
 
 from torch import Tensor
 
+from genalign import option_rules
 from genalign.algorithms.clip_forms import CLIP_FORMS
-from genalign.algorithms.options import HyperparameterError, Option, accepted_hyperparameters, check_hyperparameters
+from genalign.algorithms.options import Option, accepted_hyperparameters
 from genalign.algorithms.ratio_levels import RATIO_LEVELS
-from genalign.registry import Registry, did_you_mean
+from genalign.registry import Registry
 
 Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
@@ -45,31 +46,12 @@ def objective_hyperparameters(
     objective: Option, *, ratio_level: Option | None = None, clip: Option | None = None
 ) -> dict[str, Any]:
     """The keyword arguments objective ``objective`` is bound with: its own ``args`` plus, for ratio objectives, the
-    ratio level's and the clip form's names and keywords (default ``token`` and ``ppo``; ignored otherwise). Each
-    option's keywords are validated against its own registry (unknown names and keywords raise with a did-you-mean
-    hint); a ratio objective's ``args`` hold only its own keywords (e.g. Lopti's ``threshold``), never those of the
-    level or the clip form."""
-    if not OBJECTIVES.meta(objective.name).get("ratio", False):
-        check_hyperparameters(OBJECTIVES, objective.name, objective.args)
-        return dict(objective.args)
-    level, form = ratio_level or Option("token"), clip or Option("ppo")
-    check_hyperparameters(RATIO_LEVELS, level.name, level.args)
-    check_hyperparameters(CLIP_FORMS, form.name, form.args)
-    own = set(accepted_hyperparameters(OBJECTIVES, objective.name)) - {"ratio_level", "clip"}
-    foreign = [key for key in objective.args if key not in own]
-    if foreign:
-        owners = {key: f"ratio level {level.name!r}" for key in accepted_hyperparameters(RATIO_LEVELS, level.name)}
-        owners |= {key: f"clip form {form.name!r}" for key in accepted_hyperparameters(CLIP_FORMS, form.name)}
-        where = "; ".join(
-            f"{key!r} is a keyword of {owners[key]}: give it with that option" if key in owners
-            else f"{key!r} is not a keyword of objective {objective.name!r}.{did_you_mean(key, [*own, *owners])}"
-            for key in foreign
-        )  # fmt: skip
-        raise HyperparameterError(
-            f"objective {objective.name!r} got hyper-parameter(s) {', '.join(map(repr, foreign))} that are not its "
-            f"own ({where}). Its own keywords: {', '.join(sorted(own)) or 'none'}."
-        )
-    return {"ratio_level": level.name, "clip": form.name, **level.args, **form.args, **objective.args}
+    ratio level's and the clip form's names and keywords (default ``token`` and ``ppo``; ignored otherwise), each
+    validated against its own registry (:func:`genalign.option_rules.objective_hyperparameters`)."""
+    return option_rules.objective_hyperparameters(
+        objective, ratio_level=ratio_level, clip=clip, objectives=OBJECTIVES, ratio_levels=RATIO_LEVELS,
+        clip_forms=CLIP_FORMS,
+    )  # fmt: skip
 
 
 def checked_binding(name: str, check: Callable[..., None]) -> Callable[..., Objective]:

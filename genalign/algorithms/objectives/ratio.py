@@ -27,6 +27,7 @@ class ClippedRatio:
 @OBJECTIVES.register(
     "clipped_ratio",
     bind=ClippedRatio,
+    binding="keywords",  # the bound form only splits the keywords between the ratio level and the clip form
     ratio=True,
     formula="L_it = −A_it·exp(ℓ̃_it), ℓ̃ = clip form (ratio level (logπθ − logπ_old))",
     source="formulas.md §2 (PPO / GRPO [319]; levels and clip forms in their own tables)",

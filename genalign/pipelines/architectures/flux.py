@@ -18,7 +18,9 @@ from genalign.pipelines.architectures.base import (
 )
 
 
-@FLOW_ARCHITECTURES.register("flux")
+@FLOW_ARCHITECTURES.register(
+    "flux", summary="FLUX.1 (FluxPipeline): packed 2x2 latent patches, guidance embedded (no unconditional branch)."
+)
 class FluxArchitecture(FlowArchitecture):
     name = "flux"
     pipeline_classes = ("FluxPipeline",)

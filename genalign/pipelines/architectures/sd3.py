@@ -17,7 +17,9 @@ from genalign.pipelines.architectures.base import (
 )
 
 
-@FLOW_ARCHITECTURES.register("sd3")
+@FLOW_ARCHITECTURES.register(
+    "sd3", summary="Stable Diffusion 3 / 3.5 (StableDiffusion3Pipeline): MMDiT transformer, classifier-free guidance."
+)
 class SD3Architecture(FlowArchitecture):
     name = "sd3"
     pipeline_classes = ("StableDiffusion3Pipeline",)

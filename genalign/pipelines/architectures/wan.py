@@ -11,7 +11,9 @@ import torch
 from genalign.pipelines.architectures.base import FLOW_ARCHITECTURES, FlowArchitecture, config_value, model_dtype
 
 
-@FLOW_ARCHITECTURES.register("wan")
+@FLOW_ARCHITECTURES.register(
+    "wan", summary="Wan2.1 text-to-video (WanPipeline): video latents, UMT5 prompt embeddings."
+)
 class WanArchitecture(FlowArchitecture):
     name = "wan"
     pipeline_classes = ("WanPipeline",)

@@ -1,17 +1,18 @@
 """Configuration of the masked diffusion LM family (:mod:`genalign.policies.dlm.policy`): the model, its sampler,
-its likelihood proxy and the optional trainable decoding policy (:mod:`genalign.policies.dlm`)."""
+its likelihood proxy and the optional trainable decoding policy (:mod:`genalign.policies.dlm`). Read without torch: the
+registries it names are read through :mod:`genalign.catalog.registries`, and only a decoding policy's own checks
+(building one) import its module."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-from genalign.algorithms.options import Option, check_hyperparameters
-from genalign.policies.base import FamilyTraits, PolicyCapabilities
-from genalign.policies.dlm import DECODING_POLICIES
-from genalign.policies.dlm.likelihood import LIKELIHOOD_PROXIES
-from genalign.policies.lm.core import AttnImplementation, LoRAConfig, lora_reference_mode, token_capabilities
-from genalign.schedulers.masked_diffusion import check_generation_args
+from genalign.catalog.registries import implementations, options
+from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
+from genalign.policies.lm.options import AttnImplementation, LoRAConfig, lora_reference_mode, token_capabilities
+from genalign.registry import Option, check_hyperparameters
+from genalign.schedulers.options import check_generation_args
 
 
 @dataclass
@@ -29,10 +30,11 @@ class DiffusionLMPolicyConfig:
     family: Literal["diffusion_lm"] = field(default="diffusion_lm", metadata={"help": "Policy family."})
     model: str = field(
         default="builtin:arith-dlm",
-        metadata={"help": "Local model folder or 'builtin:<name>' (never downloaded).", "path": True},
+        metadata={"help": "Local model folder or 'builtin:<name>' (never downloaded).", "path": True, "hub_id": True},
     )
     tokenizer: str | None = field(
-        default=None, metadata={"help": "Tokenizer folder; None uses the model folder.", "path": True}
+        default=None,
+        metadata={"help": "Tokenizer folder; None uses the model folder.", "path": True, "hub_id": True},
     )
     architecture: Literal["masked_lm", "remote_code", "bidirectional_causal_lm"] = field(
         default="masked_lm",
@@ -125,7 +127,7 @@ class DiffusionLMPolicyConfig:
 
     def validate(self) -> None:
         proxy = self.likelihood_proxy
-        check_hyperparameters(LIKELIHOOD_PROXIES, proxy.name, proxy.args)  # unknown name or keyword
+        check_hyperparameters(options("proxies"), proxy.name, proxy.args)  # unknown name or keyword
         reserved = {"mask_id", "seeds", "prompt_attention_mask", "decode_step"} & set(proxy.args)
         if reserved:
             raise ValueError(
@@ -152,17 +154,17 @@ class DiffusionLMPolicyConfig:
             if self.freeze_denoiser:
                 raise ValueError(
                     "policy.freeze_denoiser needs policy.decoding_policy "
-                    f"({', '.join(DECODING_POLICIES.names())}); set it or remove policy.freeze_denoiser."
+                    f"({', '.join(options('decoding_policies').names())}); set it or remove policy.freeze_denoiser."
                 )
             return
-        check_hyperparameters(DECODING_POLICIES, decoding.name, decoding.args)
+        check_hyperparameters(options("decoding_policies"), decoding.name, decoding.args)
         if self.likelihood_proxy.name == "spg" and not self.freeze_denoiser:
             raise ValueError(
                 "policy.likelihood_proxy='spg' gives two bound columns per answer that the SPG objective reads by "
                 "position, so decoding actions cannot be appended; use another proxy or policy.freeze_denoiser=true."
             )
         steps_per_block = self.steps // (self.gen_length // self.block_length)
-        DECODING_POLICIES.get(decoding.name)(  # its own checks (remasking), on a throwaway instance
+        implementations("decoding_policies").get(decoding.name)(  # its own checks (remasking), on a throwaway one
             self.block_length, steps_per_block, remasking=self.remasking, **decoding.args
         )
 
@@ -186,4 +188,6 @@ DLM_TEACHER_LIMITS = (
 )
 
 
-__all__ = ["DiffusionLMPolicyConfig"]
+CONFIG_CLASS = DiffusionLMPolicyConfig
+
+__all__ = ["CONFIG_CLASS", "DiffusionLMPolicyConfig"]

@@ -9,14 +9,13 @@ plans and the prefix tree of the leaves), ``dense`` (DenseGRPO step rewards), ``
 """
 
 from genalign.policies.flow.config import (
+    CONFIG_CLASS,
     KL_ESTIMATORS,
     FlowPolicyConfig,
     LikelihoodFreeConfig,
     TreeRolloutConfig,
     flow_lora,
 )
-
-CONFIG_CLASS = FlowPolicyConfig
 
 
 def build_policy(config: FlowPolicyConfig, device="cpu"):

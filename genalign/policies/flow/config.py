@@ -1,4 +1,5 @@
-"""Configuration of the flow-matching policy: the model, sampling, tree rollouts and likelihood-free training.
+"""Configuration of the flow-matching policy: the model, sampling, tree rollouts and likelihood-free training (read
+without torch or diffusers: the registries it names are read through :mod:`genalign.catalog.registries`).
 
 Which credit a step gets (per-depth tree advantages, noise-aware weights, dense step gains) and which objective trains
 the policy are algorithm choices (``algorithm.credit``, ``algorithm.objective``); this section says how the policy
@@ -10,13 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from genalign.algorithms.signals import REFERENCE_FEATURES
-from genalign.policies.base import FamilyTraits, PolicyCapabilities
+from genalign.catalog.registries import options
+from genalign.policies.capabilities import REFERENCE_FEATURES, FamilyTraits, PolicyCapabilities
 from genalign.policies.lora import LoRAConfig, LoRARules
 from genalign.registry import did_you_mean
-from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
-from genalign.schedulers.sde_dynamics import SDE_DYNAMICS
-from genalign.schedulers.train_steps import TrainStepsConfig
+from genalign.schedulers.options import OdeSolverName, TrainStepsConfig
 
 #: ``policy.lora`` of the flow family where the config does not set an option (the other options: LoRAConfig's).
 FLOW_LORA_DEFAULTS = {"rank": 32, "alpha": 64.0, "target_modules": None}
@@ -222,7 +221,11 @@ class FlowPolicyConfig:
     family: Literal["flow"] = field(default="flow", metadata={"help": "Policy family (selects this schema)."})
     model: str = field(
         default="",
-        metadata={"help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline.", "path": True},
+        metadata={
+            "help": "Local diffusers folder (model_index.json) of an SD3/FLUX/Wan pipeline.",
+            "path": True,
+            "hub_id": True,
+        },
     )
     architecture: str = field(
         default="auto",
@@ -345,10 +348,10 @@ class FlowPolicyConfig:
         if not self.model:
             raise ValueError("policy.model is empty; set it to a local diffusers folder of an SD3/FLUX/Wan pipeline.")
         self._validate_architecture()
-        SDE_DYNAMICS.get(self.dynamics)
-        ODE_SOLVERS.get(self.ode_solver)
+        options("sde_dynamics").meta(self.dynamics)  # a registered name (else the valid ones, with a did-you-mean)
+        options("ode_solvers").meta(self.ode_solver)
         if self.eval_ode_solver is not None:
-            ODE_SOLVERS.get(self.eval_ode_solver)
+            options("ode_solvers").meta(self.eval_ode_solver)
         if self.tree.enabled and self.ode_solver != "euler":
             raise ValueError(
                 f"policy.ode_solver={self.ode_solver!r} with policy.tree.enabled: tree rollouts take Euler ODE steps; "
@@ -382,9 +385,7 @@ class FlowPolicyConfig:
             )
 
     def _validate_architecture(self) -> None:
-        from genalign.pipelines.architectures import FLOW_ARCHITECTURES
-
-        choices = ["auto", *FLOW_ARCHITECTURES.names()]
+        choices = ["auto", *options("architectures").names()]
         if self.architecture not in choices:
             raise ValueError(
                 f"policy.architecture={self.architecture!r} is not a registered flow architecture; use one of "
@@ -442,3 +443,6 @@ FLOW_TEACHER_LIMITS = (
     "a flow model's actions are denoising steps of latents, not tokens: there are no token ids for a teacher to "
     "score (distil a flow model with a reward model of the teacher's preferences instead)"
 )
+
+
+CONFIG_CLASS = FlowPolicyConfig

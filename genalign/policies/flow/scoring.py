@@ -23,9 +23,9 @@ from torch import Tensor
 
 from genalign.algorithms.objectives.likelihood_free import element_mse
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest, VelocityPredictions
-from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.pipelines.flow import guided_velocity
 from genalign.policies.base import Rollout
+from genalign.policies.capabilities import REFERENCE_FEATURES
 from genalign.policies.flow import stored
 from genalign.policies.flow.components import ParameterAverage
 from genalign.policies.flow.config import KL_ESTIMATORS

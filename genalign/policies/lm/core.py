@@ -35,70 +35,28 @@ from torch import Tensor, nn
 
 from genalign.algorithms import kl_penalty
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
-from genalign.algorithms.signals import REFERENCE_FEATURES
 from genalign.algorithms.structure import PrefixTree, token_prefix_tree
-from genalign.policies.base import (
-    DTYPES,
-    PeerModel,
-    Policy,
-    PolicyCapabilities,
-    Rollout,
-    RolloutRequest,
-    TeacherHost,
-)
+from genalign.policies.base import DTYPES, PeerModel, Policy, Rollout, RolloutRequest, TeacherHost
+from genalign.policies.capabilities import REFERENCE_FEATURES
 from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
 from genalign.policies.lm.lora import load_weights, save_weights
-from genalign.policies.lm.reference import (
-    ReferenceMode,
-    ReferencePolicy,
-    ResolvedReferenceMode,
-    get_base_model,
-    resolve_reference_mode,
+from genalign.policies.lm.options import (
+    AUTOREGRESSIVE_FEATURES,
+    AUTOREGRESSIVE_STRUCTURE,
+    REFERENCE_ENTROPY,
+    AttnImplementation,
+    lora_reference_mode,
+    token_capabilities,
 )
+from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
-from genalign.policies.lora import TOKEN_LORA, LoRAConfig
-
-#: The reference's own per-action entropy (declared with its reader, the ``response_weighted_kl`` regulariser [18]): a
-#: reference feature of the families that compute ``entropy``.
-REFERENCE_ENTROPY = frozenset({"ref_entropy"})
-#: Score features every autoregressive token family computes in its chunked head pass (``kl`` needs a reference).
-AUTOREGRESSIVE_FEATURES = frozenset({"entropy", "vocab_term", "topk_logp", "hidden"})
-#: Rollout structure every autoregressive token family can fill.
-AUTOREGRESSIVE_STRUCTURE = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
-
-
-#: Attention kernels by transformers' name (``attn_implementation``); a family's ``None`` passes nothing, so
-#: transformers keeps its own choice (``sdpa`` where the model supports it, else ``eager``).
-AttnImplementation = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"]
+from genalign.policies.lora import LoRAConfig
 
 
 def attention_kwargs(attn_implementation: str | None) -> dict[str, str]:
     """``from_pretrained`` keyword arguments for ``attn_implementation`` (none for ``None``: transformers' default)."""
     return {} if attn_implementation is None else {"attn_implementation": attn_implementation}
-
-
-def lora_reference_mode(lora: LoRAConfig, reference: ReferenceMode) -> ResolvedReferenceMode:
-    """Validate ``lora`` and resolve ``policy.reference`` against it (raises a ``ValueError`` naming the option):
-    ``auto`` is the model with adapters disabled when that is the original model, else a frozen copy."""
-    lora.validate(TOKEN_LORA)
-    return resolve_reference_mode(reference, lora.rank > 0, adapters_off_is_base=lora.adapters_off_is_base)
-
-
-def token_capabilities(
-    reference: ReferenceMode,
-    *,
-    features: frozenset[str] = AUTOREGRESSIVE_FEATURES,
-    structure: frozenset[str] = AUTOREGRESSIVE_STRUCTURE,
-    group_size: int | None = None,
-) -> PolicyCapabilities:
-    """Capabilities of a token family: the score ``features`` (plus ``kl`` and ``ref_logp`` unless ``policy.reference`` is ``none``: every other
-    mode of a valid config resolves to a reference, see :func:`~genalign.policies.lm.reference.resolve_reference_mode`;
-    and ``ref_entropy`` when the family also computes ``entropy``) and the rollout ``structure`` signals. Re-scoring
-    with a KV cache differs from a full forward by float rounding, so ``rollout_logp_is_exact`` is False."""
-    reference_features = REFERENCE_FEATURES | (REFERENCE_ENTROPY if "entropy" in features else frozenset())
-    kl = reference_features if reference != "none" else frozenset()
-    return PolicyCapabilities(rollout_logp_is_exact=False, signals=features | kl | structure, group_size=group_size)
 
 
 class AutoregressiveSampling(Protocol):

@@ -30,9 +30,8 @@ from torch import Tensor
 from genalign.algorithms.structure import PrefixTree
 from genalign.policies.base import GUIDANCE_KEY
 from genalign.policies.lm.engines.base import Generation, SamplingParams
+from genalign.policies.lm.options import GUIDANCE_KEYS
 
-#: The guidance keys the token-LM families honour (``PolicyCapabilities.guidance``).
-GUIDANCE_KEYS = frozenset({"hint", "prefix", "temperature", "self_hint"})
 #: Options of ``self_hint`` that may accompany it in the guidance dict.
 SELF_HINT_OPTIONS = frozenset({"self_hint_tokens", "self_hint_template"})
 

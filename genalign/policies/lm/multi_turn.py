@@ -59,11 +59,10 @@ from genalign.policies.lm.core import completion_structure, eval_mode
 from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
+from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
 
 #: the row column that carries a sample's episode reward to the reward functions
 ENVIRONMENT_REWARD_COLUMN = "environment_reward"
-#: Rollout structure a multi-turn rollout records.
-MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
 #: One sampled turn: its token ids, their behaviour log-probs, and whether it hit its token budget before an end token.
 SampledTurn = tuple[list[int], list[float], bool]
 

@@ -14,6 +14,9 @@ from typing import Any
 
 from genalign.environments import EnvironmentSet, ToolLimits
 
+#: Rollout structure a multi-turn rollout records.
+MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
+
 
 @dataclass
 class MultiTurnOptions:

@@ -26,7 +26,7 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 import torch
@@ -35,6 +35,7 @@ from torch import Tensor
 from genalign.policies.base import RewardProbe, Rollout, RolloutRequest
 from genalign.policies.lm.core import eval_mode
 from genalign.policies.lm.logprobs import completion_scores
+from genalign.policies.lm.options import PROBED_FIELDS, ProbeOptions
 from genalign.policies.lm.prompts import encode_prompts
 
 
@@ -53,63 +54,6 @@ class CausalLMPolicy(Protocol):
     segments: Any
 
     def sampling_params(self, mode: str) -> Any: ...
-
-
-#: Structure fields this module fills (``block_ids`` only with ``block_markers``).
-PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp")
-
-
-@dataclass
-class ProbeOptions:
-    """Options of the rollout-time probes (``policy.probes``); used only when a configured method needs them."""
-
-    answer_column: str = field(
-        default="answer", metadata={"help": "Row column holding the reference answer (answer_probe, teacher_logp)."}
-    )
-    answer_prefix: str = field(
-        default="\nThe answer is ",
-        metadata={"help": "Text placed after a segment state before the reference answer is teacher-forced."},
-    )
-    teacher_hint: str = field(
-        default="\nReference answer: {answer}\n",
-        metadata={
-            "help": "Appended to the prompt ({answer} = the reference answer) for the self-distillation teacher."
-        },
-    )
-    value_samples: int = field(
-        default=4, metadata={"help": "Continuations sampled from each segment state (segment_values, SPO-chain)."}
-    )
-    block_markers: list[str] = field(
-        default_factory=list,
-        metadata={"help": "Strings that open the 2nd, 3rd, ... text block of a completion (block_ids, blockwise)."},
-    )
-    batch_size: int = field(default=16, metadata={"help": "Sequences per probe forward pass or sampling call."})
-    counterfactual_column: str | None = field(
-        default=None,
-        metadata={
-            "help": "Row column holding the prompt each completion is re-scored under (counterfactual_logp, e.g. the "
-            "prompt without its rubric); None: the probe is off."
-        },
-    )
-
-    def validate(self) -> None:
-        if self.value_samples < 1:
-            raise ValueError(f"policy.probes.value_samples={self.value_samples} must be >= 1 (e.g. 4).")
-        if self.batch_size < 1:
-            raise ValueError(f"policy.probes.batch_size={self.batch_size} must be >= 1 (e.g. 16).")
-        if not all(self.block_markers):
-            raise ValueError(f"policy.probes.block_markers={self.block_markers} contains an empty string; remove it.")
-        if self.counterfactual_column == "":
-            raise ValueError("policy.probes.counterfactual_column is empty; name the row column or set it to null.")
-        if "{answer}" not in self.teacher_hint:
-            raise ValueError(f"policy.probes.teacher_hint={self.teacher_hint!r} must contain '{{answer}}'.")
-
-    def structure(self) -> frozenset[str]:
-        """The fields these options let the family fill."""
-        off = (set() if self.block_markers else {"block_ids"}) | (
-            set() if self.counterfactual_column else {"counterfactual_logp"}
-        )
-        return frozenset(PROBED_FIELDS) - off
 
 
 def segment_ends(segment_ids: Tensor, mask: Tensor) -> list[list[int]]:

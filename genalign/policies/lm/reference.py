@@ -10,35 +10,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import torch
 from torch import nn
 
+from genalign.policies.lm.options import ReferenceMode, ResolvedReferenceMode, resolve_reference_mode
 from genalign.policies.sharding import release_gathered
 
-ReferenceMode = Literal["auto", "lora_disabled", "frozen_copy", "none"]
-ResolvedReferenceMode = Literal["lora_disabled", "frozen_copy", "none"]
 T = TypeVar("T")
-
-
-def resolve_reference_mode(
-    mode: ReferenceMode, lora_enabled: bool, *, adapters_off_is_base: bool = True
-) -> ResolvedReferenceMode:
-    """``auto`` -> ``lora_disabled`` with LoRA whose disabled adapters leave the original model
-    (``adapters_off_is_base``, see :attr:`~genalign.policies.lm.lora.LoRAConfig.adapters_off_is_base`), else
-    ``frozen_copy``."""
-    if mode == "auto":
-        return "lora_disabled" if lora_enabled and adapters_off_is_base else "frozen_copy"
-    if mode == "lora_disabled" and not lora_enabled:
-        raise ValueError("policy.reference='lora_disabled' needs policy.lora.rank > 0; use 'frozen_copy' or 'auto'.")
-    if mode == "lora_disabled" and not adapters_off_is_base:
-        raise ValueError(
-            "policy.reference='lora_disabled' with policy.lora.init_lora_weights 'pissa'/'olora' or policy.lora.bias "
-            "other than 'none': disabling the adapters does not give the original model back; use 'frozen_copy' or "
-            "'auto'."
-        )
-    return mode
 
 
 def is_peft_model(model: nn.Module) -> bool:

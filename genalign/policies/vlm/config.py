@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-from genalign.policies.base import FamilyTraits, PolicyCapabilities
-from genalign.policies.lm.core import (
+from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
+from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE, MultiTurnOptions
+from genalign.policies.lm.options import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
     AttnImplementation,
@@ -14,8 +15,6 @@ from genalign.policies.lm.core import (
     lora_reference_mode,
     token_capabilities,
 )
-from genalign.policies.lm.multi_turn import MULTI_TURN_STRUCTURE
-from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
 #: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
@@ -43,11 +42,16 @@ class VLMPolicyConfig:
         metadata={
             "help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL / Qwen2.5-VL).",
             "path": True,
+            "hub_id": True,
         },
     )
     processor: str | None = field(
         default=None,
-        metadata={"help": "Processor folder (or 'builtin:<name>'); None uses the model folder.", "path": True},
+        metadata={
+            "help": "Processor folder (or 'builtin:<name>'); None uses the model folder.",
+            "path": True,
+            "hub_id": True,
+        },
     )
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Parameter dtype of the model."}

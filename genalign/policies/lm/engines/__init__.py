@@ -9,35 +9,53 @@
 
 Every builder has the signature ``(model, tokenizer, *, model_path, vllm=None) -> RolloutEngine``; ``model`` is the
 causal LM or a peft model around it, ``vllm`` the options of the vllm engine (``policy.vllm``, read by it alone).
+Importing this package imports no torch (the config's ``policy.vllm`` options are read without it): the engines and
+the names of :mod:`~genalign.policies.lm.engines.base` are imported on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from genalign.policies.lm.engines.base import (
-    Generation,
-    RolloutEngine,
-    SamplingParams,
-    StopStringMatcher,
-    finalize_completions,
-)
 from genalign.policies.lm.engines.vllm.options import VLLMOptions
 from genalign.registry import Registry
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from genalign.policies.lm.engines.base import RolloutEngine
+
+#: names served from :mod:`genalign.policies.lm.engines.base` (which imports torch) on first use
+_FROM_BASE = ("Generation", "RolloutEngine", "SamplingParams", "StopStringMatcher", "finalize_completions")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_BASE:
+        return getattr(importlib.import_module("genalign.policies.lm.engines.base"), name)
+    raise AttributeError(f"module 'genalign.policies.lm.engines' has no attribute {name!r}")
+
 
 ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("rollout engine")
 
 
-@ENGINES.register("hf", source="transformers GenerationMixin.generate")
+@ENGINES.register(
+    "hf",
+    source="transformers GenerationMixin.generate",
+    summary="Hugging Face generate: any AutoModelForCausalLM (the reference back-end).",
+)
 def build_hf_engine(model: nn.Module, tokenizer, *, model_path: str, vllm: VLLMOptions | None = None) -> RolloutEngine:
     from genalign.policies.lm.engines.hf import HFGenerateEngine
 
     return HFGenerateEngine(model, tokenizer)
 
 
-@ENGINES.register("static", source="genalign lean decoder with static KV cache")
+@ENGINES.register(
+    "static",
+    source="genalign lean decoder with static KV cache",
+    summary="genalign's own decode loop for Llama-family models: static KV cache, finished rows dropped.",
+)
 def build_static_engine(
     model: nn.Module, tokenizer, *, model_path: str, vllm: VLLMOptions | None = None
 ) -> RolloutEngine:
@@ -46,7 +64,11 @@ def build_static_engine(
     return StaticCacheEngine(model, tokenizer)
 
 
-@ENGINES.register("vllm", source="vLLM server (HTTP + native NCCL weight transfer) or colocated; GPU only")
+@ENGINES.register(
+    "vllm",
+    source="vLLM server (HTTP + native NCCL weight transfer) or colocated; GPU only",
+    summary="vLLM rollouts (GPU only): a server in vLLM's own environment, or colocated (docs/vllm.md).",
+)
 def build_vllm_engine(
     model: nn.Module, tokenizer, *, model_path: str, vllm: VLLMOptions | None = None
 ) -> RolloutEngine:
