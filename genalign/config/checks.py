@@ -141,8 +141,9 @@ def check_declared_aggregation(cfg: AlgorithmConfig) -> None:
 
 def check_sample_sources(cfg: AlgorithmConfig) -> None:
     """``algorithm.sample_sources`` names registered rules, each once, with hyper-parameters they take and accept;
-    the rules fit together and the group size."""
+    the rules fit together and the group size; every ``source`` signal an option reads is provided by one of them."""
     if not cfg.sample_sources:
+        _check_source_signals(cfg, [])
         return
     from genalign.sampling import SampleSourceStage, build_rules
     from genalign.sampling.base import check_off_policy_sources
