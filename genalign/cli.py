@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
+    except BrokenPipeError:  # the reader of the output stopped (`genalign list | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 128 + 13  # SIGPIPE's status
     except Exception as err:
         message = expected_failure(err)
         if message is None:

@@ -92,3 +92,11 @@ def test_sample_and_eval_default_to_the_runs_latest_checkpoint_and_accept_a_run_
     base = json.loads(run("sample", str(path), "--prompt", "12+30=", "--checkpoint", "none"))
     assert base["checkpoint"] == "base model"
     assert json.loads(run("eval", str(path)))["checkpoint"] == latest
+
+
+def test_list_into_a_closed_pipe_stops_quietly():
+    """`genalign list | head`: the reader closes the pipe early; no traceback, as Unix tools do."""
+    command = f"{sys.executable} -m genalign list | true"
+    for _ in range(3):  # `true` may exit before or after the first write
+        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
