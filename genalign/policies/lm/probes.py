@@ -142,37 +142,7 @@ def teacher_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
     rows = [
         hinted_row(row, options.teacher_hint.format(answer=a)) for row, a in zip(rollout.rows, answers, strict=True)
     ]
-    cfg = policy.config
-    encoded = encode_prompts(
-        rows,
-        policy.tokenizer,
-        use_chat_template=cfg.use_chat_template,
-        system_prompt=cfg.system_prompt,
-        max_prompt_tokens=None,
-        on_long_prompt="error",
-        pad_token_id=policy.pad_token_id,
-    )
-    prompts = [ids[m > 0].tolist() for ids, m in zip(encoded.ids, encoded.mask, strict=True)]
-    _, completions = _sequences(rollout)
-    result = torch.zeros(rollout.action_mask.shape)
-    for start in range(0, len(rollout), options.batch_size):
-        part = range(start, min(start + options.batch_size, len(rollout)))
-        logp, _, mask = _score(policy, [prompts[i] for i in part], [completions[i] for i in part], cfg.temperature)
-        result[start : part.stop, : logp.shape[1]] = logp * mask
-    return result
-
-
-def _rescored(policy: CausalLMPolicy, rollout: Rollout, prompts: list[list[int]]) -> Tensor:
-    """``[N, T]`` log-probs of every sample's completion after ``prompts[i]`` (token ids) at the sampling
-    temperature, 0 on padding (the loop of :func:`teacher_logprobs`, a deliberate copy kept in sync)."""
-    _, completions = _sequences(rollout)
-    result = torch.zeros(rollout.action_mask.shape)
-    size, temperature = policy.config.probes.batch_size, policy.config.temperature
-    for start in range(0, len(rollout), size):
-        part = range(start, min(start + size, len(rollout)))
-        logp, _, mask = _score(policy, [prompts[i] for i in part], [completions[i] for i in part], temperature)
-        result[start : part.stop, : logp.shape[1]] = logp * mask
-    return result
+    return _rescored_under(policy, rollout, rows)
 
 
 def counterfactual_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
@@ -191,7 +161,13 @@ def counterfactual_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
             f"(policy.probes.counterfactual_column), which row {missing[0]} lacks or leaves empty (columns: "
             f"{sorted(rollout.rows[missing[0]])}); add that column to the data or point the option at it."
         )
-    rows = [{**row, "prompt": row[column]} for row in rollout.rows]
+    return _rescored_under(policy, rollout, [{**row, "prompt": row[column]} for row in rollout.rows])
+
+
+def _rescored_under(policy: CausalLMPolicy, rollout: Rollout, rows: list[dict]) -> Tensor:
+    """``[N, T]`` log-probs of every sample's completion after the prompt of ``rows[i]`` (rendered like the policy's
+    prompts, never truncated) at the sampling temperature, ``policy.probes.batch_size`` samples a pass, 0 on
+    padding."""
     cfg = policy.config
     encoded = encode_prompts(
         rows,
@@ -203,7 +179,14 @@ def counterfactual_logprobs(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
         pad_token_id=policy.pad_token_id,
     )
     prompts = [ids[m > 0].tolist() for ids, m in zip(encoded.ids, encoded.mask, strict=True)]
-    return _rescored(policy, rollout, prompts)
+    _, completions = _sequences(rollout)
+    result = torch.zeros(rollout.action_mask.shape)
+    size = cfg.probes.batch_size
+    for start in range(0, len(rollout), size):
+        part = range(start, min(start + size, len(rollout)))
+        logp, _, mask = _score(policy, [prompts[i] for i in part], [completions[i] for i in part], cfg.temperature)
+        result[start : part.stop, : logp.shape[1]] = logp * mask
+    return result
 
 
 def answer_probe(policy: CausalLMPolicy, rollout: Rollout, segment_ids: Tensor) -> Tensor:
