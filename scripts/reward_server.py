@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from json_http import JSONHandler
 
 
 def check_request(body: Any) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
@@ -51,45 +52,31 @@ def make_server(reward: str, args: dict[str, Any], host: str = "127.0.0.1", port
     fn = REWARDS.get(reward)(**args)
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def do_GET(self) -> None:
             if self.path == "/health":
-                self._send(200, {"status": "ok", "reward": reward})
+                self.send_json(200, {"status": "ok", "reward": reward})
             elif self.path == "/metrics":
                 pop = getattr(fn, "pop_metrics", None)
                 with lock:
-                    self._send(200, pop() if callable(pop) else {})
+                    self.send_json(200, pop() if callable(pop) else {})
             else:
-                self._send(404, {"error": "GET /health or /metrics; POST a batch to score it"})
+                self.send_json(404, {"error": "GET /health or /metrics; POST a batch to score it"})
 
         def do_POST(self) -> None:
             try:
-                length = int(self.headers.get("Content-Length", 0))
-                prompts, completions, columns = check_request(json.loads(self.rfile.read(length)))
+                prompts, completions, columns = check_request(self.read_json())
                 completions, columns = from_json_value(completions), from_json_value(columns)
             except (ValueError, UnicodeDecodeError) as error:
-                self._send(400, {"error": f"bad request: {error}"})
+                self.send_json(400, {"error": f"bad request: {error}"})
                 return
             try:
                 with lock:
                     values, _ = call_reward(reward, fn, prompts, completions, columns, on_error="raise")
             except Exception as error:
-                self._send(500, {"error": f"{type(error).__name__}: {error}"})
+                self.send_json(500, {"error": f"{type(error).__name__}: {error}"})
                 return
-            self._send(200, {"rewards": [None if math.isnan(v) else v for v in values]})
-
-        def log_message(self, format: str, *args: Any) -> None:  # one line per request on stderr
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+            self.send_json(200, {"rewards": [None if math.isnan(v) else v for v in values]})
 
     return ThreadingHTTPServer((host, port), Handler)
 

@@ -19,11 +19,11 @@ Requests are served by threads, the model by one at a time. Once listening, the 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from json_http import JSONHandler
 
 
 def check_request(body: Any, vocabulary_size: int) -> tuple[list[Any], list[list[int]]]:
@@ -85,40 +85,26 @@ def make_server(scorer: Scorer, path: str, host: str = "127.0.0.1", port: int = 
     lock = threading.Lock()
     size = int(scorer.model.get_output_embeddings().weight.shape[0])
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def do_GET(self) -> None:
             if self.path == "/health":
-                self._send(200, {"status": "ok", "model": path})
+                self.send_json(200, {"status": "ok", "model": path})
             else:
-                self._send(404, {"error": "GET /health; POST a batch to score it"})
+                self.send_json(404, {"error": "GET /health; POST a batch to score it"})
 
         def do_POST(self) -> None:
             try:
-                length = int(self.headers.get("Content-Length", 0))
-                prompts, ids = check_request(json.loads(self.rfile.read(length)), size)
+                prompts, ids = check_request(self.read_json(), size)
             except (ValueError, UnicodeDecodeError) as error:
-                self._send(400, {"error": f"bad request: {error}"})
+                self.send_json(400, {"error": f"bad request: {error}"})
                 return
             try:
                 with lock:
                     logprobs = scorer(prompts, ids)
             except Exception as error:
-                self._send(500, {"error": f"{type(error).__name__}: {error}"})
+                self.send_json(500, {"error": f"{type(error).__name__}: {error}"})
                 return
-            self._send(200, {"logprobs": logprobs})
-
-        def log_message(self, format: str, *args: Any) -> None:  # one line per request on stderr
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+            self.send_json(200, {"logprobs": logprobs})
 
     return ThreadingHTTPServer((host, port), Handler)
 
