@@ -84,7 +84,11 @@ def _serve(socket_path: str) -> None:
                         return
                 elif key.data == "request":
                     connection, _ = listener.accept()
-                    request, fds = _receive(connection)
+                    try:
+                        request, fds = _receive(connection)
+                    except (OSError, ValueError, struct.error):  # the client went away mid-request
+                        connection.close()
+                        continue
                     pid = os.fork()
                     if pid == 0:
                         for pidfd, (_, other) in children.items():
@@ -98,7 +102,8 @@ def _serve(socket_path: str) -> None:
                     pidfd = os.pidfd_open(pid)
                     children[pidfd] = (pid, connection)
                     selector.register(pidfd, selectors.EVENT_READ, "child")
-                    connection.sendall(f"pid {pid}\n".encode())
+                    with contextlib.suppress(OSError):  # a client that went away still gets its child reaped
+                        connection.sendall(f"pid {pid}\n".encode())
                 else:  # a child ended: its status to its client
                     pidfd = key.fd
                     selector.unregister(pidfd)
