@@ -3,8 +3,9 @@ the row's evidence region, the dense tool-level reward of TAPO [9].
 
 A turn's reward (``StepResult.reward``, recorded in the rollout's ``turn_rewards``) is the mean over the turn's
 ``crop_image`` calls of each call's reward: the share of the evidence box the crop covers (``graded``) or whether that
-share reaches ``min_coverage``; a failed call (bad box, bad arguments) earns 0, and a turn without a crop call has no
-reward. The reward depends only on the question's evidence and the tool's input and output, never on the
+share reaches ``min_coverage``; a crop more than ``max_area_ratio`` times the evidence box's area earns 0 (the whole
+image contains every evidence: without this limit a policy would learn to crop everything), a failed call (bad box,
+bad arguments) earns 0, and a turn without a crop call has no reward. The reward depends only on the question's evidence and the tool's input and output, never on the
 chain-of-thought tokens. Credit rules that read per-turn rewards (``turn_reward_to_go``, ``at_grpo``) turn it into
 per-turn advantages next to the outcome reward.
 """
@@ -30,6 +31,10 @@ def box_coverage(crop: Sequence[float], evidence: Sequence[float]) -> float:
     height = min(crop[3], evidence[3]) - max(crop[1], evidence[1])
     area = (evidence[2] - evidence[0]) * (evidence[3] - evidence[1])
     return max(0.0, width) * max(0.0, height) / area if area > 0 else 0.0
+
+
+def _area(box: Sequence[float]) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
 
 
 def read_box(value: Any, column: str) -> list[float]:
@@ -68,6 +73,7 @@ class EvidenceZoom(ImageZoom):
         evidence_column: the row column with the evidence box ``[x0, y0, x1, y1]``.
         evidence_coordinates: its coordinate system (``pixels``, ``relative``, ``thousandths``), or None (the tool's).
         min_coverage: the share of the evidence a crop must cover to earn 1, in ``(0, 1]``.
+        max_area_ratio: the largest crop area, as a multiple of the evidence box's area (>= 1), that earns a reward.
         graded: earn the covered share itself instead of 0/1.
         **kwargs: the arguments of :class:`~genalign.environments.images.ImageZoom`.
     """
@@ -78,6 +84,7 @@ class EvidenceZoom(ImageZoom):
         evidence_column: str = "box",
         evidence_coordinates: Coordinates | None = None,
         min_coverage: float = 0.5,
+        max_area_ratio: float = 4.0,
         graded: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -87,6 +94,10 @@ class EvidenceZoom(ImageZoom):
                              "'relative', 'thousandths' or null (the tool's coordinates).")  # fmt: skip
         if not 0.0 < min_coverage <= 1.0:
             raise ValueError(f"evidence_zoom: min_coverage={min_coverage!r} must be in (0, 1].")
+        if not max_area_ratio >= 1.0:
+            raise ValueError(f"evidence_zoom: max_area_ratio={max_area_ratio!r} must be >= 1 (e.g. 4: a crop up to four "
+                             "times the evidence box's area).")  # fmt: skip
+        self.max_area_ratio = max_area_ratio
         self.evidence_column, self.min_coverage, self.graded = evidence_column, min_coverage, graded
         self.evidence_coordinates = evidence_coordinates or self.coordinates
         self.evidence: list[float] | None = None
@@ -114,7 +125,10 @@ class EvidenceZoom(ImageZoom):
         """One crop call's reward: 0 when it failed, else from the evidence share its box covers."""
         if not outcome.ok or self.evidence is None or self.image is None:
             return 0.0
-        coverage = box_coverage(self.pixel_box(call.arguments["box"], self.coordinates), self.evidence)
+        crop = self.pixel_box(call.arguments["box"], self.coordinates)
+        if _area(crop) > self.max_area_ratio * _area(self.evidence):  # no localisation: the evidence is a speck in it
+            return 0.0
+        coverage = box_coverage(crop, self.evidence)
         return coverage if self.graded else float(coverage >= self.min_coverage)
 
     def pixel_box(self, box: Sequence[float], coordinates: Coordinates) -> tuple[float, ...]:

@@ -56,3 +56,12 @@ def test_rows_without_evidence_and_bad_settings_are_named():
         ENVIRONMENTS.get("evidence_zoom")(min_coverage=0)
     with pytest.raises(ValueError, match="evidence_coordinates='inches'"):
         ENVIRONMENTS.get("evidence_zoom")(evidence_coordinates="inches")
+
+
+def test_a_crop_of_the_whole_image_earns_nothing():
+    """Cropping everything contains every evidence box; it must not pay (a policy would learn to crop everything)."""
+    environment = episode(graded=True)
+    assert environment.step(ModelTurn(crop_call([0, 0, 48, 48]))).reward == 0.0  # 16 times the evidence's area
+    assert episode(max_area_ratio=16.0).step(ModelTurn(crop_call([0, 0, 48, 48]))).reward == 1.0
+    with pytest.raises(ValueError, match=r"max_area_ratio=0\.5 must be >= 1"):
+        ENVIRONMENTS.get("evidence_zoom")(max_area_ratio=0.5)
