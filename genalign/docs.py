@@ -148,7 +148,25 @@ def render() -> str:
                 summary += f" Aggregation: `{meta['aggregation']}` (the default with it; another mode is refused)."
             cells += [meta["source"], summary]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join([*lines, "", *signal_table()]) + "\n"
+    return "\n".join([*lines, "", *signal_table(), "", *declined_table()]) + "\n"
+
+
+def declined_table() -> list[str]:
+    """The *Declined parts* section: the seed methods whose options are built and tested while a part of the paper is
+    deliberately not built (genalign/coverage/reasons.yaml ``rest_declined``), each with the reason."""
+    seeds, declined = coverage_table.load_seeds(), coverage_table.load_reasons()["rest_declined"]
+    lines = [
+        "## Declined parts of seed methods",
+        "",
+        "Built and tested as the options citing them above; the part named here is deliberately not built "
+        "([coverage.md](coverage.md) has every seed's status).",
+        "",
+        "| seed | method | what is built, and the declined part with the reason |",
+        "|---|---|---|",
+    ]
+    for number, reason in sorted(declined.items()):
+        lines.append(f"| [{number}] | {_cell(seeds[number].method)} | {_cell(reason)} |")
+    return lines
 
 
 def signal_table() -> list[str]:

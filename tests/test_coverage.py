@@ -106,7 +106,7 @@ def _registry(sources: dict[str, str]) -> Registry:
 
 SEEDS = {n: Seed(n, f"method {n}", "core" if n < 4 else "useful", "credit") for n in range(1, 7)}
 TESTS = {"tests/algorithms/test_rules.py": ModuleWords.of('apply("alpha")\napply("beta")\n')}
-NO_REASONS = {"partial": {}, "not_yet_built": {}, "out_of_scope": {}}
+NO_REASONS = {"rest_declined": {}, "partial": {}, "not_yet_built": {}, "out_of_scope": {}}
 
 
 def _build(sources, reasons=None, features=(), recipes=()):
@@ -125,9 +125,20 @@ def test_statuses_and_counts_on_a_toy_catalogue():
     assert [item.tests for item in rows[0].implementations] == [("tests/algorithms/test_rules.py",)]
     assert rows[2].note == "the other part"
     text = markdown.render(rows, ("algorithms",))
-    assert "| core | 3 | 2 | 1 | 0 | 0 | 0 |" in text  # seeds 1-3: two work, one partial
-    assert "| useful | 3 | 0 | 0 | 1 | 1 | 1 |" in text  # seeds 4-6
+    assert "| core | 3 | 2 | 0 | 1 | 0 | 0 | 0 |" in text  # seeds 1-3: two work, one partial
+    assert "| useful | 3 | 0 | 0 | 0 | 1 | 1 | 1 |" in text  # seeds 4-6
     assert "| [5] | method 5 | credit | not yet built | — | needs X |" in text
+
+
+def test_a_declined_rest_keeps_a_tested_seed_working_and_needs_an_implementation():
+    sources = {"alpha": "[1] A", "gamma": "[4] G (untested)"}
+    reasons = {"rest_declined": {1: "the online part is inference-time", 4: "the rest is robotics"},
+               "out_of_scope": {2: "x", 3: "x", 5: "x", 6: "x"}}  # fmt: skip
+    status = {row.seed.number: (row.status, row.note) for row in _build(sources, reasons)}
+    assert status[1] == ("works, rest declined", "the online part is inference-time")
+    assert status[4][0] == "untested"  # declining the rest does not excuse the built part from its test
+    with pytest.raises(CoverageError, match=r"\[2\] method 2: reasons.yaml `rest_declined` but nothing implements"):
+        _build(sources, {"rest_declined": {2: "x"}, "out_of_scope": {3: "x", 5: "x", 6: "x"}})
 
 
 def test_a_citation_that_is_not_a_seed_fails():

@@ -115,4 +115,8 @@ RECIPES: tuple[Recipe, ...] = (
            "policy.probes.block_markers: [the marker opening the execution phase]; role_rewards: [[exploration "
            "rewards], [execution rewards]] (Dual-Track GRPO's masked advantages, one group z-score per track)"),
     Recipe(286, (("credit rule", "distinct_pairs"), ("sample source", "gcpo")), "a reference solution column"),
+    Recipe(215, (("credit rule", "grpo_ma"), ("credit rule", "progressive_prefix")),
+           "policy.tree: {split_positions: [p], branching: [M]}: each p-token prefix continued M times is credited "
+           "with the mean outcome of its continuations (Continuation Accumulated Reward), the loss on the retained "
+           "prefix (credit: [grpo_ma, progressive_prefix])"),
 )  # fmt: skip

@@ -20,7 +20,8 @@ An implementation is a registered option whose source cites the abstract number 
 *experimental*: genalign chose the form). Its mechanism test is the test module, among those that mirror the package
 (`tests/{folders}/`), that names it most often.
 
-Status: **works**: implemented and a mechanism test found; **partial**: implemented, and
+Status: **works**: implemented and a mechanism test found; **works, rest declined**: implemented and tested, and the
+note says which part of the paper genalign deliberately does not build and why; **partial**: implemented, and
 `genalign/coverage/reasons.yaml` says what is still missing; **untested**: implemented, no mechanism test found;
 **not yet built**: nothing implements it, a group-relative trainer can express it, the note says what is missing;
 **out of scope**: nothing implements it, the note says why.

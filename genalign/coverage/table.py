@@ -11,7 +11,9 @@ or its quoted option name; a feature: its test terms; a recipe: every option it 
 mirror the package (:data:`MECHANISM_TEST_FOLDERS`; config validation and integration runs do not count).
 
 Status of a seed (:data:`STATUSES`): *works* (implemented, a mechanism test found, nothing listed as missing),
-*partial* (implemented; reasons.yaml ``partial`` says what is missing), *untested* (implemented, no mechanism test
+*works, rest declined* (implemented and tested; reasons.yaml ``rest_declined`` says which part of the paper genalign
+does not build and why: a part outside a group-relative trainer, not a part left for later), *partial* (implemented;
+reasons.yaml ``partial`` says what is missing), *untested* (implemented, no mechanism test
 found), *not yet built* (nothing implements it; a group-relative trainer can express it: reasons.yaml
 ``not_yet_built`` says what is missing) or *out of scope* (nothing implements it; reasons.yaml ``out_of_scope`` says
 why). :func:`build_rows` raises :class:`CoverageError` when a citation is not a seed, when a seed is both implemented
@@ -45,10 +47,10 @@ CITATION = re.compile(r"\[(\d+)\]")
 IDENTIFIER = re.compile(r"\w+")
 QUOTED_NAME = re.compile(r"[\"']([\w.-]+)[\"']")
 RELEVANCES = ("core", "useful")
-STATUSES = ("works", "partial", "untested", "not yet built", "out of scope")
+STATUSES = ("works", "works, rest declined", "partial", "untested", "not yet built", "out of scope")
 #: reasons.yaml sections: the status each gives, and whether the seed must be implemented
-REASON_SECTIONS = {"partial": ("partial", True), "not_yet_built": ("not yet built", False),
-                   "out_of_scope": ("out of scope", False)}  # fmt: skip
+REASON_SECTIONS = {"rest_declined": ("works, rest declined", True), "partial": ("partial", True),
+                   "not_yet_built": ("not yet built", False), "out_of_scope": ("out of scope", False)}  # fmt: skip
 
 
 class CoverageError(ValueError):
@@ -265,8 +267,8 @@ def _check(seeds: Mapping[int, Seed], implemented: Mapping[int, list[Implementat
         for section in sections:
             must_be_implemented = REASON_SECTIONS[section][1]
             if must_be_implemented and number not in implemented:
-                problems.append(f"[{number}] {seed.method}: reasons.yaml `partial` but nothing implements it; move it "
-                                "to `not_yet_built` or `out_of_scope`")  # fmt: skip
+                problems.append(f"[{number}] {seed.method}: reasons.yaml `{section}` but nothing implements it; move "
+                                "it to `not_yet_built` or `out_of_scope`")  # fmt: skip
             if not must_be_implemented and number in implemented:
                 names = ", ".join(item.label for item in implemented[number])
                 problems.append(f"[{number}] {seed.method}: implemented by {names} and also declined in reasons.yaml "
@@ -304,9 +306,10 @@ def build_rows(
     for number, seed in sorted(seeds.items()):
         items = tuple(implemented.get(number, ()))
         section, note = next(((s, entries[number]) for s, entries in reasons.items() if number in entries), ("", ""))
-        if section:
+        tested = any(item.tests for item in items)
+        if section and (section != "rest_declined" or tested):
             status = REASON_SECTIONS[section][0]
-        else:
-            status = "works" if any(item.tests for item in items) else "untested"
+        else:  # the declined rest says nothing about the built part: it needs its mechanism test like any other
+            status = "works" if tested else "untested"
         rows.append(CoverageRow(seed, items, status, note))
     return rows

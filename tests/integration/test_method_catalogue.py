@@ -232,6 +232,12 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.sample_sources=[{name: draft_refinement, tokenizer: 'builtin:arith-lm', drafts: 2, "
         "template: ' {draft} '}]",
     ],
+    # PPPO [215]: prefixes of two tokens, each continued twice; the loss on the retained prefix only
+    "pppo_continuation_reward": [
+        "policy.tree={trees_per_prompt: 2, split_positions: [2], branching: [2]}",
+        "algorithm.credit=[grpo_ma, {name: progressive_prefix, start_fraction: 0.5, end_fraction: 0.5}]",
+    ],
+    "gfpo_adaptive_difficulty": ["algorithm.sample_sources=[{name: gfpo, samples: 6, adaptive_k: [5, 4, 3, 2]}]"],
     "reward_goals": ["algorithm.sample_sources=[{name: reward_goals, goals: ['+', '-'], template: ' {goal}'}]"],
     "in_context_expert_expert_bonus": [
         "algorithm.clip=off_policy", "algorithm.reward_shaping=[expert_bonus]",

@@ -121,6 +121,29 @@ def test_gfpo_keeps_the_best_k_of_each_larger_group(metric, expected):
     assert decision.stats["length_mean_all"] == pytest.approx(5.0)
 
 
+def test_adaptive_difficulty_gfpo_keeps_more_samples_of_harder_prompts():
+    """Four prompts of 6 samples with mean rewards 0, 1/3, 2/3, 1: quartiles of the window [0, 1/3, 2/3, 1] are
+    0.25 / 0.5 / 0.75, so the prompts fall in quartiles 0..3 and keep 5, 4, 3, 2 of their shortest samples."""
+    gfpo = GFPO(samples=6, adaptive_k=[5, 4, 3, 2])
+    assert gfpo.samples_per_prompt(2) == 6
+    rewards = [0] * 6 + [1, 1, 0, 0, 0, 0] + [1, 1, 1, 1, 0, 0] + [1] * 6
+    lengths = [6, 5, 4, 3, 2, 1] * 4  # the last samples of each group are the shortest
+    decision = gfpo.after_rewards(outcome([p for p in range(4) for _ in range(6)], [0] * 24, rewards, lengths))
+    kept = decision.keep.view(4, 6).sum(dim=1).tolist()
+    assert kept == [5, 4, 3, 2]
+    assert decision.keep.view(4, 6)[3].tolist() == [False] * 4 + [True] * 2  # the two shortest of the easiest
+    assert decision.stats["kept_per_prompt"] == pytest.approx(3.5)
+    # the window carries over (and through a checkpoint): an easy history makes a mean of 0.5 hard
+    restored = GFPO(samples=6, adaptive_k=[5, 4, 3, 2])
+    restored.load_state_dict({"difficulties": [0.9] * 8})
+    assert restored.retained_counts([0.5, 0.95]) == [5, 2]  # quartiles of [0.9] * 8 + [0.5, 0.95]: all 0.9
+
+
+def test_adaptive_difficulty_gfpo_rejects_counts_it_cannot_keep():
+    with pytest.raises(ValueError, match=r"adaptive_k = \[8, 8, 6, 4\] must be four integers in \[2, samples = 8\)"):
+        GFPO(samples=8, adaptive_k=[8, 8, 6, 4])
+
+
 def test_gfpo_must_sample_more_than_it_keeps():
     with pytest.raises(ValueError, match=r"must exceed algorithm\.group_size = 8"):
         GFPO(samples=8).samples_per_prompt(8)

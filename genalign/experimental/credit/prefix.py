@@ -46,8 +46,10 @@ def progressive_prefix(
     headline of 26 % of the training tokens; genalign grows ``r`` linearly with ``progress`` from ``r₀ = 0.1`` to
     ``r₁ = 0.5`` (about 30 % of the tokens over a run). The dropped tokens get advantage 0 but stay in the
     aggregation's denominators. PPPO's second part, Continuation Accumulated Reward (several continuations sampled
-    from one prefix, their scores accumulated as the prefix's reward), needs a sampler that branches from a prefix and
-    is not part of this option; the sample's own reward is used.
+    from one prefix, their scores accumulated as the prefix's reward), is the tree rollout of the causal LM with
+    ``grpo_ma`` before this rule: ``policy.tree: {split_positions: [p], branching: [M]}`` and ``algorithm.credit:
+    [grpo_ma, progressive_prefix]`` credit each ``p``-token prefix with the mean outcome of its ``M`` continuations
+    (normalised over the group's prefixes); alone, this rule uses the sample's own reward.
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.

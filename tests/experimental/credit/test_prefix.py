@@ -51,3 +51,26 @@ def test_needs_progress_and_valid_fractions():
 
 def test_config_accepts_pppo_on_the_causal_lm():
     arith_lm_config(credit=[{"name": "progressive_prefix", "end_fraction": 0.6}])
+
+
+def test_continuation_accumulated_reward_is_grpo_ma_on_the_retained_prefix():
+    """PPPO's two parts as the recipe composes them: each prefix (the thought before the tree's split) sampled with
+    two continuations gets the mean outcome of its continuations, normalised over the group's prefixes (``grpo_ma``),
+    and ``progressive_prefix`` then keeps only the retained prefix in the loss."""
+    from tests.experimental.credit.test_tree_groups import SQRT2, thoughts_and_answers
+
+    tree, mask, groups = thoughts_and_answers()
+    adv = torch.tensor([1.0, 0.0, -1.0, -1.0, 2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 5.0, 5.0, 1.0, 3.0])
+    inputs = StepBatch(sample_advantages=adv, mask=mask, group_ids=groups, prefix_tree=tree, progress=1.0)
+    accumulated = CREDIT_RULES.get("grpo_ma")(adv[:, None].expand(14, 3).clone(), inputs)
+    out = CREDIT_RULES.get("progressive_prefix")(accumulated, inputs, start_fraction=0.6, end_fraction=0.6)
+    # ⌈0.6·3⌉ = 2 retained tokens = the thought; group 0's thoughts: V = 0.5, −1 -> ±1 (test_tree_groups)
+    prefix = torch.tensor([1.0, 1.0, -1.0, -1.0] + [1 / SQRT2] * 4 + [-SQRT2] * 2)
+    torch.testing.assert_close(out[:10, :2], prefix[:, None].expand(10, 2), atol=1e-5, rtol=0)
+    assert out[:10, 2].abs().sum() == 0  # the continuations are not trained
+    assert out[10:12].tolist() == [[5.0, 0.0, 0.0]] * 2  # ended before the split: its own first token only
+
+
+def test_config_accepts_the_pppo_recipe_with_tree_rollouts():
+    config = arith_lm_config(credit=["grpo_ma", "progressive_prefix"])
+    assert config.algorithm.needs()["prefix_tree"]
