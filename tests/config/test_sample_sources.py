@@ -31,6 +31,7 @@ OPTIONS = {
     "depo": {"sample_sources": [{"name": "depo", "easy": 0.9, "hard": 0.1, "momentum": 0.5}]},
     "spo": {"sample_sources": [{"name": "spo", "discount": 0.8, "pool": 3.0}]},
     "gfpo": {"sample_sources": [{"name": "gfpo", "samples": 8, "metric": "token_efficiency"}]},
+    "diversity_temperature": {"sample_sources": [{"name": "diversity_temperature", "temperatures": [0.8, 1.0, 1.2]}]},
     "gfpo_adaptive_difficulty": {"sample_sources": [{"name": "gfpo", "samples": 8, "adaptive_k": [6, 5, 4, 2]}]},
     "composed": {"sample_sources": ["depo", "spo", "gfpo", "overlong_filter"], "dynamic_sampling": {"enabled": True}},
     "adagrpo_curriculum": {"sample_sources": ["adagrpo_curriculum"]},

@@ -237,6 +237,7 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "policy.tree={trees_per_prompt: 2, split_positions: [2], branching: [2]}",
         "algorithm.credit=[grpo_ma, {name: progressive_prefix, start_fraction: 0.5, end_fraction: 0.5}]",
     ],
+    "diversity_temperature": ["algorithm.sample_sources=[{name: diversity_temperature, low: 0.9, high: 0.95}]"],
     "gfpo_adaptive_difficulty": ["algorithm.sample_sources=[{name: gfpo, samples: 6, adaptive_k: [5, 4, 3, 2]}]"],
     "reward_goals": ["algorithm.sample_sources=[{name: reward_goals, goals: ['+', '-'], template: ' {goal}'}]"],
     "in_context_expert_expert_bonus": [

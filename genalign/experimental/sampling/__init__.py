@@ -17,5 +17,6 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     replay_buffer,
     residuals,
     reward_goals,
+    temperature,
     value_budget,
 )
