@@ -242,6 +242,8 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.clip=off_policy", "algorithm.sample_sources=[{name: mixed_prefix, mixed: 1}]",
         "data.train.args.size=4",
     ],
+    # issue 29 item 3, useful seeds (systems): Prefix Grouper [58] / shared-prefix schedule [50]
+    "prefix_grouper_shared_prefix_scoring": ["policy.shared_prefix_scoring=true"],
 }  # fmt: skip
 
 
