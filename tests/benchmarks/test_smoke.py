@@ -182,8 +182,8 @@ def check_opd_vs_grpo(out: str, tmp: Path) -> None:
 
 def check_shared_prefix(out: str, tmp: Path) -> None:
     (row,) = _table_rows(out, "completion_scores")
-    assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x")
-    assert float(row[5]) < 1e-4 and float(row[6]) < 1e-3  # same log-probs and gradients as the plain pass
+    assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x") and row[4].endswith("x")
+    assert float(row[6]) < 1e-4 and float(row[7]) < 1e-3  # same log-probs and gradients as the plain pass
 
 
 @dataclass(frozen=True)

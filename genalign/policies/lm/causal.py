@@ -121,7 +121,7 @@ class CausalLMPolicy(TokenLMPolicy):
         keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
         #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
         self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
-        self.segments = SegmentBoundaries(tokenizer)
+        self.segments = SegmentBoundaries(tokenizer, config.probes.step_markers)
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
             self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
