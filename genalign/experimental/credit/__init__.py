@@ -38,4 +38,5 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     values,
     verification,
     video_tokens,
+    vine_sets,
 )
