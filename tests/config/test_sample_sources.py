@@ -58,6 +58,8 @@ OPTIONS = {
     "in_context_expert": {"sample_sources": [{"name": "in_context_expert", "solution_column": "answer"}],
                           "clip": "off_policy", "reward_shaping": ["expert_bonus"]},
     "mixed_prefix": {"sample_sources": [{"name": "mixed_prefix", "mixed": 1}], "clip": "off_policy"},
+    "expert_warmup": {"sample_sources": [{"name": "expert_warmup", "warmup_steps": 2, "solution_column": "answer"}],
+                      "regularizer": "expert_nll", "credit": ["entropy_gated"]},
 }  # fmt: skip
 
 
