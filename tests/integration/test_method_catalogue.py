@@ -248,6 +248,9 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.sample_sources=[{name: expert_warmup, warmup_steps: 1, solution_column: answer}]",
         "algorithm.regularizer=expert_nll", "algorithm.credit=[entropy_gated]",
     ],
+    "edit_grpo_sentence_edits": [  # the worst sample of each group with a wrong one, corrected toward the answer
+        "algorithm.sample_sources=[{name: sentence_edits, tokenizer: 'builtin:arith-lm', solution_column: answer}]",
+    ],
     "step_grpo_step_markers": [  # Step-GRPO [114]: '+' stands in for a linguistic marker such as 'Wait'
         "policy.probes.step_markers=['+']", "algorithm.reward_shaping=[step_redundancy]",
         "algorithm.sample_sources=[{name: dynamic_truncation, tokenizer: 'builtin:arith-lm', answer_marker: null, "

@@ -18,5 +18,6 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     replay_buffer,
     residuals,
     reward_goals,
+    sentence_edits,
     value_budget,
 )
