@@ -99,6 +99,12 @@ FEATURES: tuple[Feature, ...] = (
             "policy.probes.counterfactual_column; read by credit rubric_contrast (causal_lm)"),
     Feature("per-tool-call evidence rewards", (9,), "genalign.environments.evidence:EvidenceZoom",
             "policy.multi_turn.environments: evidence_zoom (vlm), credit turn_reward_to_go", ("EvidenceZoom",)),
+    Feature("shared-prefix scoring (each group's prompt encoded once)", (58, 50),
+            "genalign.policies.lm.shared_prefix:shared_prefix_hidden_states", "policy.shared_prefix_scoring (causal_lm)",
+            ("shared_prefix",)),
+    Feature("ranked-list rewards (order-invariant coverage, NDCG utility)", (303,),
+            "genalign.rewards.ranking:RankingUtility", "rewards: [list_coverage, ranking_utility]",
+            ("list_coverage", "ranking_utility")),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

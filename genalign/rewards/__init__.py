@@ -10,6 +10,7 @@ from genalign.rewards import (  # noqa: F401
     judge,
     labels,
     preference_models,
+    ranking,
     remote,
     reward_models,
     text,

@@ -180,6 +180,12 @@ def check_opd_vs_grpo(out: str, tmp: Path) -> None:
     assert (tmp / "opd.png").stat().st_size > 0
 
 
+def check_shared_prefix(out: str, tmp: Path) -> None:
+    (row,) = _table_rows(out, "completion_scores")
+    assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x") and row[4].endswith("x")
+    assert float(row[6]) < 1e-4 and float(row[7]) < 1e-3  # same log-probs and gradients as the plain pass
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -208,6 +214,7 @@ SMOKES = {
     "bench_teacher_memory": Smoke("bench_teacher_memory.py", (), check_teacher_memory),
     "opd_vs_grpo": Smoke("opd_vs_grpo.py", ("--work", "{tmp}/runs", "--table", "{tmp}/opd.md", "--png", "{tmp}/opd.png"),
                          check_opd_vs_grpo),
+    "bench_shared_prefix": Smoke("bench_shared_prefix.py", (), check_shared_prefix),
 }  # fmt: skip
 
 

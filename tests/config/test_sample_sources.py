@@ -60,6 +60,10 @@ OPTIONS = {
     "in_context_expert": {"sample_sources": [{"name": "in_context_expert", "solution_column": "answer"}],
                           "clip": "off_policy", "reward_shaping": ["expert_bonus"]},
     "mixed_prefix": {"sample_sources": [{"name": "mixed_prefix", "mixed": 1}], "clip": "off_policy"},
+    "expert_warmup": {"sample_sources": [{"name": "expert_warmup", "warmup_steps": 2, "solution_column": "answer"}],
+                      "regularizer": "expert_nll", "credit": ["entropy_gated"]},
+    "sentence_edits": {"sample_sources": [{"name": "sentence_edits", "tokenizer": "builtin:arith-lm",
+                                           "solution_column": "answer", "keep_overlap": 0.6}]},
 }  # fmt: skip
 
 

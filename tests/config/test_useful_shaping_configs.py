@@ -1,6 +1,7 @@
 """`genalign validate` accepts a config using each reward-shaping and advantage option of the useful-seeds batch
 (DRPO [25], GRSP [112], MedLoc-R1 [121], GRPO-λ [291], LaSeR [208], TAPO [9], CAPO [57], the polychromic objective
-[242], RiskPO [256], POISE [257], F-GRPO [303]), and refuses those whose inputs the family cannot supply, naming the
+[242] and its vine form, RiskPO [256], POISE [257], F-GRPO [303] and its ranked-list rewards, T-SPMO [312], Step-GRPO's
+step markers [114], Prefix Grouper's shared-prefix scoring [58]), and refuses those whose inputs the family cannot supply, naming the
 option and the missing signal."""
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ OPTIONS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "fgrpo": ({"policy": {"probes": {"block_markers": ["<rank>"]}}, "rewards": TWO_REWARDS,
                "algorithm": {"ratio_level": "phase", "credit": [{"name": "role_segments", "role_rewards": [[0], [1]]}]}},
               {"block_ids"}),
+    "fgrpo_ranked_list_rewards": ({"rewards": [
+        {"fn": "list_coverage", "args": {"column": "answer", "marker": "<rank>", "part": "before"}},
+        {"fn": "ranking_utility", "name": "utility", "args": {"column": "answer", "marker": "<rank>", "part": "after",
+                                                             "k": 3}}]}, set()),
+    "t_spmo_prefix_matching": ({"algorithm": {"credit": [{"name": "prefix_matching", "value": "advantage"}]}},
+                               {"prefix_tree"}),
+    "polychromic_vine": ({"policy": {"tree": {"enabled": True, "split_positions": [1, 2], "branching": [2, 2]}},
+                          "algorithm": {"credit": [{"name": "polychromic_vine", "set_size": 2}]}},
+                         {"hidden", "prefix_tree"}),
+    "step_grpo_step_markers": ({"policy": {"probes": {"step_markers": ["+"]}},
+                                "algorithm": {"reward_shaping": ["step_redundancy"]}}, {"segment_ids"}),
+    "prefix_grouper": ({"policy": {"shared_prefix_scoring": True}}, set()),
 }  # fmt: skip
 
 

@@ -249,6 +249,20 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.clip=off_policy", "algorithm.sample_sources=[{name: mixed_prefix, mixed: 1}]",
         "data.train.args.size=4",
     ],
+    # issue 29 item 3, useful seeds (systems): Prefix Grouper [58] / shared-prefix schedule [50]
+    "prefix_grouper_shared_prefix_scoring": ["policy.shared_prefix_scoring=true"],
+    "egspo_expert_warmup": [  # step 1: SFT on the demonstrations (the answers); step 2: RL with the entropy gate
+        "algorithm.sample_sources=[{name: expert_warmup, warmup_steps: 1, solution_column: answer}]",
+        "algorithm.regularizer=expert_nll", "algorithm.credit=[entropy_gated]",
+    ],
+    "edit_grpo_sentence_edits": [  # the worst sample of each group with a wrong one, corrected toward the answer
+        "algorithm.sample_sources=[{name: sentence_edits, tokenizer: 'builtin:arith-lm', solution_column: answer}]",
+    ],
+    "step_grpo_step_markers": [  # Step-GRPO [114]: '+' stands in for a linguistic marker such as 'Wait'
+        "policy.probes.step_markers=['+']", "algorithm.reward_shaping=[step_redundancy]",
+        "algorithm.sample_sources=[{name: dynamic_truncation, tokenizer: 'builtin:arith-lm', answer_marker: null, "
+        "cue: '=', confidence: 0.5, step_markers: ['+']}]",
+    ],
 }  # fmt: skip
 
 

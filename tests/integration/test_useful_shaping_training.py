@@ -45,6 +45,13 @@ RUNS: dict[str, list[str]] = {
     "riskpo_bundles": ["algorithm.advantage={name: mixed_var, bundle_size: 2}"],
     "fgrpo": [TWO_REWARDS, "policy.probes.block_markers=['0']", "algorithm.ratio_level=phase",
               "algorithm.credit=[{name: role_segments, role_rewards: [[0], [1]]}]"],
+    "polychromic_vine_tree": ["policy.tree.enabled=true", "policy.tree.split_positions=[1, 2]",
+                              "policy.tree.branching=[2, 2]", "algorithm.credit=[polychromic_vine]"],
+    "fgrpo_ranked_list_rewards": [  # the toy model writes digits: "0" stands in for the marker opening the ranking
+        "rewards=[{fn: list_coverage, name: coverage, args: {column: answer, separator: ' ', marker: '0', "
+        "part: before}}, {fn: ranking_utility, name: utility, args: {column: answer, separator: ' ', marker: '0', "
+        "part: after}}]", "policy.probes.block_markers=['0']", "algorithm.ratio_level=phase",
+        "algorithm.credit=[{name: role_segments, role_rewards: [[0], [1]]}]"],
 }  # fmt: skip
 
 

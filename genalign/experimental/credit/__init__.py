@@ -16,6 +16,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     hindsight,
     perplexity_position,
     prefix,
+    prefix_matching,
     ranks,
     redistribution,
     response_level,
@@ -37,4 +38,5 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     values,
     verification,
     video_tokens,
+    vine_sets,
 )

@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
     auxiliary,
     entropy_shaping,
+    expert,
     previous_policy,
     promising,
     self_reward,

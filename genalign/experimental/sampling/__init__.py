@@ -8,6 +8,7 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     curricula,
     drafts,
     exits,
+    expert_warmup,
     guidance,
     in_context,
     masking,
@@ -18,5 +19,6 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     residuals,
     reward_goals,
     temperature,
+    sentence_edits,
     value_budget,
 )

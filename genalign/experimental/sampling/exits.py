@@ -19,6 +19,7 @@ demo) when the path writes it, and never at its last token. Steps and tokens are
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -49,9 +50,14 @@ class _Exits(RuleDefaults):
     needs_tokens = True
     forces = True
 
-    def __init__(self, *, rule: str, tokenizer: str, cue: str, answer_marker: str | None) -> None:
+    def __init__(
+        self, *, rule: str, tokenizer: str, cue: str, answer_marker: str | None, step_markers: Sequence[str] = ()
+    ) -> None:
         check_arg("cue", isinstance(cue, str) and bool(cue), cue, "must be a non-empty text (the exit cue)")
-        self.tokens, self.cue, self.answer_marker = PolicyTokens(tokenizer, rule), cue, answer_marker or None
+        check_arg("step_markers", all(isinstance(m, str) and m.strip() for m in step_markers), step_markers,
+                  "must be non-blank token texts (e.g. ['Wait'])")  # fmt: skip
+        self.tokens = PolicyTokens(tokenizer, rule, step_markers=step_markers)
+        self.cue, self.answer_marker = cue, answer_marker or None
         self._cue_ids: list[int] | None = None
 
     @property
@@ -194,12 +200,15 @@ class DynamicTruncation(_Exits):
 
     Reading chosen: the abstract names the mechanism ("exposes the model to concise high-confidence trajectories")
     without its test; genalign measures confidence from the behaviour log-probs of the step just written (no extra
-    model pass), and the steps are the segments of ``segment_ids`` (newlines and sentence ends), which the abstract's
-    "linguistic markers" leave open. ``confidence``, ``min_steps`` and the default cue are genalign's choices.
+    model pass), and the steps are the segments of ``segment_ids`` (newlines and sentence ends, and a new step at each
+    of ``step_markers``: the abstract's "linguistic markers"; give the same list as ``policy.probes.step_markers`` so
+    that the cut points and ``step_redundancy``'s step counts agree). ``confidence``, ``min_steps`` and the default cue
+    are genalign's choices.
 
     Args:
         tokenizer: the policy's tokenizer (the same value as ``policy.model``).
         cue, answer_marker: as for ``serial_exits``.
+        step_markers: token texts that open a new step (e.g. ``["Wait", "Alternatively"]``), each one token's text.
         confidence: the step confidence in (0, 1] at which the path is cut. min_steps: steps kept at least.
         per_prompt: paths of each prompt considered (None: all). replace: drop a path that was truncated.
     """
@@ -207,8 +216,10 @@ class DynamicTruncation(_Exits):
     def __init__(
         self, *, tokenizer: str, cue: str = THINK_EXIT_CUE, answer_marker: str | None = "</think>",
         confidence: float = 0.9, min_steps: int = 1, per_prompt: int | None = None, replace: bool = False,
+        step_markers: Sequence[str] = (),
     ) -> None:  # fmt: skip
-        super().__init__(rule="dynamic_truncation", tokenizer=tokenizer, cue=cue, answer_marker=answer_marker)
+        super().__init__(rule="dynamic_truncation", tokenizer=tokenizer, cue=cue, answer_marker=answer_marker,
+                         step_markers=step_markers)  # fmt: skip
         check_arg("confidence", 0.0 < confidence <= 1.0, confidence, "must be in (0, 1] (a step's mean probability)")
         check_arg("min_steps", isinstance(min_steps, int) and min_steps >= 1, min_steps, "must be an int >= 1")
         check_arg("per_prompt", per_prompt is None or (isinstance(per_prompt, int) and per_prompt >= 1), per_prompt,

@@ -5,11 +5,13 @@ value as ``policy.model``, or ``policy.tokenizer`` when that is set) and loads i
 :class:`genalign.experimental.sampling.references.EdgeGEC` does.
 
 Steps are the segments of :mod:`genalign.policies.lm.segments` (a token whose text holds a newline, or a sentence end
-followed by whitespace, closes a step), so a rule's cut points and the ``segment_ids`` signal agree.
+followed by whitespace, closes a step; a step marker opens one), so a rule's cut points and the ``segment_ids`` signal
+agree when the rule and ``policy.probes.step_markers`` list the same markers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,9 +25,10 @@ class PolicyTokens:
         name: the policy's tokenizer: a model folder, a hub id or ``builtin:<name>`` (its location is checked here,
             at config load; the tokenizer loads on first use).
         rule: the rule's registered name, for messages.
+        step_markers: token texts that open a new step (:class:`~genalign.policies.lm.segments.SegmentBoundaries`).
     """
 
-    def __init__(self, name: str, rule: str) -> None:
+    def __init__(self, name: str, rule: str, step_markers: Sequence[str] = ()) -> None:
         from genalign.assets import model_location
 
         if not isinstance(name, str) or not name:
@@ -37,9 +40,9 @@ class PolicyTokens:
             self.location = model_location(name, field=f"algorithm.sample_sources[{rule}].tokenizer", marker=None)
         except OSError as err:  # a missing folder or built-in, or a hub id not cached while offline
             raise ValueError(f"tokenizer = {name!r}: {err}") from None
-        self.name, self.rule = name, rule
+        self.name, self.rule, self.step_markers = name, rule, tuple(step_markers)
         self._tokenizer: Any = None
-        self._step_ends: Tensor | None = None
+        self._boundaries: Any = None
 
     @property
     def tokenizer(self) -> Any:
@@ -58,14 +61,20 @@ class PolicyTokens:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def step_ends(self, ids: Tensor) -> Tensor:
-        """``[T]`` bool: token ``t`` of ``ids`` ``[T]`` closes a reasoning step (module docstring)."""
-        if self._step_ends is None:
+        """``[T]`` bool: token ``t`` of ``ids`` ``[T]`` closes a reasoning step (module docstring): it is a boundary
+        token, or token ``t + 1`` is a step marker."""
+        if self._boundaries is None:
             from genalign.policies.lm.segments import SegmentBoundaries
 
-            self._step_ends = SegmentBoundaries(self.tokenizer).table()  # [V]
-        table = self._step_ends
+            self._boundaries = SegmentBoundaries(self.tokenizer, self.step_markers)
+        table = self._boundaries.table()  # [V]
         inside = ids < table.shape[0]  # [T] ids outside the vocabulary never close a step
-        return table[ids.clamp(0, table.shape[0] - 1)] & inside
+        clamped = ids.clamp(0, table.shape[0] - 1)  # [T]
+        ends = table[clamped] & inside  # [T]
+        if self.step_markers:
+            opens = self._boundaries.opens()[clamped] & inside  # [T]
+            ends[:-1] |= opens[1:]
+        return ends
 
     def text_before(self, ids: Tensor, marker: str | None) -> int:
         """How many leading tokens of ``ids`` ``[T]`` come before ``marker``: the most tokens whose decoded text ends

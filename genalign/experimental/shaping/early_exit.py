@@ -98,7 +98,8 @@ def step_redundancy(
     """Step-GRPO's step-aware relative reward [114]: redundancy measured in reasoning steps against the group.
 
     Reading chosen: the abstract says the reward "dynamically penalizes redundancy based on group-level baselines";
-    genalign counts the steps of each completion (its segments: newlines and sentence ends), takes as baseline ``b``
+    genalign counts the steps of each completion (its segments: newlines and sentence ends, and a new step at each of
+    ``policy.probes.step_markers``, the abstract's linguistic markers such as "Wait"), takes as baseline ``b``
     the mean step count of the group's correct samples, and subtracts ``penalty·clip(s/b − 1, 0, 1)`` from a correct
     sample with ``s`` steps: nothing at or below the baseline, the whole ``penalty`` at twice the baseline or more.
     Wrong samples and groups without a correct sample are unchanged.

@@ -1,5 +1,7 @@
 """The polychromic set objective [242]: a completion is worth the mean score of the sets of its group's completions
-it belongs to, where a set scores its mean reward times its diversity (a reward shaper of :data:`REWARD_SHAPERS`)."""
+it belongs to, where a set scores its mean reward times its diversity (a reward shaper of :data:`REWARD_SHAPERS`; the
+credit rule ``polychromic_vine`` of :mod:`genalign.experimental.credit.vine_sets` draws the sets among the
+continuations of one vine state instead)."""
 
 from __future__ import annotations
 
@@ -43,13 +45,34 @@ def set_diversity(similarity: Tensor, sets: Tensor, threshold: float) -> Tensor:
     return (~repeated).double().mean(1)
 
 
+def pool_set_scores(
+    values: Tensor, unit: Tensor, set_size: int, threshold: float, *, max_sets: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The polychromic scores of the sets drawn from one pool of ``m`` completions.
+
+    Args:
+        values: ``[m]`` float64 rewards. unit: ``[m, H]`` float64 unit-norm embeddings.
+        set_size, threshold, max_sets, generator: see :func:`polychromic_sets`.
+    Returns:
+        ``(mean_{S ∋ i} f(S) [m], mean_S f(S) [], mean set diversity [])``.
+    """
+    sets = member_sets(values.shape[0], set_size, max_sets=max_sets, generator=generator)  # [S, n]
+    diversity = set_diversity(unit @ unit.T, sets, threshold)  # [S]
+    score = values[sets].mean(1) * diversity  # [S] f(S)
+    total = torch.zeros(values.shape[0], dtype=torch.float64).index_add_(
+        0, sets.flatten(), score.repeat_interleave(set_size)
+    )
+    count = torch.bincount(sets.flatten(), minlength=values.shape[0]).double()  # [m]
+    return total / count.clamp_min(1.0), score.mean(), diversity.mean()
+
+
 @REWARD_SHAPERS.register(
     "polychromic_sets",
     needs=("hidden",),
     formula="f(S) = (mean_{i∈S} r_i)·d(S), d(S) = share of S's members that are not a near-copy (cos(e_i, e_j) ≥ τ) "
     "of an earlier member, e = mean hidden state; sets S of n of the group's samples; r̃_i = mean_{S ∋ i} f(S) "
     "(with dr_grpo: A_i = mean_{S∋i} f(S) − mean_S f(S), the set-level marginal advantage)",
-    source="[242] polychromic objective (set RL; sets drawn from the group, not from vine rollouts)",
+    source="[242] polychromic objective (set RL; sets drawn from the group; polychromic_vine: from vine states)",
     summary="Set-level objective: a completion is credited with the score of the sets it belongs to, where a set "
     "scores its mean reward times its diversity, so a failed but different completion can still gain mass.",
 )
@@ -70,7 +93,7 @@ def polychromic_sets(
     is in equally many sets; ``grpo`` also divides by the group's spread).
 
     Reading chosen: the paper draws sets with vine sampling (several continuations from intermediate states); here the
-    sets are subsets of the group's independent samples (genalign has no vine sampler). Diversity is the share of
+    sets are subsets of the group's samples (``polychromic_vine`` draws them among continuations of a shared state). Diversity is the share of
     distinct members, two completions being "the same" when the cosine similarity of their mean last hidden states
     (the policy's own, feature ``hidden``) is at least ``τ`` (exact copies have similarity 1). ``n = 1`` gives
     ``f = r``: plain RL. A missing reward leaves its sample out of the sets (it stays missing); a group with fewer
@@ -99,15 +122,11 @@ def polychromic_sets(
         members = torch.nonzero((groups.index == group) & present).flatten()  # [m]
         if members.numel() < set_size:
             continue
-        sets = member_sets(members.numel(), set_size, max_sets=max_sets, generator=generator)  # [S, n]
         unit = embeddings[members].double().cpu()  # [m, H]
-        diversity = set_diversity(unit @ unit.T, sets, similarity_threshold)  # [S]
-        score = values[members][sets].mean(1) * diversity  # [S] f(S)
-        total = torch.zeros(members.numel(), dtype=torch.float64).index_add_(
-            0, sets.flatten(), score.repeat_interleave(set_size)
+        member_score, _, diversity = pool_set_scores(
+            values[members], unit, set_size, similarity_threshold, max_sets=max_sets, generator=generator
         )
-        count = torch.bincount(sets.flatten(), minlength=members.numel()).double()  # [m]
-        shaped[members] = total / count.clamp_min(1.0)
-        diversities.append(diversity.mean())
+        shaped[members] = member_score
+        diversities.append(diversity)
     mean_diversity = float(torch.stack(diversities).mean()) if diversities else 1.0
     return shaped.to(rewards.device, rewards.dtype), {"reward_shaping/set_diversity_mean": mean_diversity}

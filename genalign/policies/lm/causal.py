@@ -80,6 +80,7 @@ from genalign.policies.lm.probes import probe_structure
 from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
 from genalign.policies.lm.segments import SegmentBoundaries
+from genalign.policies.lm.shared_prefix import shared_prefix_hidden_states
 from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.policies.lm.trees import sample_tree_group
 
@@ -120,7 +121,7 @@ class CausalLMPolicy(TokenLMPolicy):
         keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
         #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
         self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
-        self.segments = SegmentBoundaries(tokenizer)
+        self.segments = SegmentBoundaries(tokenizer, config.probes.step_markers)
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
             self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
@@ -358,6 +359,7 @@ class CausalLMPolicy(TokenLMPolicy):
             topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
             with_hidden="hidden" in request,
             with_logit_stats="logit_stats" in request,
+            hidden_states=shared_prefix_hidden_states if self.config.shared_prefix_scoring else None,
         )
         pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
         features = {

@@ -75,6 +75,13 @@ class CausalLMPolicyConfig:
         default=256, metadata={"help": "Tokens per chunk of the log-prob head (memory ~ 2 x chunk x vocab floats)."}
     )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in backward."})
+    shared_prefix_scoring: bool = field(
+        default=False,
+        metadata={
+            "help": "Score: encode each distinct prompt of a micro-batch once and run its group's completions against "
+            "its K/V (same log-probs and gradients, less prompt work; not with gradient_checkpointing)."
+        },
+    )
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters."})
     probes: ProbeOptions = field(
         default_factory=ProbeOptions,
@@ -112,6 +119,11 @@ class CausalLMPolicyConfig:
                 f"policy.max_prompt_tokens={self.max_prompt_tokens} must be >= 1 or null.",
             ),
             (all(self.stop), f"policy.stop={self.stop} contains an empty string; remove it."),
+            (
+                not (self.shared_prefix_scoring and self.gradient_checkpointing),
+                "policy.shared_prefix_scoring=true reuses the prompt's KV cache, which gradient checkpointing drops; "
+                "set one of policy.shared_prefix_scoring, policy.gradient_checkpointing to false.",
+            ),
             (
                 self.system_prompt is None or self.use_chat_template,
                 "policy.system_prompt needs policy.use_chat_template=true (plain prompts have no system role).",

@@ -22,6 +22,7 @@ kind of no-grad chunked pass).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -286,13 +287,14 @@ def backbone_output(module: nn.Module, **inputs: Any) -> Any:
 
     Calling the outermost module (not its backbone) lets hooks on it run: under sharded training they gather the
     module's own parameters (embeddings, final norm, output head) for the pass and its backward. The head is applied
-    at one position only (``logits_to_keep=1``); the chunked log-prob pass reads it afterwards.
+    at one position only (``logits_to_keep=1``); the chunked log-prob pass reads it afterwards. The KV cache is off
+    unless ``inputs`` turn it on (``use_cache=True``, e.g. with a cache to extend; the output then holds the cache).
     """
     backbone = get_base_model(module).base_model
     captured: list[Any] = []
     handle = backbone.register_forward_hook(lambda _module, _args, output: captured.append(output))
     try:
-        module(**inputs, use_cache=False, logits_to_keep=1)
+        module(**{"use_cache": False, **inputs}, logits_to_keep=1)
     finally:
         handle.remove()
     return captured[-1]
@@ -303,6 +305,29 @@ def backbone_hidden_states(module: nn.Module, **inputs: Tensor) -> Tensor:
     itself (:func:`backbone_output`)."""
     output = backbone_output(module, **inputs)
     return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+
+
+#: ``fn(causal_lm, prompt_ids [B, P], prompt_mask [B, P], completion_ids [B, C], completion_attention [B, C]) ->
+#: [B, C, H]``: the hidden states predicting each completion token (see :func:`completion_scores`)
+HiddenStatesFn = Callable[[nn.Module, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def full_pass_hidden_states(
+    causal_lm: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_attention: Tensor
+) -> Tensor:
+    """``[B, C, H]`` the hidden states predicting each completion token, from one backbone pass over
+    ``[prompt | completion]`` (left-padded prompts ``[B, P]``, right-padded completions ``[B, C]`` of which
+    ``completion_attention`` ``[B, C]`` are attended)."""
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
+    attention_mask = torch.cat([prompt_mask.long(), completion_attention.long()], dim=1)  # [B, P + C]
+    hidden = backbone_hidden_states(
+        causal_lm,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+    )  # [B, P + C, H]
+    width = prompt_ids.shape[1]
+    return hidden[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
 
 
 def completion_scores(
@@ -320,6 +345,7 @@ def completion_scores(
     topk: int = 0,
     with_hidden: bool = False,
     with_logit_stats: bool = False,
+    hidden_states: HiddenStatesFn | None = None,
 ) -> TokenScores:
     """Score completions under ``causal_lm`` (a ``*ForCausalLM``, or the peft wrapper of one: LoRA layers apply).
 
@@ -329,21 +355,16 @@ def completion_scores(
         completion_attention: ``[B, C]`` the completion tokens attended to, when they are more than the scored ones
             (multi-turn: environment tokens are context); None: ``completion_mask``.
         vocab_term, topk, with_hidden, with_logit_stats: optional features, see :func:`token_scores_from_hidden`.
+        hidden_states: how the backbone's ``[B, C, H]`` hidden states predicting the completion tokens are computed,
+            ``fn(causal_lm, prompt_ids, prompt_mask, completion_ids, completion_attention)``; None: one pass over
+            ``[prompt | completion]`` (:func:`full_pass_hidden_states`). E.g.
+            :func:`genalign.policies.lm.shared_prefix.shared_prefix_hidden_states` encodes each distinct prompt once.
 
     Returns:
         :class:`TokenScores` with ``[B, C]`` (``[B, C, k]``, ``[B, C, H]``) tensors.
     """
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
     attended = completion_mask if completion_attention is None else completion_attention  # [B, C]
-    attention_mask = torch.cat([prompt_mask.long(), attended.long()], dim=1)  # [B, P + C]
-    hidden = backbone_hidden_states(
-        causal_lm,
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-    )  # [B, P + C, H]
-    width = prompt_ids.shape[1]
-    hidden = hidden[:, width - 1 : width - 1 + completion_ids.shape[1]]  # [B, C, H]
+    hidden = (hidden_states or full_pass_hidden_states)(causal_lm, prompt_ids, prompt_mask, completion_ids, attended)
     return token_scores_from_hidden(
         hidden,
         completion_ids,

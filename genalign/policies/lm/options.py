@@ -212,6 +212,13 @@ class ProbeOptions:
         default_factory=list,
         metadata={"help": "Strings that open the 2nd, 3rd, ... text block of a completion (block_ids, blockwise)."},
     )
+    step_markers: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Token texts that also open a new reasoning step of segment_ids (e.g. 'Wait', 'Alternatively'), "
+            "besides newlines and sentence ends; each must be one token's text."
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "Sequences per probe forward pass or sampling call."})
     counterfactual_column: str | None = field(
         default=None,
@@ -228,6 +235,8 @@ class ProbeOptions:
             raise ValueError(f"policy.probes.batch_size={self.batch_size} must be >= 1 (e.g. 16).")
         if not all(self.block_markers):
             raise ValueError(f"policy.probes.block_markers={self.block_markers} contains an empty string; remove it.")
+        if not all(marker.strip() for marker in self.step_markers):
+            raise ValueError(f"policy.probes.step_markers={self.step_markers} contains a blank string; remove it.")
         if self.counterfactual_column == "":
             raise ValueError("policy.probes.counterfactual_column is empty; name the row column or set it to null.")
         if "{answer}" not in self.teacher_hint:
