@@ -42,6 +42,16 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "ma_rlhf": ({"ratio_level": {"name": "macro_action", "macro_length": 3}}, None),
     "rlpt": ({"regularizer": {"name": "promising_tokens", "top_k": 8}, "regularizer_coef": 1.0},
              {"top_k": 8}),
+    "perceval_capo_token_rewards": ({"credit": [{"name": "judged_token_rewards", "weight": 0.2}]},
+                                    {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"},
+                                                                "votes": 3}}}),
+    "mt_error_spans": ({"credit": ["judged_token_rewards"]}, {"probes": {"token_judge": {"judge": "reference_diff"}}}),
+    "mrpo": ({"credit": [{"name": "early_step_penalty", "decay": 0.25}]},
+             {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"}}}}),
+    "tlpo": ({"credit": [{"name": "localized_suppression", "strength": 0.5}]},
+             {"probes": {"token_judge": {"judge": {"name": "script_mismatch", "language_column": "lang"}}}}),
+    "verl_moving_average": ({"credit": [{"name": "effective_rank_bonus", "baseline": "moving_average"}]}, None),
+    "plateau_from_entropy": ({"credit": [{"name": "perplexity_position", "stage": "entropy_plateau"}]}, None),
 }  # fmt: skip
 
 
@@ -65,6 +75,11 @@ def test_needs_reach_the_trainer():
         ({"credit": ["rubric_contrast"]}, None, "'counterfactual_logp'"),  # the probe needs its column
         ({"credit": ["delta_logp_weights"]}, {"reference": "none"}, "'kl'"),  # Δlog p needs the reference
         ({"credit": ["probability_shaping", "rank_causal"]}, None, "put it first"),
+        ({"credit": ["judged_token_rewards"]}, None, "'token_judgement'"),  # no token judge configured
+        ({}, {"probes": {"token_judge": {"judge": "claim_checker"}}}, "unknown token judge 'claim_checker'"),
+        ({}, {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "line"}}}}, "scope='line'"),
+        ({}, {"probes": {"token_judge": {"judge": "reference_diff", "votes": 0}}}, r"token_judge.votes=0 must be"),
+        ({"credit": [{"name": "perplexity_position", "stage": "plateau"}]}, None, "stage='plateau'"),
     ],
 )
 def test_options_without_their_inputs_are_refused(algorithm, policy, message):

@@ -456,3 +456,19 @@ def test_all_linear_targets_every_linear_layer_of_the_scope_but_the_head(model_d
     policy = make_policy(model_dirs, lora=LoRAConfig(rank=4, target_modules=["all-linear"]), lora_scope=scope)
     adapted = {name for name, module in policy.hf_model.named_modules() if hasattr(module, "lora_A")}
     assert adapted == expected and any(".visual." in name for name in adapted) == everywhere
+
+
+def test_a_token_judge_fills_token_judgement_from_the_completions_and_rows(model_dirs, rows):
+    from genalign.policies.lm.options import TokenJudgeOptions
+    from genalign.policies.lm.probes import judge_tokens
+    from genalign.registry import Option
+
+    judge = TokenJudgeOptions(judge=Option("reference_diff", {"reference_column": "answer"}), votes=2)
+    policy = make_policy(model_dirs, max_new_tokens=4, token_judge=judge)
+    assert "token_judgement" in policy.capabilities.signals
+    request = RolloutRequest(structure=frozenset({"token_judgement"}))
+    rollout = policy.rollout(rows[:2], group_size=2, request=request)
+    ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
+    judged = rollout.structure.get("token_judgement")
+    torch.testing.assert_close(judged, judge_tokens(policy.tokenizer, ids, mask, rollout.rows, judge))
+    assert bool((judged[mask > 0] < 0).any()) and torch.all(judged[mask == 0] == 0)  # an untrained model errs

@@ -14,6 +14,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     equalizer,
     hidden_reward,
     hindsight,
+    judged_tokens,
     perplexity_position,
     prefix,
     ranks,

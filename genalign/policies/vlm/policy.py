@@ -32,7 +32,7 @@ from genalign.policies.lm.export import CheckpointFacts, sampling_generation_con
 from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import multi_turn_rollout
-from genalign.policies.lm.probes import block_ids
+from genalign.policies.lm.probes import block_ids, judge_tokens
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
@@ -204,7 +204,7 @@ class VLMPolicy(TokenLMPolicy):
             old_logp=old_logp.cpu(),
             action_mask=action_mask.cpu(),
             structure=self.completion_structure(
-                request, truncated.cpu(), completion_ids.cpu(), action_mask.cpu(), picks
+                request, truncated.cpu(), completion_ids.cpu(), action_mask.cpu(), picks, out_rows
             ),
             per_sample={
                 "prompt_ids": prompt_ids,
@@ -222,16 +222,22 @@ class VLMPolicy(TokenLMPolicy):
         )
 
     def completion_structure(
-        self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int]
-    ) -> dict[str, Any]:
+        self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int],
+        rows: list[dict[str, Any]],
+    ) -> dict[str, Any]:  # fmt: skip
         """The causal-LM structure of the completions, plus their text blocks (``block_ids``: the number of
         ``policy.block_markers``, found in order, that start at or before each action, as the causal-LM probes count
-        them) when the request names them."""
+        them) and the token judge's values (``token_judgement``, of the completions of ``rows``) when the request
+        names them."""
         group_ids = torch.tensor(picks, dtype=torch.long)
         structure = completion_structure(request, self.segments, truncated, completion_ids, mask, group_ids=group_ids)
         if "block_ids" in request.structure and self.config.block_markers:
             structure["block_ids"] = block_ids(
                 self.tokenizer, completion_ids, mask, self.config.block_markers
+            )  # [N, T]
+        if "token_judgement" in request.structure and self.config.token_judge.judge is not None:
+            structure["token_judgement"] = judge_tokens(
+                self.tokenizer, completion_ids, mask, rows, self.config.token_judge
             )  # [N, T]
         return structure
 
