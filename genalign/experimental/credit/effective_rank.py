@@ -169,8 +169,8 @@ def effective_rank_bonus(
     Baselines: ``baseline: moving_average`` is the published code's: each indicator's baseline is an exponential
     moving average (weight ``momentum`` on the earlier average) of earlier steps' batch means, kept by the bound
     option (:class:`EffectiveRankBonus`, checkpointed with the run; the first step uses its own batch mean, and the
-    batch mean is taken over every process). ``baseline: group`` (the default, stateless) takes the mean of the
-    sample's group instead. The code adds the bonus at the response's last token only; ``placement: last_action`` does
+    batch mean is taken over every process). Reading chosen: ``baseline: group`` (the default, stateless) takes the
+    mean of the sample's group instead. The code adds the bonus at the response's last token only; ``placement: last_action`` does
     that, the default adds it to every action (the response-level bonus the paper describes). ``hidden`` is the last
     hidden state predicting each action.
 
