@@ -19,10 +19,12 @@ registering a factory. The built-in judges are rule-based and need no download:
   *major* error, a word differing only in case or punctuation a *minor* one; MQM weights 5 and 1), an error-span
   quality estimator for translation ([224]).
 * ``script_mismatch``: every word written in a script other than the row's target language's ([105]).
+* ``prefix_reward_gains`` (:mod:`genalign.rewards.prefix_gains`): any configured sequence reward scored on every word
+  prefix, each word valued by its reward gain ([247]).
 
-None of them can be earned by text that imitates a verdict: they read the completion's checkable content (its
+The first four cannot be earned by text that imitates a verdict: they read the completion's checkable content (its
 arithmetic, its counts, its words against the reference, its script) and the row, never a self-assessment, and they
-only mark errors (no positive value).
+only mark errors (no positive value). ``prefix_reward_gains`` is as forgeable as the reward it reads.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
                                     {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"},
                                                                 "votes": 3}}}),
     "mt_error_spans": ({"credit": ["judged_token_rewards"]}, {"probes": {"token_judge": {"judge": "reference_diff"}}}),
+    "red": ({"credit": ["judged_token_rewards"]},
+            {"probes": {"token_judge": {"judge": {"name": "prefix_reward_gains", "reward": "exact_match"}}}}),
     "mrpo": ({"credit": [{"name": "early_step_penalty", "decay": 0.25}]},
              {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"}}}}),
     "tlpo": ({"credit": [{"name": "localized_suppression", "strength": 0.5}]},

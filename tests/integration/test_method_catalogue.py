@@ -242,10 +242,12 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.clip=off_policy", "algorithm.sample_sources=[{name: mixed_prefix, mixed: 1}]",
         "data.train.args.size=4",
     ],
-    # issue 29 item 3, useful seeds: token judges ([155], [169], [205], [224], [105]) and stateful credit ([2], [180])
+    # issue 29 item 3, useful seeds: token judges ([105], [155], [169], [205], [224], [247]) and stateful credit ([2],
+    # [180])
     "token_judge_credit": [
         "algorithm.credit=[{name: judged_token_rewards, weight: 0.2}, early_step_penalty, localized_suppression]",
-        "policy.probes.token_judge.judge=reference_diff", "policy.probes.token_judge.votes=2",
+        "policy.probes.token_judge.judge={name: prefix_reward_gains, reward: exact_match}",
+        "policy.probes.token_judge.votes=2",
     ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "

@@ -19,7 +19,7 @@ from genalign.algorithms.signals import declare_signal
 declare_signal("token_judgement", ("N", "T"), "rollout",
                "The configured token judge's value of each action's token (policy.probes.token_judge): 0 where "
                "nothing was judged, negative on an error (its magnitude the severity), combined over the judge's "
-               "votes.", source="[105] [155] [169] [205] [224]")  # fmt: skip
+               "votes.", source="[105] [155] [169] [205] [224] [247]")  # fmt: skip
 
 
 def _judgement(batch: StepBatch, rule: str, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -35,7 +35,8 @@ def _judgement(batch: StepBatch, rule: str, like: Tensor) -> tuple[Tensor, Tenso
     formula="j_it = the token judge's value of token t (0 unjudged, < 0 an error of that severity); "
     "A_it ← A_it + w·j_it",
     source="[155] Perceval (penalties on hallucinated spans); [205] CAPO (step critiques by vote as token rewards); "
-    "[224] fine-grained token-level rewards from an error-span quality estimator with severities",
+    "[224] fine-grained token-level rewards from an error-span quality estimator with severities; [247] RED "
+    "(a sequence reward redistributed over prefixes)",
     summary="Token-level rewards from a token judge (claim checker, step critic, error-span quality estimator) added "
     "to the sequence advantage of the judged tokens.",
 )
@@ -52,6 +53,9 @@ def judged_token_rewards(advantages: Tensor, batch: StepBatch, *, weight: float 
       ``token_judge_vote: majority``), refining the tokens that the rule-based outcome reward treats alike.
     * Token-level MT rewards [224]: a quality estimator (xCOMET) returns error spans with severities as token-level
       rewards (judge ``reference_diff``: MQM weights minor 1, major 5 against the row's reference).
+    * RED [247]: an off-the-shelf sequence reward model scored on every prefix, ``r_t = R(≤ t) − R(< t)``, credits
+      each token with its reward gain (judge ``prefix_reward_gains`` with any configured reward: prefixes end at
+      words, so the tokens of one word share its gain).
 
     Reading chosen: the token reward is added to the (group-normalised) sequence advantage with one weight ``w`` (the
     papers add it to a PPO/GRPO token reward; the scale between the two is ours), and a token overlapping several

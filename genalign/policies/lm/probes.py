@@ -22,7 +22,7 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
   the sample's own output.
 * ``counterfactual_logp`` ``[N, T]`` (CoRT [275]): the completion re-scored by the same model under the row's
   counterfactual prompt (``counterfactual_column``, e.g. the prompt without its rubric), at the sampling temperature.
-* ``token_judgement`` ``[N, T]`` (token-level judges: [105], [155], [169], [205], [224]): the spans the configured
+* ``token_judgement`` ``[N, T]`` (token-level judges: [105], [155], [169], [205], [224], [247]): the spans the configured
   token judge (``token_judge.judge``, :mod:`genalign.rewards.token_judges`) marks in each completion, as the value of
   every token (:func:`~genalign.rewards.token_judges.token_values`), over ``token_judge.votes`` calls combined by
   ``token_judge.vote`` (:func:`judge_tokens`, which the VLM family calls too). The judge reads the concatenated text of the completion's tokens, so character offsets and
