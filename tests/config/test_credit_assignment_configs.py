@@ -52,6 +52,9 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
              {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"}}}}),
     "tlpo": ({"credit": [{"name": "localized_suppression", "strength": 0.5}]},
              {"probes": {"token_judge": {"judge": {"name": "script_mismatch", "language_column": "lang"}}}}),
+    "attention_entropy": ({"credit": [{"name": "attention_entropy_weights", "bias_end": 0.25}]}, None),
+    "flowtracer": ({"credit": [{"name": "attention_flow_credit", "mix": 0.5}]}, {"probes": {"answer_tokens": 3}}),
+    "grail": ({"credit": [{"name": "saliency_weights", "max_weight": 3.0}]}, None),
     "verl_moving_average": ({"credit": [{"name": "effective_rank_bonus", "baseline": "moving_average"}]}, None),
     "plateau_from_entropy": ({"credit": [{"name": "perplexity_position", "stage": "entropy_plateau"}]}, None),
 }  # fmt: skip
@@ -82,6 +85,7 @@ def test_needs_reach_the_trainer():
         ({}, {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "line"}}}}, "scope='line'"),
         ({}, {"probes": {"token_judge": {"judge": "reference_diff", "votes": 0}}}, r"token_judge.votes=0 must be"),
         ({"credit": [{"name": "perplexity_position", "stage": "plateau"}]}, None, "stage='plateau'"),
+        ({"credit": ["saliency_weights"]}, {"probes": {"answer_tokens": 0}}, r"answer_tokens=0 must be >= 1"),
     ],
 )
 def test_options_without_their_inputs_are_refused(algorithm, policy, message):

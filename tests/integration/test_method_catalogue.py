@@ -249,6 +249,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "policy.probes.token_judge.judge={name: prefix_reward_gains, reward: exact_match}",
         "policy.probes.token_judge.votes=2",
     ],
+    "attention_and_saliency_credit": [  # [272], [299], [269]: readings of the attention maps and saliency
+        "algorithm.credit=[attention_entropy_weights, attention_flow_credit, saliency_weights]",
+        "policy.probes.answer_tokens=2",
+    ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",

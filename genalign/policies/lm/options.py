@@ -220,7 +220,7 @@ class TokenJudgeOptions:
 #: Structure fields the rollout-time probes fill (``block_ids`` only with ``block_markers``, ``counterfactual_logp``
 #: only with ``counterfactual_column``, ``token_judgement`` only with ``token_judge``; :mod:`genalign.policies.lm.probes`).
 PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp",
-                 "token_judgement")  # fmt: skip
+                 "token_judgement", "attention_entropy", "answer_attention_flow", "answer_saliency")  # fmt: skip
 
 
 @dataclass
@@ -256,6 +256,11 @@ class ProbeOptions:
         },
     )
 
+    answer_tokens: int = field(
+        default=1,
+        metadata={"help": "The last text tokens of a completion that form its answer (answer_attention_flow, "
+                  "answer_saliency)."},
+    )
     token_judge: TokenJudgeOptions = field(
         default_factory=TokenJudgeOptions,
         metadata={"help": "Token judge whose judged spans become the token_judgement signal (off without a judge)."},
@@ -263,6 +268,8 @@ class ProbeOptions:
 
     def validate(self) -> None:
         self.token_judge.validate("policy.probes.token_judge")
+        if self.answer_tokens < 1:
+            raise ValueError(f"policy.probes.answer_tokens={self.answer_tokens} must be >= 1 (e.g. 4).")
         if self.value_samples < 1:
             raise ValueError(f"policy.probes.value_samples={self.value_samples} must be >= 1 (e.g. 4).")
         if self.batch_size < 1:

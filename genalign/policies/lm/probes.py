@@ -27,6 +27,8 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
   every token (:func:`~genalign.rewards.token_judges.token_values`), over ``token_judge.votes`` calls combined by
   ``token_judge.vote`` (:func:`judge_tokens`, which the VLM family calls too). The judge reads the concatenated text of the completion's tokens, so character offsets and
   tokens agree.
+* ``attention_entropy``, ``answer_attention_flow``, ``answer_saliency`` ``[N, T]`` ([272], [299], [269]): readings
+  of the model's attention maps and gradient saliency (:mod:`genalign.policies.lm.internals`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from torch import Tensor
 
 from genalign.policies.base import RewardProbe, Rollout, RolloutRequest
 from genalign.policies.lm.core import eval_mode
+from genalign.policies.lm.internals import INTERNAL_FIELDS, internal_structure
 from genalign.policies.lm.logprobs import completion_scores
 from genalign.policies.lm.options import PROBED_FIELDS, ProbeOptions, TokenJudgeOptions
 from genalign.policies.lm.prompts import encode_prompts
@@ -363,6 +366,8 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
             values["segment_values"] = segment_values(policy, rollout, segments, request.reward_probe)
         if "counterfactual_logp" in wanted:
             values["counterfactual_logp"] = counterfactual_logprobs(policy, rollout)
+        if wanted & set(INTERNAL_FIELDS):
+            values |= internal_structure(policy, rollout, wanted)
     if "prefix_rewards" in wanted:
         values["prefix_rewards"] = prefix_rewards(policy, rollout, segments, request.reward_probe)
     if "token_judgement" in wanted:
