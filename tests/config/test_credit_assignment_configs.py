@@ -52,6 +52,9 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
              {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"}}}}),
     "tlpo": ({"credit": [{"name": "localized_suppression", "strength": 0.5}]},
              {"probes": {"token_judge": {"judge": {"name": "script_mismatch", "language_column": "lang"}}}}),
+    "tlpo_candidates": ({"credit": ["localized_suppression"], "regularizer": {
+        "name": "candidate_suppression", "tokenizer": "builtin:arith-lm", "allowed_scripts": ["HANGUL", "CJK"]},
+        "regularizer_coef": 0.1}, {"probes": {"token_judge": {"judge": "script_mismatch"}}}),
     "attention_entropy": ({"credit": [{"name": "attention_entropy_weights", "bias_end": 0.25}]}, None),
     "flowtracer": ({"credit": [{"name": "attention_flow_credit", "mix": 0.5}]}, {"probes": {"answer_tokens": 3}}),
     "grail": ({"credit": [{"name": "saliency_weights", "max_weight": 3.0}]}, None),

@@ -249,6 +249,11 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "policy.probes.token_judge.judge={name: prefix_reward_gains, reward: exact_match}",
         "policy.probes.token_judge.votes=2",
     ],
+    "tlpo_candidate_suppression": [  # [105]: localized suppression of the judged tokens and of their candidates
+        "algorithm.regularizer=candidate_suppression", "algorithm.regularizer.tokenizer='builtin:arith-lm'",
+        "algorithm.regularizer.allowed_scripts=[LATIN]", "algorithm.regularizer_coef=0.1",
+        "algorithm.credit=[localized_suppression]", "policy.probes.token_judge.judge=reference_diff",
+    ],
     "attention_and_saliency_credit": [  # [272], [299], [269]: readings of the attention maps and saliency
         "algorithm.credit=[attention_entropy_weights, attention_flow_credit, saliency_weights]",
         "policy.probes.answer_tokens=2",

@@ -157,8 +157,9 @@ def localized_suppression(
     (``κ = 0``: untouched).
 
     Reading chosen: suppression is a negative advantage on the sampled error token (the policy-gradient form of the
-    tailored objective); TLPO also explores alternative candidate tokens at those positions, which this rule does not
-    (it needs a judge over the vocabulary at each position).
+    tailored objective). TLPO also explores the alternative candidate tokens at those positions: the regulariser
+    ``candidate_suppression`` does that over the vocabulary (it lowers the mass of every wrong-script candidate at
+    the judged positions).
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.
