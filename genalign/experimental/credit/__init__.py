@@ -15,6 +15,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     hidden_reward,
     hindsight,
     judged_tokens,
+    modality_roles,
     model_internals,
     perplexity_position,
     prefix,

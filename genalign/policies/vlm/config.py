@@ -18,8 +18,8 @@ from genalign.policies.lm.options import (
 )
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
-#: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
-VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled"})
+#: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`, :mod:`~genalign.policies.vlm.attention`).
+VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled", "modality_attention"})
 #: The perception features of multi-turn rollouts: images blanked out (all of them, the observations' too). Not
 #: offered there: ``visual_similarity`` (its image tokens would include observations a turn has not seen yet) and
 #: ``logp_frames_shuffled`` (a trajectory's images are a prompt and its crops, not the frames of a video).

@@ -54,6 +54,7 @@ from genalign.policies.vlm.model import (
     vision_tower,
 )
 from genalign.policies.vlm.multi_turn import ImageTurns
+from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.perception import logp_frames_shuffled, logp_without_image, visual_similarity
 
 
@@ -284,7 +285,8 @@ class VLMPolicy(TokenLMPolicy):
         suppressed, on the hidden states of the completion tokens only, in chunks, at the sampling temperature.
         ``request.vocab_term`` is evaluated per token inside the chunked head pass. The perception features
         (:mod:`genalign.policies.vlm.perception`) come from the same pass (``visual_similarity``) or a second pass with
-        the images blanked out (``logp_without_image``) or the frames reordered (``logp_frames_shuffled``)."""
+        the images blanked out (``logp_without_image``) or the frames reordered (``logp_frames_shuffled``); the attention
+        readings ``modality_attention`` come from a pass with attention maps (:mod:`genalign.policies.vlm.attention`)."""
         inputs = self.model_inputs(rollout)
         hf_model = get_base_model(module)
         width = rollout.per_sample["prompt_ids"].shape[1]
@@ -314,7 +316,10 @@ class VLMPolicy(TokenLMPolicy):
             topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
             with_hidden="hidden" in request,
         )
-        without_image = shuffled = None
+        without_image = shuffled = modalities = None
+        if "modality_attention" in request:
+            image_token = -1 if self.image_token_id is None else self.image_token_id
+            modalities = modality_attention(module, inputs, image_token, width=width, mask=mask)
         args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
         if "logp_without_image" in request:
             without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
@@ -329,6 +334,7 @@ class VLMPolicy(TokenLMPolicy):
             "logp_without_image": without_image,
             "visual_similarity": similarity,
             "logp_frames_shuffled": shuffled,
+            "modality_attention": modalities,
         }
         return ScoreOutput(scores.logp, features)
 
