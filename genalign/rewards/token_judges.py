@@ -19,10 +19,12 @@ registering a factory. The built-in judges are rule-based and need no download:
   *major* error, a word differing only in case or punctuation a *minor* one; MQM weights 5 and 1), an error-span
   quality estimator for translation ([224]).
 * ``script_mismatch``: every word written in a script other than the row's target language's ([105]).
+* ``keyword_spans``: every match of a pattern or of the row's keyword, the tokens relevant to a rubric constraint
+  (a relevance judge of ``policy.probes.relevance_judges``, [274]).
 * ``prefix_reward_gains`` (:mod:`genalign.rewards.prefix_gains`): any configured sequence reward scored on every word
   prefix, each word valued by its reward gain ([247]).
 
-The first four cannot be earned by text that imitates a verdict: they read the completion's checkable content (its
+The four error judges cannot be earned by text that imitates a verdict: they read the completion's checkable content (its
 arithmetic, its counts, its words against the reference, its script) and the row, never a self-assessment, and they
 only mark errors (no positive value). ``prefix_reward_gains`` is as forgeable as the reward it reads.
 """
@@ -169,6 +171,26 @@ def reference_diff(*, reference_column: str = "answer", minor: float = MINOR, ma
     return judge
 
 
+@register_token_judge("keyword_spans", source="[274]")
+def keyword_spans(*, pattern: str | None = None, column: str | None = None, value: float = 1.0) -> TokenJudge:
+    """Marks every match of a regular expression with ``value``: the fixed ``pattern``, or the row's ``column`` taken
+    as literal text (e.g. the keyword a rubric constraint asks for): the tokens relevant to that constraint. Exactly
+    one of ``pattern`` and ``column``."""
+    if (pattern is None) == (column is None):
+        raise ValueError("keyword_spans: give exactly one of pattern (a regular expression) and column (a row column "
+                         "holding the text to find)")  # fmt: skip
+    fixed = re.compile(pattern) if pattern is not None else None
+
+    def judge(completions: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[list[Span]]:
+        result = []
+        for text, row in zip(completions, rows, strict=True):
+            regex = fixed or re.compile(re.escape(str(_column(row, column, "keyword_spans"))))
+            result.append([(m.start(), m.end(), value) for m in regex.finditer(text) if m.end() > m.start()])
+        return result
+
+    return judge
+
+
 def script_of(character: str) -> str | None:
     """The script of a letter (the first word of its Unicode name, e.g. ``LATIN``, ``CYRILLIC``, ``CJK``), None for
     anything else (digits, punctuation, spaces)."""
@@ -251,6 +273,7 @@ __all__ = [
     "arithmetic_claims",
     "combine_votes",
     "counted_claims",
+    "keyword_spans",
     "reference_diff",
     "register_token_judge",
     "script_mismatch",

@@ -55,6 +55,8 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "tlpo_candidates": ({"credit": ["localized_suppression"], "regularizer": {
         "name": "candidate_suppression", "tokenizer": "builtin:arith-lm", "allowed_scripts": ["HANGUL", "CJK"]},
         "regularizer_coef": 0.1}, {"probes": {"token_judge": {"judge": "script_mismatch"}}}),
+    "rtt": ({"credit": [{"name": "rubric_token_advantages", "reward_columns": [0]}]},
+            {"probes": {"relevance_judges": [{"name": "keyword_spans", "column": "answer"}]}}),
     "attention_entropy": ({"credit": [{"name": "attention_entropy_weights", "bias_end": 0.25}]}, None),
     "flowtracer": ({"credit": [{"name": "attention_flow_credit", "mix": 0.5}]}, {"probes": {"answer_tokens": 3}}),
     "grail": ({"credit": [{"name": "saliency_weights", "max_weight": 3.0}]}, None),
@@ -89,6 +91,8 @@ def test_needs_reach_the_trainer():
         ({}, {"probes": {"token_judge": {"judge": "reference_diff", "votes": 0}}}, r"token_judge.votes=0 must be"),
         ({"credit": [{"name": "perplexity_position", "stage": "plateau"}]}, None, "stage='plateau'"),
         ({"credit": ["saliency_weights"]}, {"probes": {"answer_tokens": 0}}, r"answer_tokens=0 must be >= 1"),
+        ({"credit": ["rubric_token_advantages"]}, None, "'constraint_relevance'"),  # no relevance judge
+        ({}, {"probes": {"relevance_judges": [{"name": "keyword_spans"}]}}, r"relevance_judges\[0\].judge"),
     ],
 )
 def test_options_without_their_inputs_are_refused(algorithm, policy, message):

@@ -254,6 +254,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.regularizer.allowed_scripts=[LATIN]", "algorithm.regularizer_coef=0.1",
         "algorithm.credit=[localized_suppression]", "policy.probes.token_judge.judge=reference_diff",
     ],
+    "rtt_rubric_token_advantages": [  # [274]: one constraint, the reward, relevant where the answer appears
+        "algorithm.credit=[rubric_token_advantages]",
+        "policy.probes.relevance_judges=[{name: keyword_spans, column: answer}]",
+    ],
     "attention_and_saliency_credit": [  # [272], [299], [269]: readings of the attention maps and saliency
         "algorithm.credit=[attention_entropy_weights, attention_flow_credit, saliency_weights]",
         "policy.probes.answer_tokens=2",

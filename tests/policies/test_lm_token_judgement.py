@@ -13,7 +13,13 @@ import torch
 from genalign.policies.base import Rollout, RolloutRequest
 from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.options import TokenJudgeOptions
-from genalign.policies.lm.probes import ProbeOptions, probe_structure, token_judgement, token_pieces
+from genalign.policies.lm.probes import (
+    ProbeOptions,
+    constraint_relevance,
+    probe_structure,
+    token_judgement,
+    token_pieces,
+)
 from genalign.registry import Option
 
 torch.set_num_threads(1)
@@ -66,3 +72,13 @@ def test_a_rollout_request_fills_the_signal_only_when_asked(policy):
     torch.testing.assert_close(rollout.structure["token_judgement"], torch.tensor([[-1.0] * 5 + [0.0]]))
     assert "token_judgement" in policy.capabilities.signals
     assert "token_judgement" not in judged_policy().capabilities.signals  # no judge configured
+
+
+def test_relevance_judges_mark_each_constraints_tokens():
+    judges = [Option("keyword_spans", {"column": "answer"}), Option("keyword_spans", {"pattern": "[+]"})]
+    probes = ProbeOptions(relevance_judges=judges)
+    policy = build_policy(CausalLMPolicyConfig(model="builtin:arith-lm", max_new_tokens=8, probes=probes))
+    relevance = constraint_relevance(policy, hand_rollout(policy, ["1+2=2"]))  # answer "2"
+    torch.testing.assert_close(relevance[0, :, 0], torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 0.0]))
+    torch.testing.assert_close(relevance[0, :, 1], torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0]))
+    assert "constraint_relevance" in policy.capabilities.signals

@@ -83,3 +83,13 @@ def test_bad_judges_and_arguments():
     with pytest.raises(ValueError, match="need 0 < minor <= major"):
         token_judge("reference_diff", {"minor": 6.0})
     assert set(TOKEN_JUDGES.names()) >= {"arithmetic_claims", "counted_claims", "reference_diff", "script_mismatch"}
+
+
+def test_keyword_spans_mark_the_tokens_relevant_to_a_constraint():
+    assert spans_of("keyword_spans", "- a\nb - c\n- d", pattern=r"(?m)^- ", value=2.0) == [("- ", 2.0)] * 2
+    assert spans_of("keyword_spans", "Paris is in France (paris)", {"keyword": "Paris"}, column="keyword") == [
+        ("Paris", 1.0),
+    ]  # fmt: skip
+    assert spans_of("keyword_spans", "a+b (a+b)", {"keyword": "a+b"}, column="keyword") == [("a+b", 1.0)] * 2
+    with pytest.raises(ValueError, match="exactly one of pattern"):
+        token_judge("keyword_spans", {})

@@ -21,6 +21,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     prefix,
     ranks,
     redistribution,
+    rubric_tokens,
     response_level,
     roles,
     sampling,

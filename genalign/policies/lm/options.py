@@ -220,7 +220,8 @@ class TokenJudgeOptions:
 #: Structure fields the rollout-time probes fill (``block_ids`` only with ``block_markers``, ``counterfactual_logp``
 #: only with ``counterfactual_column``, ``token_judgement`` only with ``token_judge``; :mod:`genalign.policies.lm.probes`).
 PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp",
-                 "token_judgement", "attention_entropy", "answer_attention_flow", "answer_saliency")  # fmt: skip
+                 "token_judgement", "attention_entropy", "answer_attention_flow", "answer_saliency",
+                 "constraint_relevance")  # fmt: skip
 
 
 @dataclass
@@ -266,8 +267,19 @@ class ProbeOptions:
         metadata={"help": "Token judge whose judged spans become the token_judgement signal (off without a judge)."},
     )
 
+    relevance_judges: list[Option] = field(
+        default_factory=list,
+        metadata={
+            "help": "One token judge per rubric constraint: the tokens each marks are relevant to its constraint "
+            "(constraint_relevance, e.g. [{name: keyword_spans, column: keyword}]); [] = off."
+        },
+    )
+
     def validate(self) -> None:
         self.token_judge.validate("policy.probes.token_judge")
+        self.relevance_judges = [Option.parse(judge, "policy.probes.relevance_judges") for judge in self.relevance_judges]
+        for i, judge in enumerate(self.relevance_judges):
+            TokenJudgeOptions(judge=judge).validate(f"policy.probes.relevance_judges[{i}]")
         if self.answer_tokens < 1:
             raise ValueError(f"policy.probes.answer_tokens={self.answer_tokens} must be >= 1 (e.g. 4).")
         if self.value_samples < 1:
@@ -287,6 +299,7 @@ class ProbeOptions:
             set() if self.counterfactual_column else {"counterfactual_logp"}
         )
         off |= set() if self.token_judge.judge is not None else {"token_judgement"}
+        off |= set() if self.relevance_judges else {"constraint_relevance"}
         return frozenset(PROBED_FIELDS) - off
 
 

@@ -27,6 +27,8 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
   every token (:func:`~genalign.rewards.token_judges.token_values`), over ``token_judge.votes`` calls combined by
   ``token_judge.vote`` (:func:`judge_tokens`, which the VLM family calls too). The judge reads the concatenated text of the completion's tokens, so character offsets and
   tokens agree.
+* ``constraint_relevance`` ``[N, T, C]`` (RTT [274]): 1 where the ``c``-th of ``relevance_judges`` marks the token
+  (any value), else 0: the tokens relevant to each rubric constraint.
 * ``attention_entropy``, ``answer_attention_flow``, ``answer_saliency`` ``[N, T]`` ([272], [299], [269]): readings
   of the model's attention maps and gradient saliency (:mod:`genalign.policies.lm.internals`).
 """
@@ -342,6 +344,14 @@ def judge_tokens(
     return result
 
 
+def constraint_relevance(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
+    """``[N, T, C]`` the tokens each of ``policy.probes.relevance_judges`` marks (module docstring)."""
+    ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
+    channels = [judge_tokens(policy.tokenizer, ids, mask, rollout.rows, TokenJudgeOptions(judge=judge)) != 0
+                for judge in policy.config.probes.relevance_judges]  # fmt: skip
+    return torch.stack(channels, -1).float()
+
+
 def token_judgement(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
     """``[N, T]`` the ``token_judgement`` of a causal-LM rollout (``policy.probes.token_judge``)."""
     ids = rollout.per_sample["completion_ids"]
@@ -372,6 +382,8 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
         values["prefix_rewards"] = prefix_rewards(policy, rollout, segments, request.reward_probe)
     if "token_judgement" in wanted:
         values["token_judgement"] = token_judgement(policy, rollout)
+    if "constraint_relevance" in wanted:
+        values["constraint_relevance"] = constraint_relevance(policy, rollout)
     if "block_ids" in wanted:
         ids = rollout.per_sample["completion_ids"]
         values["block_ids"] = block_ids(policy.tokenizer, ids, rollout.action_mask, policy.config.probes.block_markers)
@@ -384,6 +396,7 @@ __all__ = [
     "ProbeOptions",
     "answer_probe",
     "block_ids",
+    "constraint_relevance",
     "counterfactual_logprobs",
     "hinted_row",
     "judge_tokens",
