@@ -57,6 +57,7 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
         "regularizer_coef": 0.1}, {"probes": {"token_judge": {"judge": "script_mismatch"}}}),
     "rtt": ({"credit": [{"name": "rubric_token_advantages", "reward_columns": [0]}]},
             {"probes": {"relevance_judges": [{"name": "keyword_spans", "column": "answer"}]}}),
+    "rlfr": ({"credit": [{"name": "latent_flow_reward", "weight": 0.2, "fit_steps": 2}]}, None),
     "attention_entropy": ({"credit": [{"name": "attention_entropy_weights", "bias_end": 0.25}]}, None),
     "flowtracer": ({"credit": [{"name": "attention_flow_credit", "mix": 0.5}]}, {"probes": {"answer_tokens": 3}}),
     "grail": ({"credit": [{"name": "saliency_weights", "max_weight": 3.0}]}, None),

@@ -258,10 +258,6 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.credit=[rubric_token_advantages]",
         "policy.probes.relevance_judges=[{name: keyword_spans, column: answer}]",
     ],
-    "attention_and_saliency_credit": [  # [272], [299], [269]: readings of the attention maps and saliency
-        "algorithm.credit=[attention_entropy_weights, attention_flow_credit, saliency_weights]",
-        "policy.probes.answer_tokens=2",
-    ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",

@@ -15,6 +15,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     hidden_reward,
     hindsight,
     judged_tokens,
+    latent_flow,
     modality_roles,
     model_internals,
     perplexity_position,
