@@ -48,9 +48,7 @@ TokenJudge = Callable[[Sequence[str], Sequence[Mapping[str, Any]]], list[list[Sp
 TOKEN_JUDGES: Registry[Callable[..., TokenJudge]] = Registry("token judge")
 
 #: ``a op b = c`` with integers or decimals; ``×`` / ``x`` / ``*`` multiply, ``÷`` / ``/`` divide
-CLAIM = re.compile(
-    r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*([-+*/×x÷])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)(?![\d.]*\d)"
-)
+CLAIM = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*([-+*/×x÷])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)(?![\d.]*\d)")
 #: ``<number> <word>`` (a count claim)
 COUNT = re.compile(r"(?<![\w.])(\d+)\s+([A-Za-z]+)")
 WORD = re.compile(r"\S+")

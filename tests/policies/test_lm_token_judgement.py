@@ -55,7 +55,7 @@ def hand_rollout(policy, completions: list[str]) -> Rollout:
 def test_the_judged_spans_land_on_their_tokens(policy):
     rollout = hand_rollout(policy, ["2+2=5 1+1=2", "3-1=2"])
     texts = token_pieces(policy.tokenizer, rollout.per_sample["completion_ids"], rollout.action_mask)
-    assert texts[0] == ("2+2=5 1+1=2", list(range(1, 12)) + [11])  # one character per token; EOS decodes to ""
+    assert texts[0] == ("2+2=5 1+1=2", [*range(1, 12), 11])  # one character per token; EOS decodes to ""
     judged = token_judgement(policy, rollout)
     wrong = [-1.0] * 5 + [0.0] * 7  # "2+2=5" is wrong, " 1+1=2" and the EOS are not
     torch.testing.assert_close(judged, torch.tensor([wrong, [0.0] * 12]))

@@ -259,8 +259,10 @@ class ProbeOptions:
 
     answer_tokens: int = field(
         default=1,
-        metadata={"help": "The last text tokens of a completion that form its answer (answer_attention_flow, "
-                  "answer_saliency)."},
+        metadata={
+            "help": "The last text tokens of a completion that form its answer (answer_attention_flow, "
+            "answer_saliency)."
+        },
     )
     token_judge: TokenJudgeOptions = field(
         default_factory=TokenJudgeOptions,
@@ -277,7 +279,9 @@ class ProbeOptions:
 
     def validate(self) -> None:
         self.token_judge.validate("policy.probes.token_judge")
-        self.relevance_judges = [Option.parse(judge, "policy.probes.relevance_judges") for judge in self.relevance_judges]
+        self.relevance_judges = [
+            Option.parse(judge, "policy.probes.relevance_judges") for judge in self.relevance_judges
+        ]
         for i, judge in enumerate(self.relevance_judges):
             TokenJudgeOptions(judge=judge).validate(f"policy.probes.relevance_judges[{i}]")
         if self.answer_tokens < 1:

@@ -36,6 +36,7 @@ from genalign.policies.lm.probes import block_ids, judge_tokens
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
+from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.config import VLMPolicyConfig
 from genalign.policies.vlm.inputs import (
     EncodedPrompt,
@@ -54,7 +55,6 @@ from genalign.policies.vlm.model import (
     vision_tower,
 )
 from genalign.policies.vlm.multi_turn import ImageTurns
-from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.perception import logp_frames_shuffled, logp_without_image, visual_similarity
 
 

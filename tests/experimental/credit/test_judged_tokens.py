@@ -39,7 +39,9 @@ def test_judged_token_rewards_add_the_weighted_judgement():
 def test_earlier_invalid_steps_of_wrong_answers_cost_exponentially_more():
     # sample 0: steps 0 and 2 invalid -> the 1st invalid step costs λ, the 2nd λγ; step 1 is valid
     penalties = early_step_penalties(JUDGED.double(), SEGMENTS, MASK > 0, penalty=0.8, decay=0.25)
-    torch.testing.assert_close(penalties, torch.tensor([[0.8, 0.8, 0.0, 0.0, 0.2, 0.2], [0.8, 0, 0, 0, 0, 0]], dtype=F64))
+    torch.testing.assert_close(
+        penalties, torch.tensor([[0.8, 0.8, 0.0, 0.0, 0.2, 0.2], [0.8, 0, 0, 0, 0, 0]], dtype=F64)
+    )
     advantages = torch.tensor([[-1.0] * 6, [0.5] * 6], dtype=F64)
     both_wrong = CREDIT_RULES.get("early_step_penalty")(advantages, batch([0.0, 0.0]), penalty=0.8, decay=0.25)
     torch.testing.assert_close(both_wrong, advantages - penalties)

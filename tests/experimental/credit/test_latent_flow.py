@@ -43,7 +43,9 @@ def test_the_field_learns_the_good_latents_and_credits_on_flow_tokens(tmp_path):
     assert shaped[0].mean() > 0.5 > -0.5 > shaped[1].mean()  # z-scores over the batch: on-flow up, off-flow down
     assert float(shaped.sum()) == pytest.approx(0.0, abs=1e-9)
     # the field, its optimizer and its generator survive a checkpoint: the next step is reproduced exactly
-    restored = bind_option(CREDIT_RULES, "latent_flow_reward", {"weight": 1.0, "fit_steps": 60, "lr": 0.02, "probes": 8})
+    restored = bind_option(
+        CREDIT_RULES, "latent_flow_reward", {"weight": 1.0, "fit_steps": 60, "lr": 0.02, "probes": 8}
+    )
     save_state(rule.state_dict(), tmp_path / "flow")  # JSON + safetensors, as a checkpoint writes it
     restored.load_state_dict(load_state(tmp_path / "flow"))
     torch.testing.assert_close(restored(advantages[:2], batch_of(mixed, [1.0, 0.0])),

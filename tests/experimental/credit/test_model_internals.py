@@ -61,5 +61,5 @@ def test_saliency_weights_are_capped_and_renormalised():
     out = CREDIT_RULES.get("saliency_weights")(torch.ones(2, 3, dtype=F64), batch, max_weight=2.0)
     # row 0: s / mean = (0, 0.25, 2.75) -> capped (0, 0.25, 2) -> mean-1 (0, 1/3, 8/3); row 1: (1.5, 0.5) stays
     torch.testing.assert_close(out, torch.tensor([[0.0, 1 / 3, 8 / 3], [1.5, 0.5, 1.0]], dtype=F64))
-    with pytest.raises(ValueError, match="max_weight=0.5 must be >= 1"):
+    with pytest.raises(ValueError, match=r"max_weight=0\.5 must be >= 1"):
         CREDIT_RULES.get("saliency_weights")(torch.ones(2, 3), batch, max_weight=0.5)

@@ -44,6 +44,8 @@ def test_the_rule_adds_the_constraint_credit_to_the_response_advantage():
     expected = incoming + 0.5 * torch.tensor([[1.0, 1.0, 0.0, -2.0], [-1.0, 0.0, 0.0, 0.0]], dtype=F64)
     torch.testing.assert_close(out, expected)
     swapped = CREDIT_RULES.get("rubric_token_advantages")(incoming, batch, reward_columns=[1, 0], eps=1e-12)
-    torch.testing.assert_close(swapped, incoming + 0.5 * torch.tensor([[-1.0, -1.0, 0.0, 2.0], [1.0, 0, 0, 0]]).double())
+    torch.testing.assert_close(
+        swapped, incoming + 0.5 * torch.tensor([[-1.0, -1.0, 0.0, 2.0], [1.0, 0, 0, 0]]).double()
+    )
     with pytest.raises(ValueError, match=r"reward_columns=\[5, 0\] must name one of the 3 reward columns"):
         CREDIT_RULES.get("rubric_token_advantages")(incoming, batch, reward_columns=[5, 0])
