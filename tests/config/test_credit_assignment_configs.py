@@ -99,3 +99,15 @@ def test_needs_reach_the_trainer():
 def test_options_without_their_inputs_are_refused(algorithm, policy, message):
     with pytest.raises(ConfigError, match=message):
         config(algorithm, policy)
+
+
+def test_rcca_loads_with_levels_rubric_rewards_and_attribution_judges():
+    data = copy.deepcopy(BASE)
+    data["rewards"] = [{"fn": "format_regex", "name": "format", "args": {"pattern": "[0-9]+"}},
+                       {"fn": "exact_match", "name": "function"}]  # fmt: skip
+    data["algorithm"].update({"reward_combination": "hierarchical_levels",
+                              "credit": [{"name": "rubric_token_advantages", "reward_columns": [1]}]})  # fmt: skip
+    data["policy"]["probes"] = {"relevance_judges": [{"name": "keyword_spans", "column": "answer"}]}
+    cfg = from_dict(TrainConfig, data)
+    assert cfg.algorithm.reward_combination.name == "hierarchical_levels"
+    assert "constraint_relevance" in cfg.algorithm.needs()

@@ -51,7 +51,7 @@ def intra_sample_token_credit(relevance: Tensor, advantages: Tensor, valid: Tens
     formula="Â_ic = group-normalised score of constraint c (reward column k_c); u_it = (1/C)·Σ_c Â_ic·rel_itc·n_i/m_ic "
     "(intra-sample token group normalisation: each constraint's credit totals Â_ic·n_i/C over its m_ic relevant "
     "tokens); A_it ← A_it + λ·u_it",
-    source="[274] RTT (Rubrics to Tokens: RTT-GRPO)",
+    source="[274] RTT (Rubrics to Tokens: RTT-GRPO); [92] RCCA (rubric-to-code credit assignment)",
     summary="Credit each rubric constraint's group-relative advantage to the tokens relevant to it, next to the "
     "response-level advantage.",
 )
@@ -70,6 +70,11 @@ def rubric_token_advantages(
     the constraints' scores to the response-level advantage. The 3-D reward (sample × token × constraint) needs its own
     normalisation: each constraint's score is normalised across the group, and inside a sample its advantage is
     spread over its relevant tokens (intra-sample token group normalisation, :func:`intra_sample_token_credit`).
+
+    RCCA [92] takes the same route for generated code: each functional rubric item's verdict is a reward column, the
+    evaluator's attributions of that item to code spans are its relevance judge (``keyword_spans`` on the item's
+    anchor text by default; an evaluator model registers as a judge), and the combiner ``hierarchical_levels`` gives
+    the response-level reward over format, source, runtime and functional failures.
 
     Reading chosen: constraint ``c``'s score is reward column ``reward_columns[c]`` of the configured rewards (one
     reward function per constraint; default column ``c``); the within-sample spreading (equal total weight per
