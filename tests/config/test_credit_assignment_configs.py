@@ -40,6 +40,7 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "rredcot": ({"credit": ["reward_redistribution"]}, None),
     "cort": ({"credit": [{"name": "rubric_contrast", "mix": 0.5}]}, {"probes": {"counterfactual_column": "plain"}}),
     "ma_rlhf": ({"ratio_level": {"name": "macro_action", "macro_length": 3}}, None),
+    "ma_rlhf_perplexity": ({"ratio_level": {"name": "macro_action", "termination": "perplexity"}}, None),
     "rlpt": ({"regularizer": {"name": "promising_tokens", "top_k": 8}, "regularizer_coef": 1.0},
              {"top_k": 8}),
     "perceval_capo_token_rewards": ({"credit": [{"name": "judged_token_rewards", "weight": 0.2}]},

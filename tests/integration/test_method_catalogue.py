@@ -258,6 +258,7 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.credit=[rubric_token_advantages]",
         "policy.probes.relevance_judges=[{name: keyword_spans, column: answer}]",
     ],
+    "ma_rlhf_perplexity_macro_actions": ["algorithm.ratio_level={name: macro_action, termination: perplexity}"],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",
