@@ -9,6 +9,7 @@ from genalign.rewards import (  # noqa: F401
     image,
     judge,
     labels,
+    necessary_tools,
     preference_models,
     prefix_gains,
     remote,
