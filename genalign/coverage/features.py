@@ -99,6 +99,8 @@ FEATURES: tuple[Feature, ...] = (
             "policy.probes.counterfactual_column; read by credit rubric_contrast (causal_lm)"),
     Feature("per-tool-call evidence rewards", (9,), "genalign.environments.evidence:EvidenceZoom",
             "policy.multi_turn.environments: evidence_zoom (vlm), credit turn_reward_to_go", ("EvidenceZoom",)),
+    Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
+            "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

@@ -366,7 +366,8 @@ def test_capabilities_are_declared_by_the_config():
 
     # ref_entropy: the reference's entropy, through the same pass as the policy's (genalign.policies.lm.core.score)
     features = frozenset({"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden",
-                          "logp_without_image", "visual_similarity", "logp_frames_shuffled"})  # fmt: skip
+                          "logp_without_image", "visual_similarity", "logp_frames_shuffled",
+                          "modality_attention"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
     teachers = frozenset({"model", "self", "reference"})  # genalign.teachers: no context, no remote
     assert VLMPolicyConfig().capabilities() == PolicyCapabilities(
