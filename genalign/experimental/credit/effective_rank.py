@@ -81,24 +81,23 @@ class EffectiveRankBonus:
     baseline."""
 
     def __init__(self, **hp: Any) -> None:
-        _check_all(**hp)
         self.hp = hp
-        self.history = RunningMean(size=len(INDICATORS), momentum=hp.get("momentum", 0.9))
+        self.options = {**CREDIT_RULES.hyperparameters("effective_rank_bonus"), **hp}  # every value, defaults included
+        _check_all(**self.options)
+        self.history = RunningMean(size=len(INDICATORS), momentum=self.options["momentum"])
 
     def __call__(self, advantages: Tensor, batch: StepBatch) -> Tensor:
-        hp = self.hp
-        if hp.get("baseline", "group") == "group" or hp.get("moving_mean") is not None:
-            return effective_rank_bonus(advantages, batch, **hp)
+        o = self.options
+        if o["baseline"] == "group" or o["moving_mean"] is not None:
+            return effective_rank_bonus(advantages, batch, **self.hp)
         mask = batch.mask.to(advantages.device)
-        indicators = rank_indicators(
-            batch.require("hidden", "credit rule 'effective_rank_bonus'"), mask, hp.get("stride", 40)
-        )  # [N, 3]
+        indicators = rank_indicators(batch.require("hidden", "credit rule 'effective_rank_bonus'"), mask, o["stride"])
         batch_mean = global_mean(indicators[(mask.sum(1) > 0).cpu()])  # [3] over every process's valid responses
         earlier = self.history.value()
         baselines = (batch_mean if earlier is None else earlier).expand_as(indicators)  # [N, 3]
-        weights = (hp.get("explore_weights", (0.0, 0.0, 1.0)), hp.get("exploit_weights", (0.0, 1.0, 0.0)))
-        result = _bonus(advantages, mask, indicators, baselines, hp.get("gain", 2.0), hp.get("kappa", 2.0),
-                        hp.get("scale", 1.0), weights, hp.get("placement", "every_action"))  # fmt: skip
+        weights = (o["explore_weights"], o["exploit_weights"])
+        result = _bonus(advantages, mask, indicators, baselines, o["gain"], o["kappa"], o["scale"], weights,
+                        o["placement"])  # fmt: skip
         self.history.update(batch_mean)  # AFTER this step's bonus
         return result
 
@@ -110,10 +109,9 @@ class EffectiveRankBonus:
 
 
 def _check_all(
-    *, stride: int = 40, gain: float = 2.0, kappa: float = 2.0, scale: float = 1.0,
-    explore_weights: Sequence[float] = (0.0, 0.0, 1.0), exploit_weights: Sequence[float] = (0.0, 1.0, 0.0),
-    placement: str = "every_action", baseline: str = "group", momentum: float = 0.9,
-    moving_mean: Sequence[float] | None = None,
+    *, stride: int, gain: float, kappa: float, scale: float, explore_weights: Sequence[float],
+    exploit_weights: Sequence[float], placement: str, baseline: str, momentum: float,
+    moving_mean: Sequence[float] | None,
 ) -> None:  # fmt: skip
     _check(stride, gain, kappa, scale, (explore_weights, exploit_weights))
     if placement not in ("every_action", "last_action"):

@@ -46,8 +46,8 @@ class LatentFlowReward:
     """The bound option of :func:`latent_flow_reward`: the field, its optimizer and generator (state protocol)."""
 
     def __init__(self, **hp: Any) -> None:
-        _check(**hp)
-        self.hp = {**_DEFAULTS, **hp}
+        self.hp = {**CREDIT_RULES.hyperparameters("latent_flow_reward"), **hp}  # every value, defaults included
+        _check(**self.hp)
         self.generator = torch.Generator().manual_seed(int(self.hp["seed"]))
         self.field: VelocityField | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -126,12 +126,7 @@ def _average_gradients(field: nn.Module) -> None:
             parameter.grad = moved.cpu() / dist.get_world_size()
 
 
-_DEFAULTS = {"weight": 0.1, "good_reward": 1.0, "width": 64, "lr": 1e-3, "fit_steps": 4, "max_latents": 512,
-             "probes": 2, "seed": 0}  # fmt: skip
-
-
-def _check(**hp: Any) -> None:
-    values = {**_DEFAULTS, **hp}
+def _check(**values: Any) -> None:
     for name in ("width", "fit_steps", "max_latents", "probes"):
         if isinstance(values[name], bool) or not isinstance(values[name], int) or values[name] < 1:
             raise ValueError(f"latent_flow_reward: {name}={values[name]!r} must be an integer >= 1")

@@ -54,12 +54,14 @@ class PerplexityPosition:
     :class:`EntropyPlateau` detector finds the plateau (checkpointed with the run)."""
 
     def __init__(self, **hp: Any) -> None:
-        _check(**hp)
         self.hp = hp
-        self.detector = EntropyPlateau(window=hp.get("window", 5), tolerance=hp.get("tolerance", 0.02))
+        options = {**CREDIT_RULES.hyperparameters("perplexity_position"), **hp}  # every value, defaults included
+        _check(**options)
+        self.stage = options["stage"]
+        self.detector = EntropyPlateau(window=options["window"], tolerance=options["tolerance"])
 
     def __call__(self, advantages: Tensor, batch: StepBatch) -> Tensor:
-        if self.hp.get("stage", "progress") == "progress":
+        if self.stage == "progress":
             return perplexity_position(advantages, batch, **self.hp)
         logp = batch.require("behaviour_logp", "perplexity_position").detach().double().cpu()  # [N, T]
         valid = batch.mask.cpu() > 0
@@ -77,9 +79,8 @@ class PerplexityPosition:
 
 
 def _check(
-    *, perplexity_coef: float = 0.5, position_coef: float = 0.5, start: float = 0.0, stage: str = "progress",
-    window: int = 5, tolerance: float = 0.02,
-) -> None:  # fmt: skip
+    *, perplexity_coef: float, position_coef: float, start: float, stage: str, window: int, tolerance: float
+) -> None:
     if not (perplexity_coef >= 0 and 0 <= position_coef <= 1 and 0 <= start <= 1):
         raise ValueError(
             f"perplexity_position needs perplexity_coef >= 0, 0 <= position_coef <= 1 and 0 <= start <= 1, got "
