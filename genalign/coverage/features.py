@@ -105,6 +105,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("ranked-list rewards (order-invariant coverage, NDCG utility)", (303,),
             "genalign.rewards.ranking:RankingUtility", "rewards: [list_coverage, ranking_utility]",
             ("list_coverage", "ranking_utility")),
+    Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
+            "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

@@ -1,5 +1,6 @@
-"""What text rewards read: a completion's text (:func:`completion_text`), a dataset column checked against the batch
-(:func:`check_column`) and a column of reference answers (:class:`AnswerColumn`)."""
+"""What text rewards read: a prompt's text (:func:`prompt_text`), a completion's text (:func:`completion_text`), a
+dataset column checked against the batch (:func:`check_column`) and a column of reference answers
+(:class:`AnswerColumn`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from genalign.data.errors import LOCATION_KEY, row_location
+
+
+def prompt_text(row: dict[str, Any]) -> str:
+    """The prompt as text: the string itself, or the text of the last user message of a chat prompt."""
+    prompt = row["prompt"]
+    if isinstance(prompt, str):
+        return prompt
+    for message in reversed(prompt):
+        if message.get("role") == "user":
+            content = message.get("content", "")
+            if isinstance(content, str):
+                return content
+            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
 
 
 def completion_text(completion: Any) -> str:

@@ -30,21 +30,8 @@ from genalign.config.schema import RewardSpec
 from genalign.errors import UserError
 from genalign.policies.base import GUIDANCE_KEY
 from genalign.rewards import REWARDS, reward_factory
+from genalign.rewards.inputs import prompt_text
 from genalign.rewards.runner import call_reward
-
-
-def prompt_text(row: dict[str, Any]) -> str:
-    """The prompt as text: the string itself, or the text of the last user message of a chat prompt."""
-    prompt = row["prompt"]
-    if isinstance(prompt, str):
-        return prompt
-    for message in reversed(prompt):
-        if message.get("role") == "user":
-            content = message.get("content", "")
-            if isinstance(content, str):
-                return content
-            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def _function_name(fn: Any) -> str:

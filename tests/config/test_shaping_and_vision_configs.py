@@ -85,3 +85,15 @@ def test_role_segments_need_block_markers_and_shaper_options_are_checked():
         load(LM, reward_shaping=[{"name": "submodular_diversity", "epz": 1}])
     with pytest.raises(ConfigError, match="block_markers"):
         from_dict(TrainConfig, {**VLM, "policy": {**VLM["policy"], "block_markers": [""]}})
+
+
+def test_dyco_roles_and_token_judges_load_for_the_vlm_family():
+    dyco = load(VLM, credit=[{"name": "modality_alignment_weights", "mix": 0.3}])
+    assert set(dyco.algorithm.needs()) == {"modality_attention"}
+    judged = from_dict(TrainConfig, {**VLM, "policy": {**VLM["policy"], "token_judge": {"judge": "counted_claims"}},
+                                     "algorithm": {"credit": ["early_step_penalty"]}})  # fmt: skip
+    assert judged.policy.token_judge.judge == Option("counted_claims")
+    with pytest.raises(ConfigError, match="'token_judgement'"):  # no judge configured
+        load(VLM, credit=["judged_token_rewards"])
+    with pytest.raises(ConfigError, match="'modality_attention'"):  # a causal LM has no image to attend
+        load(LM, credit=["modality_alignment_weights"])

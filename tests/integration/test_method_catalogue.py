@@ -263,6 +263,27 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.sample_sources=[{name: dynamic_truncation, tokenizer: 'builtin:arith-lm', answer_marker: null, "
         "cue: '=', confidence: 0.5, step_markers: ['+']}]",
     ],
+    # issue 29 item 3, useful seeds: token judges ([105], [155], [169], [205], [224], [247]) and stateful credit ([2],
+    # [180])
+    "token_judge_credit": [
+        "algorithm.credit=[{name: judged_token_rewards, weight: 0.2}, early_step_penalty, localized_suppression]",
+        "policy.probes.token_judge.judge={name: prefix_reward_gains, reward: exact_match}",
+        "policy.probes.token_judge.votes=2",
+    ],
+    "tlpo_candidate_suppression": [  # [105]: localized suppression of the judged tokens and of their candidates
+        "algorithm.regularizer=candidate_suppression", "algorithm.regularizer.tokenizer='builtin:arith-lm'",
+        "algorithm.regularizer.allowed_scripts=[LATIN]", "algorithm.regularizer_coef=0.1",
+        "algorithm.credit=[localized_suppression]", "policy.probes.token_judge.judge=reference_diff",
+    ],
+    "rtt_rubric_token_advantages": [  # [274]: one constraint, the reward, relevant where the answer appears
+        "algorithm.credit=[rubric_token_advantages]",
+        "policy.probes.relevance_judges=[{name: keyword_spans, column: answer}]",
+    ],
+    "ma_rlhf_perplexity_macro_actions": ["algorithm.ratio_level={name: macro_action, termination: perplexity}"],
+    "moving_rank_baseline_and_entropy_plateau": [
+        "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
+        "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",
+    ],
 }  # fmt: skip
 
 

@@ -5,6 +5,7 @@ checkpoints with the processor; resumable sampler state."""
 from __future__ import annotations
 
 import io
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -365,7 +366,8 @@ def test_capabilities_are_declared_by_the_config():
 
     # ref_entropy: the reference's entropy, through the same pass as the policy's (genalign.policies.lm.core.score)
     features = frozenset({"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden",
-                          "logp_without_image", "visual_similarity", "logp_frames_shuffled"})  # fmt: skip
+                          "logp_without_image", "visual_similarity", "logp_frames_shuffled",
+                          "modality_attention"})  # fmt: skip
     structure = AUTOREGRESSIVE_STRUCTURE  # the causal-LM structure of completions
     teachers = frozenset({"model", "self", "reference"})  # genalign.teachers: no context, no remote
     assert VLMPolicyConfig().capabilities() == PolicyCapabilities(
@@ -456,3 +458,45 @@ def test_all_linear_targets_every_linear_layer_of_the_scope_but_the_head(model_d
     policy = make_policy(model_dirs, lora=LoRAConfig(rank=4, target_modules=["all-linear"]), lora_scope=scope)
     adapted = {name for name, module in policy.hf_model.named_modules() if hasattr(module, "lora_A")}
     assert adapted == expected and any(".visual." in name for name in adapted) == everywhere
+
+
+def test_a_token_judge_fills_token_judgement_from_the_completions_and_rows(model_dirs, rows):
+    from genalign.policies.lm.options import TokenJudgeOptions
+    from genalign.policies.lm.probes import judge_tokens
+    from genalign.registry import Option
+
+    judge = TokenJudgeOptions(judge=Option("reference_diff", {"reference_column": "answer"}), votes=2)
+    policy = make_policy(model_dirs, max_new_tokens=4, token_judge=judge)
+    assert "token_judgement" in policy.capabilities.signals
+    request = RolloutRequest(structure=frozenset({"token_judgement"}))
+    rollout = policy.rollout(rows[:2], group_size=2, request=request)
+    ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
+    judged = rollout.structure.get("token_judgement")
+    torch.testing.assert_close(judged, judge_tokens(policy.tokenizer, ids, mask, rollout.rows, judge))
+    assert bool((judged[mask > 0] < 0).any()) and torch.all(judged[mask == 0] == 0)  # an untrained model errs
+
+
+def test_modality_attention_reads_the_attention_maps_of_the_actions(model_dirs, rows):
+    from genalign.policies.lm.internals import eager_attention
+    from genalign.policies.lm.logprobs import backbone_output
+    from genalign.policies.vlm.attention import fisher_rao, modality_readings
+
+    # hand maps: 2 actions over keys (image, image, text); action 1 moves within the image, not within the text
+    attention = torch.tensor([[[0.5, 0.0, 0.5], [0.0, 0.5, 0.5]]])
+    readings = modality_readings(attention, torch.tensor([[True, True, False]]), torch.ones(1, 3, dtype=torch.bool))
+    torch.testing.assert_close(readings, torch.tensor([[[0.5, 0.0, 0.0], [0.5, math.pi, 0.0]]]))
+    assert float(fisher_rao(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]))) == 0.0
+    policy = make_policy(model_dirs, max_new_tokens=3)
+    assert "modality_attention" in policy.capabilities.signals
+    rollout = policy.rollout(rows[:2], group_size=1)
+    out = policy.score(rollout, ScoreRequest(frozenset({"modality_attention"})))
+    readings = out["modality_attention"]  # [n, T, 3]
+    inputs = policy.model_inputs(rollout)
+    with torch.no_grad(), eager_attention(policy.model):
+        maps = backbone_output(policy.model, output_attentions=True, **inputs).attentions
+    width, mask = rollout.per_sample["prompt_ids"].shape[1], rollout.action_mask
+    mean = sum(layer.float().mean(1) for layer in maps) / len(maps)
+    image = inputs["input_ids"][0] == policy.image_token_id
+    first = mean[0, width - 1]  # the position predicting sample 0's first action
+    torch.testing.assert_close(readings[0, 0, 0], first[image].sum() / first.sum(), rtol=1e-4, atol=1e-6)
+    assert bool(image.any()) and torch.all(readings[mask == 0] == 0) and torch.all(readings[..., 1:] >= 0)

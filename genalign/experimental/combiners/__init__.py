@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.combiners import (  # noqa: F401  (register the options)
     domains,
     gated,
+    hierarchical,
     paced,
     process,
     tightening,

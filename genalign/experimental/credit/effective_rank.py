@@ -4,7 +4,7 @@ derivatives along the response, turned into a bounded advantage bonus (experimen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -12,6 +12,7 @@ from torch import Tensor
 from genalign.algorithms._groups import group_stats, make_groups
 from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.credit.base import CREDIT_RULES
+from genalign.experimental.credit.running_means import RunningMean, global_mean
 
 #: indicator order of the explore / exploit weight vectors
 INDICATORS = ("acceleration", "velocity", "rank")
@@ -72,11 +73,64 @@ def _check(stride: int, gain: float, kappa: float, scale: float, weights: Sequen
             raise ValueError(f"explore_weights and exploit_weights weigh {INDICATORS}: 3 numbers each, got {vector!r}")
 
 
+class EffectiveRankBonus:
+    """:func:`effective_rank_bonus` bound once; with ``baseline: moving_average`` it keeps the published baseline, an
+    exponential moving average (``momentum``) of earlier steps' batch means of (ERA, ERV, ER), across steps and
+    checkpoints (:class:`~genalign.experimental.credit.running_means.RunningMean`). The batch mean is taken over
+    every process (:func:`~genalign.experimental.credit.running_means.global_mean`), so all processes keep the same
+    baseline."""
+
+    def __init__(self, **hp: Any) -> None:
+        self.hp = hp
+        self.options = {**CREDIT_RULES.hyperparameters("effective_rank_bonus"), **hp}  # every value, defaults included
+        _check_all(**self.options)
+        self.history = RunningMean(size=len(INDICATORS), momentum=self.options["momentum"])
+
+    def __call__(self, advantages: Tensor, batch: StepBatch) -> Tensor:
+        o = self.options
+        if o["baseline"] == "group" or o["moving_mean"] is not None:
+            return effective_rank_bonus(advantages, batch, **self.hp)
+        mask = batch.mask.to(advantages.device)
+        indicators = rank_indicators(batch.require("hidden", "credit rule 'effective_rank_bonus'"), mask, o["stride"])
+        batch_mean = global_mean(indicators[(mask.sum(1) > 0).cpu()])  # [3] over every process's valid responses
+        earlier = self.history.value()
+        baselines = (batch_mean if earlier is None else earlier).expand_as(indicators)  # [N, 3]
+        weights = (o["explore_weights"], o["exploit_weights"])
+        result = _bonus(advantages, mask, indicators, baselines, o["gain"], o["kappa"], o["scale"], weights,
+                        o["placement"])  # fmt: skip
+        self.history.update(batch_mean)  # AFTER this step's bonus
+        return result
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.history.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history.load_state_dict(state)
+
+
+def _check_all(
+    *, stride: int, gain: float, kappa: float, scale: float, explore_weights: Sequence[float],
+    exploit_weights: Sequence[float], placement: str, baseline: str, momentum: float,
+    moving_mean: Sequence[float] | None,
+) -> None:  # fmt: skip
+    _check(stride, gain, kappa, scale, (explore_weights, exploit_weights))
+    if placement not in ("every_action", "last_action"):
+        raise ValueError(f"placement={placement!r} must be 'every_action' or 'last_action'")
+    if baseline not in ("group", "moving_average"):
+        raise ValueError(f"baseline={baseline!r} must be 'group' (the group's mean) or 'moving_average' (published)")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum={momentum!r} must be in [0, 1) (the weight of the earlier average, e.g. 0.9)")
+    if moving_mean is not None and len(moving_mean) != len(INDICATORS):
+        raise ValueError(f"moving_mean={moving_mean!r} must hold 3 numbers (ERA, ERV, ER) or be null")
+
+
 @CREDIT_RULES.register(
     "effective_rank_bonus",
+    bind=EffectiveRankBonus,
     needs=("hidden",),
     formula="ER = exp(H(σ/Σσ)) of the centred hidden states; ERV, ERA = 1st/2nd differences of prefix ERs; "
-    "δ_k = clamp((x_k − mean_G x_k)/(|mean_G x_k| + 1e-8), ±5); τ = σ(g·δ_ERA); w = τ·w_explore + (1−τ)·w_exploit; "
+    "δ_k = clamp((x_k − b_k)/(|b_k| + 1e-8), ±5), b = mean_G x (group) or an EMA of earlier batch means; "
+    " τ = σ(g·δ_ERA); w = τ·w_explore + (1−τ)·w_exploit; "
     "aux = c·Σ_k w_k tanh δ_k; A_it ← A_it + min(relu(aux_i), |A_it|/κ)",
     source="[2] VERL (Velocity-Exploiting Rank-Learning; defaults from the published training script)",
     summary="An advantage bonus from the hidden states' effective rank (exploration) and its velocity "
@@ -93,6 +147,9 @@ def effective_rank_bonus(
     explore_weights: Sequence[float] = (0.0, 0.0, 1.0),
     exploit_weights: Sequence[float] = (0.0, 1.0, 0.0),
     placement: Literal["every_action", "last_action"] = "every_action",
+    baseline: Literal["group", "moving_average"] = "group",
+    momentum: float = 0.9,
+    moving_mean: Sequence[float] | None = None,
 ) -> Tensor:
     """Velocity-Exploiting Rank-Learning [2]: exploration is measured at the hidden-state level by the effective rank
     (ER) of a response's hidden states, exploitation by its first derivative along the response (ERV, how fast new
@@ -107,10 +164,11 @@ def effective_rank_bonus(
     ``exploit_weights`` (over ERA, ERV, ER); ``aux = scale·Σ_k w_k·tanh(δ_k)``. Defaults are the published script's
     (stride 40, gain 2, κ = 2, fixed scale 1, explore on ER, exploit on ERV).
 
-    Reading chosen: the published code keeps each indicator's baseline as an exponential moving average of earlier
-    steps' batch means; a credit rule sees one process's batch, where such a running statistic would differ between
-    processes, so genalign takes the mean of the sample's group instead (stateless, independent of the process and
-    micro-batch split). The code adds the bonus at the response's last token only; ``placement: last_action`` does
+    Baselines: ``baseline: moving_average`` is the published code's: each indicator's baseline is an exponential
+    moving average (weight ``momentum`` on the earlier average) of earlier steps' batch means, kept by the bound
+    option (:class:`EffectiveRankBonus`, checkpointed with the run; the first step uses its own batch mean, and the
+    batch mean is taken over every process). Reading chosen: ``baseline: group`` (the default, stateless) takes the
+    mean of the sample's group instead. The code adds the bonus at the response's last token only; ``placement: last_action`` does
     that, the default adds it to every action (the response-level bonus the paper describes). ``hidden`` is the last
     hidden state predicting each action.
 
@@ -123,22 +181,40 @@ def effective_rank_bonus(
         scale: ``c >= 0``, the auxiliary reward's weight.
         explore_weights, exploit_weights: weights over (ERA, ERV, ER).
         placement: ``every_action`` or ``last_action``.
+        baseline: ``group`` (the group's mean) or ``moving_average`` (``moving_mean``).
+        momentum: weight of the earlier average in the moving average (read by :class:`EffectiveRankBonus`).
+        moving_mean: ``[3]`` the moving baseline of (ERA, ERV, ER) (supplied by the bound option); None: this batch's
+            mean of the valid responses.
     Returns:
         ``[N, T]`` advantages with the bonus (unchanged on padding).
     """
-    _check(stride, gain, kappa, scale, (explore_weights, exploit_weights))
-    if placement not in ("every_action", "last_action"):
-        raise ValueError(f"placement={placement!r} must be 'every_action' or 'last_action'")
+    _check_all(stride=stride, gain=gain, kappa=kappa, scale=scale, explore_weights=explore_weights,
+               exploit_weights=exploit_weights, placement=placement, baseline=baseline, momentum=momentum,
+               moving_mean=moving_mean)  # fmt: skip
     mask = batch.mask.to(advantages.device)
     indicators = rank_indicators(batch.require("hidden", "credit rule 'effective_rank_bonus'"), mask, stride)  # [N, 3]
-    groups = make_groups(batch.group_ids.cpu(), indicators.shape[0], min_size=1)
-    baseline = group_stats(indicators, groups, unbiased=False).mean[groups.index]  # [N, 3]
-    deviation = ((indicators - baseline) / (baseline.abs() + 1e-8)).clamp(-MAX_DEVIATION, MAX_DEVIATION)  # [N, 3]
+    if baseline == "group":
+        groups = make_groups(batch.group_ids.cpu(), indicators.shape[0], min_size=1)
+        baselines = group_stats(indicators, groups, unbiased=False).mean[groups.index]  # [N, 3]
+    else:
+        present = (mask.sum(1) > 0).cpu()
+        moving = indicators[present].mean(0) if moving_mean is None else torch.tensor(list(moving_mean))
+        baselines = moving.double().expand_as(indicators)  # [N, 3]
+    return _bonus(advantages, mask, indicators, baselines, gain, kappa, scale, (explore_weights, exploit_weights),
+                  placement)  # fmt: skip
+
+
+def _bonus(
+    advantages: Tensor, mask: Tensor, indicators: Tensor, baselines: Tensor, gain: float, kappa: float, scale: float,
+    weights: tuple[Sequence[float], Sequence[float]], placement: str,
+) -> Tensor:  # fmt: skip
+    """``[N, T]`` advantages plus the capped bonus of indicators ``[N, 3]`` measured against ``baselines`` ``[N, 3]``."""
+    deviation = ((indicators - baselines) / (baselines.abs() + 1e-8)).clamp(-MAX_DEVIATION, MAX_DEVIATION)  # [N, 3]
     tendency = torch.sigmoid(gain * deviation[:, 0:1])  # [N, 1] τ, from ERA
-    explore = torch.tensor(list(explore_weights), dtype=torch.float64)
-    exploit = torch.tensor(list(exploit_weights), dtype=torch.float64)
-    weights = tendency * explore + (1.0 - tendency) * exploit  # [N, 3]
-    aux = scale * (weights * torch.tanh(deviation)).sum(1)  # [N]
+    explore = torch.tensor(list(weights[0]), dtype=torch.float64)
+    exploit = torch.tensor(list(weights[1]), dtype=torch.float64)
+    blend = tendency * explore + (1.0 - tendency) * exploit  # [N, 3]
+    aux = scale * (blend * torch.tanh(deviation)).sum(1)  # [N]
     bonus = torch.minimum(aux.clamp_min(0.0).to(advantages)[:, None], advantages.abs() / kappa)  # [N, T]
     valid = mask > 0
     if placement == "last_action":

@@ -3,6 +3,7 @@ package the first time it is read)."""
 
 from genalign.experimental.regularizers import (  # noqa: F401  (register the options)
     auxiliary,
+    candidate_suppression,
     entropy_shaping,
     expert,
     previous_policy,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from genalign.policies.capabilities import REFERENCE_FEATURES, PolicyCapabilities
 from genalign.policies.lora import TOKEN_LORA, LoRAConfig
+from genalign.registry import Option
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -183,9 +184,44 @@ class LMTreeConfig:
                 raise ValueError(message)
 
 
+@dataclass
+class TokenJudgeOptions:
+    """The token judge of a token family (``policy.probes.token_judge`` of causal LMs, ``policy.token_judge`` of
+    VLMs): its spans of each completion become the ``token_judgement`` rollout signal
+    (:func:`genalign.policies.lm.probes.judge_tokens`)."""
+
+    judge: Option | None = field(
+        default=None,
+        metadata={
+            "help": "Token judge (genalign.rewards.token_judges.TOKEN_JUDGES), e.g. arithmetic_claims or {name: "
+            "arithmetic_claims, scope: step}; None: no token_judgement signal."
+        },
+    )
+    votes: int = field(default=1, metadata={"help": "Calls of the judge per completion (its critiques)."})
+    vote: Literal["mean", "majority"] = field(
+        default="majority",
+        metadata={"help": "How the votes combine per token: their mean, or the mean where more than half marked it."},
+    )
+
+    def validate(self, where: str = "token_judge") -> None:
+        if self.votes < 1:
+            raise ValueError(f"{where}.votes={self.votes} must be >= 1 (e.g. 3).")
+        if self.judge is None:
+            return
+        from genalign.rewards.token_judges import token_judge  # the judges' module, read only when one is set
+
+        self.judge = Option.parse(self.judge, f"{where}.judge")
+        try:
+            token_judge(self.judge.name, self.judge.args)  # its name and arguments, checked now
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}.judge={self.judge.name!r}: {err}") from None
+
+
 #: Structure fields the rollout-time probes fill (``block_ids`` only with ``block_markers``, ``counterfactual_logp``
-#: only with ``counterfactual_column``; :mod:`genalign.policies.lm.probes`).
-PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp")
+#: only with ``counterfactual_column``, ``token_judgement`` only with ``token_judge``; :mod:`genalign.policies.lm.probes`).
+PROBED_FIELDS = ("segment_values", "answer_probe", "teacher_logp", "block_ids", "prefix_rewards", "counterfactual_logp",
+                 "token_judgement", "attention_entropy", "answer_attention_flow", "answer_saliency",
+                 "constraint_relevance")  # fmt: skip
 
 
 @dataclass
@@ -228,7 +264,35 @@ class ProbeOptions:
         },
     )
 
+    answer_tokens: int = field(
+        default=1,
+        metadata={
+            "help": "The last text tokens of a completion that form its answer (answer_attention_flow, "
+            "answer_saliency)."
+        },
+    )
+    token_judge: TokenJudgeOptions = field(
+        default_factory=TokenJudgeOptions,
+        metadata={"help": "Token judge whose judged spans become the token_judgement signal (off without a judge)."},
+    )
+
+    relevance_judges: list[Option] = field(
+        default_factory=list,
+        metadata={
+            "help": "One token judge per rubric constraint: the tokens each marks are relevant to its constraint "
+            "(constraint_relevance, e.g. [{name: keyword_spans, column: keyword}]); [] = off."
+        },
+    )
+
     def validate(self) -> None:
+        self.token_judge.validate("policy.probes.token_judge")
+        self.relevance_judges = [
+            Option.parse(judge, "policy.probes.relevance_judges") for judge in self.relevance_judges
+        ]
+        for i, judge in enumerate(self.relevance_judges):
+            TokenJudgeOptions(judge=judge).validate(f"policy.probes.relevance_judges[{i}]")
+        if self.answer_tokens < 1:
+            raise ValueError(f"policy.probes.answer_tokens={self.answer_tokens} must be >= 1 (e.g. 4).")
         if self.value_samples < 1:
             raise ValueError(f"policy.probes.value_samples={self.value_samples} must be >= 1 (e.g. 4).")
         if self.batch_size < 1:
@@ -247,6 +311,8 @@ class ProbeOptions:
         off = (set() if self.block_markers else {"block_ids"}) | (
             set() if self.counterfactual_column else {"counterfactual_logp"}
         )
+        off |= set() if self.token_judge.judge is not None else {"token_judgement"}
+        off |= set() if self.relevance_judges else {"constraint_relevance"}
         return frozenset(PROBED_FIELDS) - off
 
 
@@ -262,6 +328,7 @@ __all__ = [
     "ProbeOptions",
     "ReferenceMode",
     "ResolvedReferenceMode",
+    "TokenJudgeOptions",
     "lora_reference_mode",
     "resolve_reference_mode",
     "token_capabilities",

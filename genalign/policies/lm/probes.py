@@ -22,6 +22,15 @@ sampled the rollout (eval mode, no gradient). Options live in ``policy.probes`` 
   the sample's own output.
 * ``counterfactual_logp`` ``[N, T]`` (CoRT [275]): the completion re-scored by the same model under the row's
   counterfactual prompt (``counterfactual_column``, e.g. the prompt without its rubric), at the sampling temperature.
+* ``token_judgement`` ``[N, T]`` (token-level judges: [105], [155], [169], [205], [224], [247]): the spans the configured
+  token judge (``token_judge.judge``, :mod:`genalign.rewards.token_judges`) marks in each completion, as the value of
+  every token (:func:`~genalign.rewards.token_judges.token_values`), over ``token_judge.votes`` calls combined by
+  ``token_judge.vote`` (:func:`judge_tokens`, which the VLM family calls too). The judge reads the concatenated text of the completion's tokens, so character offsets and
+  tokens agree.
+* ``constraint_relevance`` ``[N, T, C]`` (RTT [274]): 1 where the ``c``-th of ``relevance_judges`` marks the token
+  (any value), else 0: the tokens relevant to each rubric constraint.
+* ``attention_entropy``, ``answer_attention_flow``, ``answer_saliency`` ``[N, T]`` ([272], [299], [269]): readings
+  of the model's attention maps and gradient saliency (:mod:`genalign.policies.lm.internals`).
 """
 
 from __future__ import annotations
@@ -34,9 +43,11 @@ from torch import Tensor
 
 from genalign.policies.base import RewardProbe, Rollout, RolloutRequest
 from genalign.policies.lm.core import eval_mode
+from genalign.policies.lm.internals import INTERNAL_FIELDS, internal_structure
 from genalign.policies.lm.logprobs import completion_scores
-from genalign.policies.lm.options import PROBED_FIELDS, ProbeOptions
+from genalign.policies.lm.options import PROBED_FIELDS, ProbeOptions, TokenJudgeOptions
 from genalign.policies.lm.prompts import encode_prompts
+from genalign.rewards.token_judges import combine_votes, token_judge, token_values
 
 
 class CausalLMPolicy(Protocol):
@@ -303,6 +314,50 @@ def block_ids(tokenizer, completion_ids: Tensor, mask: Tensor, markers: list[str
     return result
 
 
+def token_pieces(tokenizer, completion_ids: Tensor, mask: Tensor) -> list[tuple[str, list[int]]]:
+    """For each completion ``[N, T]``: its text as the concatenation of its real tokens' texts, and the character
+    where each real token ends."""
+    texts = []
+    for ids, valid in zip(completion_ids.cpu().tolist(), (mask.cpu() > 0).tolist(), strict=True):
+        pieces = [tokenizer.decode([token], skip_special_tokens=True) for token, v in zip(ids, valid, strict=True) if v]
+        ends, total = [], 0
+        for piece in pieces:
+            total += len(piece)
+            ends.append(total)
+        texts.append(("".join(pieces), ends))
+    return texts
+
+
+def judge_tokens(
+    tokenizer, completion_ids: Tensor, mask: Tensor, rows: list[dict[str, Any]], options: TokenJudgeOptions
+) -> Tensor:
+    """``[N, T]`` the value the configured token judge gives every action of ``completion_ids`` ``[N, T]`` (real
+    tokens ``mask``), over ``options.votes`` calls combined by ``options.vote`` (module docstring); 0 on padding."""
+    judge = token_judge(options.judge.name, options.judge.args)
+    texts = token_pieces(tokenizer, completion_ids, mask)
+    votes = [judge([text for text, _ in texts], rows) for _ in range(options.votes)]  # [V][N] spans
+    result = torch.zeros(mask.shape, dtype=torch.float32)
+    for i, (_, ends) in enumerate(texts):
+        values = combine_votes([token_values(vote[i], ends) for vote in votes], options.vote)
+        positions = (mask[i].cpu() > 0).nonzero().flatten()
+        result[i, positions] = torch.tensor(values, dtype=torch.float32)
+    return result
+
+
+def constraint_relevance(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
+    """``[N, T, C]`` the tokens each of ``policy.probes.relevance_judges`` marks (module docstring)."""
+    ids, mask = rollout.per_sample["completion_ids"], rollout.action_mask
+    channels = [judge_tokens(policy.tokenizer, ids, mask, rollout.rows, TokenJudgeOptions(judge=judge)) != 0
+                for judge in policy.config.probes.relevance_judges]  # fmt: skip
+    return torch.stack(channels, -1).float()
+
+
+def token_judgement(policy: CausalLMPolicy, rollout: Rollout) -> Tensor:
+    """``[N, T]`` the ``token_judgement`` of a causal-LM rollout (``policy.probes.token_judge``)."""
+    ids = rollout.per_sample["completion_ids"]
+    return judge_tokens(policy.tokenizer, ids, rollout.action_mask, rollout.rows, policy.config.probes.token_judge)
+
+
 def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRequest) -> Rollout:
     """``rollout`` with the probe fields that ``request`` names filled in (module docstring), measured in eval mode."""
     wanted = set(request.structure) & set(PROBED_FIELDS)
@@ -321,8 +376,14 @@ def probe_structure(policy: CausalLMPolicy, rollout: Rollout, request: RolloutRe
             values["segment_values"] = segment_values(policy, rollout, segments, request.reward_probe)
         if "counterfactual_logp" in wanted:
             values["counterfactual_logp"] = counterfactual_logprobs(policy, rollout)
+        if wanted & set(INTERNAL_FIELDS):
+            values |= internal_structure(policy, rollout, wanted)
     if "prefix_rewards" in wanted:
         values["prefix_rewards"] = prefix_rewards(policy, rollout, segments, request.reward_probe)
+    if "token_judgement" in wanted:
+        values["token_judgement"] = token_judgement(policy, rollout)
+    if "constraint_relevance" in wanted:
+        values["constraint_relevance"] = constraint_relevance(policy, rollout)
     if "block_ids" in wanted:
         ids = rollout.per_sample["completion_ids"]
         values["block_ids"] = block_ids(policy.tokenizer, ids, rollout.action_mask, policy.config.probes.block_markers)
@@ -335,12 +396,16 @@ __all__ = [
     "ProbeOptions",
     "answer_probe",
     "block_ids",
+    "constraint_relevance",
     "counterfactual_logprobs",
     "hinted_row",
+    "judge_tokens",
     "left_pad",
     "prefix_rewards",
     "probe_structure",
     "segment_ends",
     "segment_values",
     "teacher_logprobs",
+    "token_judgement",
+    "token_pieces",
 ]

@@ -12,13 +12,14 @@ from genalign.policies.lm.options import (
     AUTOREGRESSIVE_STRUCTURE,
     AttnImplementation,
     LoRAConfig,
+    TokenJudgeOptions,
     lora_reference_mode,
     token_capabilities,
 )
 
 LoraScope = Literal["language_model", "language_model_and_vision_tower"]
-#: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`).
-VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled"})
+#: Score features only a family with images computes (:mod:`genalign.policies.vlm.perception`, :mod:`~genalign.policies.vlm.attention`).
+VISION_FEATURES = frozenset({"logp_without_image", "visual_similarity", "logp_frames_shuffled", "modality_attention"})
 #: The perception features of multi-turn rollouts: images blanked out (all of them, the observations' too). Not
 #: offered there: ``visual_similarity`` (its image tokens would include observations a turn has not seen yet) and
 #: ``logp_frames_shuffled`` (a trajectory's images are a prompt and its crops, not the frames of a video).
@@ -104,6 +105,13 @@ class VLMPolicyConfig:
             "role_segments); [] = no blocks."
         },
     )
+    token_judge: TokenJudgeOptions = field(
+        default_factory=TokenJudgeOptions,
+        metadata={
+            "help": "Token judge whose judged spans of each completion become the token_judgement rollout signal "
+            "(e.g. {judge: counted_claims}: claims against the row's annotated counts); off without a judge."
+        },
+    )
     multi_turn: MultiTurnOptions = field(
         default_factory=MultiTurnOptions,
         metadata={
@@ -137,13 +145,14 @@ class VLMPolicyConfig:
             raise ValueError(f"policy.stop={self.stop} contains an empty string; remove it")
         if not all(isinstance(marker, str) and marker for marker in self.block_markers):
             raise ValueError(f"policy.block_markers={self.block_markers} must hold non-empty strings")
+        self.token_judge.validate("policy.token_judge")
         self.multi_turn.validate()
         self.multi_turn.check_lengths(max_new_tokens=self.max_new_tokens)
 
     def capabilities(self) -> PolicyCapabilities:
         """The token features and completion structure of causal LMs (KL unless ``reference='none'``), plus the
         perception features ``logp_without_image``, ``visual_similarity`` and ``logp_frames_shuffled`` and, with ``block_markers``, the text
-        blocks ``block_ids``. With ``multi_turn``: the structure of multi-turn rollouts and
+        blocks ``block_ids`` (with a ``token_judge``, ``token_judgement``). With ``multi_turn``: the structure of multi-turn rollouts and
         :data:`MULTI_TURN_VISION_FEATURES` (text blocks assume one turn)."""
         kinds = {"model", "self"} | ({"reference"} if self.reference != "none" else set())
         teachers = {"teachers": frozenset(kinds), "teacher_limits": VLM_TEACHER_LIMITS}
@@ -152,6 +161,7 @@ class VLMPolicyConfig:
             capabilities = token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
             return replace(capabilities, **teachers)
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
+        blocks |= frozenset({"token_judgement"}) if self.token_judge.judge is not None else frozenset()
         capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | VISION_FEATURES,

@@ -32,10 +32,11 @@ from genalign.policies.lm.export import CheckpointFacts, sampling_generation_con
 from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import multi_turn_rollout
-from genalign.policies.lm.probes import block_ids
+from genalign.policies.lm.probes import block_ids, judge_tokens
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
+from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.config import VLMPolicyConfig
 from genalign.policies.vlm.inputs import (
     EncodedPrompt,
@@ -204,7 +205,7 @@ class VLMPolicy(TokenLMPolicy):
             old_logp=old_logp.cpu(),
             action_mask=action_mask.cpu(),
             structure=self.completion_structure(
-                request, truncated.cpu(), completion_ids.cpu(), action_mask.cpu(), picks
+                request, truncated.cpu(), completion_ids.cpu(), action_mask.cpu(), picks, out_rows
             ),
             per_sample={
                 "prompt_ids": prompt_ids,
@@ -222,16 +223,22 @@ class VLMPolicy(TokenLMPolicy):
         )
 
     def completion_structure(
-        self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int]
-    ) -> dict[str, Any]:
+        self, request: RolloutRequest, truncated: Tensor, completion_ids: Tensor, mask: Tensor, picks: list[int],
+        rows: list[dict[str, Any]],
+    ) -> dict[str, Any]:  # fmt: skip
         """The causal-LM structure of the completions, plus their text blocks (``block_ids``: the number of
         ``policy.block_markers``, found in order, that start at or before each action, as the causal-LM probes count
-        them) when the request names them."""
+        them) and the token judge's values (``token_judgement``, of the completions of ``rows``) when the request
+        names them."""
         group_ids = torch.tensor(picks, dtype=torch.long)
         structure = completion_structure(request, self.segments, truncated, completion_ids, mask, group_ids=group_ids)
         if "block_ids" in request.structure and self.config.block_markers:
             structure["block_ids"] = block_ids(
                 self.tokenizer, completion_ids, mask, self.config.block_markers
+            )  # [N, T]
+        if "token_judgement" in request.structure and self.config.token_judge.judge is not None:
+            structure["token_judgement"] = judge_tokens(
+                self.tokenizer, completion_ids, mask, rows, self.config.token_judge
             )  # [N, T]
         return structure
 
@@ -278,7 +285,8 @@ class VLMPolicy(TokenLMPolicy):
         suppressed, on the hidden states of the completion tokens only, in chunks, at the sampling temperature.
         ``request.vocab_term`` is evaluated per token inside the chunked head pass. The perception features
         (:mod:`genalign.policies.vlm.perception`) come from the same pass (``visual_similarity``) or a second pass with
-        the images blanked out (``logp_without_image``) or the frames reordered (``logp_frames_shuffled``)."""
+        the images blanked out (``logp_without_image``) or the frames reordered (``logp_frames_shuffled``); the attention
+        readings ``modality_attention`` come from a pass with attention maps (:mod:`genalign.policies.vlm.attention`)."""
         inputs = self.model_inputs(rollout)
         hf_model = get_base_model(module)
         width = rollout.per_sample["prompt_ids"].shape[1]
@@ -308,7 +316,10 @@ class VLMPolicy(TokenLMPolicy):
             topk=request.param("topk_logp", 0) if "topk_logp" in request else 0,
             with_hidden="hidden" in request,
         )
-        without_image = shuffled = None
+        without_image = shuffled = modalities = None
+        if "modality_attention" in request:
+            image_token = -1 if self.image_token_id is None else self.image_token_id
+            modalities = modality_attention(module, inputs, image_token, width=width, mask=mask)
         args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
         if "logp_without_image" in request:
             without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
@@ -323,6 +334,7 @@ class VLMPolicy(TokenLMPolicy):
             "logp_without_image": without_image,
             "visual_similarity": similarity,
             "logp_frames_shuffled": shuffled,
+            "modality_attention": modalities,
         }
         return ScoreOutput(scores.logp, features)
 

@@ -81,3 +81,34 @@ def test_bad_hyper_parameters():
         rule(torch.zeros(1, 1), batch, kappa=0.5)
     with pytest.raises(ValueError, match=r"3 numbers each"):
         rule(torch.zeros(1, 1), batch, explore_weights=(1.0,))
+
+
+def test_the_moving_average_baseline_is_kept_across_steps_and_checkpoints():
+    from genalign.algorithms import bind_option
+    from genalign.experimental.credit.running_means import RunningMean
+
+    hidden = torch.tensor([
+        [[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]],  # (ERA, ERV, ER) = (0, 1, 2)
+        [[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]],  # (0, 0, 1)
+    ])  # fmt: skip
+    rule = bind_option(CREDIT_RULES, "effective_rank_bonus", {"stride": 2, "baseline": "moving_average"})
+    first = StepBatch(mask=torch.ones(2, 4), group_ids=torch.tensor([0, 0]), hidden=hidden)
+    advantages = torch.tensor([[2.0] * 4, [-2.0] * 4], dtype=F64)
+    aux = 0.5 * math.tanh(1.0) + 0.5 * math.tanh(1 / 3)  # deviations (0, 1, 1/3) from the baseline (0, 0.5, 1.5)
+    # step 1: no earlier step, the batch mean (0, 0.5, 1.5) is the baseline (here the group's mean too)
+    torch.testing.assert_close(rule(advantages, first), torch.tensor([[2.0 + aux] * 4, [-2.0] * 4], dtype=F64))
+    # step 2: sample 0 alone. Its group's mean is itself (no bonus with baseline: group); the moving baseline is
+    # step 1's batch mean, so it earns the same bonus as in step 1
+    second = StepBatch(mask=torch.ones(1, 4), group_ids=torch.tensor([3]), hidden=hidden[:1])
+    group_only = CREDIT_RULES.get("effective_rank_bonus")(advantages[:1], second, stride=2)
+    torch.testing.assert_close(group_only, advantages[:1])
+    torch.testing.assert_close(rule(advantages[:1], second), torch.full((1, 4), 2.0 + aux, dtype=F64))
+    # the average is 0.9·(0, 0.5, 1.5) + 0.1·(0, 1, 2), and it survives a checkpoint
+    torch.testing.assert_close(rule.history.value(), torch.tensor([0.0, 0.55, 1.55], dtype=F64))
+    restored = bind_option(CREDIT_RULES, "effective_rank_bonus", {"stride": 2, "baseline": "moving_average"})
+    restored.load_state_dict(rule.state_dict())
+    assert restored.state_dict() == rule.state_dict() == {"mean": pytest.approx([0.0, 0.55, 1.55]), "updates": 2}
+    with pytest.raises(ValueError, match=r"momentum=1.0 must be in \[0, 1\)"):
+        RunningMean(size=3, momentum=1.0)
+    with pytest.raises(ValueError, match=r"baseline='ema' must be 'group'"):
+        bind_option(CREDIT_RULES, "effective_rank_bonus", {"baseline": "ema"})

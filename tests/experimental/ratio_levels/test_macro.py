@@ -49,3 +49,26 @@ def test_the_macro_action_is_clipped_as_a_whole():
     torch.testing.assert_close(token, torch.tensor([[-math.exp(0.1)] * 2], dtype=F64))
     with pytest.raises(ValueError, match="macro_length"):
         run([[0.1]], [1.0], [[1.0]], macro_length=0)
+
+
+def test_perplexity_terminations_end_a_macro_action_where_its_perplexity_would_rise():
+    from genalign.algorithms import StepBatch
+    from genalign.experimental.ratio_levels.macro import perplexity_macro_ids
+
+    # surprisals 1, 0.5, 0.8, 2, 0.1, 0.1 (row 0) : 0.5 <= 1 joins; 0.8 > mean(1, 0.5) = 0.75 starts macro 1;
+    # 2 > 0.8 starts macro 2; 0.1 joins; the cap of 2 actions starts macro 3 at the last action
+    behaviour = torch.tensor([[-1.0, -0.5, -0.8, -2.0, -0.1, -0.1], [-1.0, -1.0, -3.0, 0.0, 0.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[1.0] * 6, [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]], dtype=F64)
+    ids, sizes = perplexity_macro_ids(behaviour, mask, max_length=2)
+    assert ids.tolist() == [[0, 0, 1, 2, 2, 3], [0, 0, 1, 1, 1, 1]]  # 1 ≤ mean 1 joins; padding continues
+    assert sizes.tolist() == [[2, 2, 1, 2, 2, 1], [2, 2, 1, 1, 1, 1]]
+    # the level pools and clips per perplexity macro action: macro 0 of row 1 has ℓ 0.1 + 0.05, macro 1 ℓ −0.3
+    logp = torch.tensor([[0.1, 0.05, -0.3]], dtype=F64, requires_grad=True)
+    batch = StepBatch(behaviour_logp=torch.tensor([[-1.0, -1.0, -3.0]], dtype=F64))
+    loss, _ = policy_loss(logp, torch.zeros_like(logp), torch.tensor([[1.0, 3.0, 2.0]], dtype=F64),
+                          torch.ones(1, 3, dtype=F64), ratio_level="macro_action", clip="none", macro_length=4,
+                          termination="perplexity", batch=batch)  # fmt: skip
+    e0, e1 = math.exp(0.15), math.exp(-0.3)
+    torch.testing.assert_close(loss.detach(), torch.tensor([[-2 * e0, -2 * e0, -2 * e1]], dtype=F64))
+    with pytest.raises(ValueError, match="termination='parse' must be"):
+        run([[0.1]], [1.0], [[1.0]], termination="parse")
