@@ -151,7 +151,8 @@ class CausalLMPolicyConfig:
         kind of teacher (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`)."""
         if self.multi_turn.enabled:  # no forcing, guidance, trees or probes: they assume one turn
             capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
-                                              structure=MULTI_TURN_STRUCTURE)  # fmt: skip
+                                              structure=MULTI_TURN_STRUCTURE,
+                                              group_size=self.multi_turn.group_size)  # fmt: skip
             return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS)
         capabilities = token_capabilities(
             self.reference,

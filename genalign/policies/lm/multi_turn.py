@@ -44,8 +44,10 @@ rendered messages, decoded without special tokens) as the completion. The ``envi
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -53,6 +55,8 @@ import torch
 from torch import Tensor
 
 from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
+from genalign.environments.branching import checkpoint, fork_episode, rewind
+from genalign.environments.judges import TurnSegment
 from genalign.policies.base import Rollout, RolloutRequest
 from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
 from genalign.policies.lm.core import completion_structure, eval_mode
@@ -60,6 +64,8 @@ from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
 from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
+from genalign.policies.lm.turn_control import intervention_point, mean_surprisal, without_progress
+from genalign.policies.lm.turn_trees import TurnTree, turn_prefix_tree
 
 #: the row column that carries a sample's episode reward to the reward functions
 ENVIRONMENT_REWARD_COLUMN = "environment_reward"
@@ -89,10 +95,41 @@ class Trajectory:
     truncated: bool = False
     failed: bool = False  # the environment raised in step: its reward is not read
     reward: float | None = None
+    source: dict[str, Any] = field(default_factory=dict)  # the dataset row (environments of branches start from it)
+    turn: int = 0  # accepted model turns so far (the index of the turn being sampled)
+    turn_start: int = 0  # position in ids where the turn being sampled starts
+    turn_cut: bool = False  # the turn being sampled hit its token budget
+    model_turns: list[ModelTurn] = field(default_factory=list)  # the accepted turns, as the environment got them
+    answers: list[str] = field(default_factory=list)  # the text of the environment's answer to each accepted turn
+    surprisals: list[float] = field(default_factory=list)  # mean surprisal of each accepted turn's sampled tokens
+    segments: list[TurnSegment] = field(default_factory=list)  # each accepted turn, for the segment judge
+    resamples: int = 0  # turns taken back for lack of progress
+    path: list[tuple[int, int, int]] = field(default_factory=list)  # (first position, node, depth) of tree nodes
 
     @property
     def length(self) -> int:
         return len(self.prompt) + len(self.ids)
+
+    def copy(self, number: int) -> Trajectory:
+        """A branch of this trajectory: the same tokens and records, its own lists (the environment is shared
+        until the caller gives the copy its own)."""
+        lists = ("messages", "media", "ids", "actions", "logp", "turn_ids", "turn_rewards", "model_turns", "answers",
+                 "surprisals", "segments", "path")  # fmt: skip
+        return replace(self, number=number, **{name: list(getattr(self, name)) for name in lists})
+
+    def begin_turn(self, cut: bool) -> None:
+        self.turn_start, self.turn_cut = len(self.ids), cut
+
+    def truncate(self, length: int) -> None:
+        """Drop the tokens from position ``length`` on (within the turn being sampled)."""
+        assert length >= self.turn_start, "only the turn being sampled is cut"
+        for name in ("ids", "actions", "logp", "turn_ids"):
+            del getattr(self, name)[length:]
+
+    def turn_logp(self) -> list[float]:
+        """The behaviour log-probs of the model tokens of the turn being sampled."""
+        pairs = zip(self.logp[self.turn_start :], self.actions[self.turn_start :], strict=True)
+        return [logp for logp, action in pairs if action > 0]
 
     def extend(self, ids: list[int], logp: list[float] | None, turn: int) -> None:
         self.ids += ids
@@ -144,6 +181,11 @@ class TurnFamily(Protocol):
         messages ``answer``."""
         ...
 
+    def fork(self, parents: list[Hashable], children: list[list[Hashable]]) -> None:
+        """Trajectory ``children[i][j]`` (its number) branched from ``parents[i]``: whatever the family holds of the
+        parent between turns (a KV cache) is held for the copies too."""
+        ...
+
     def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
         """The family's inputs of each sample besides the shared ones (``prompt_ids`` ``[N, P]`` left-padded,
         ``completion_ids`` ``[N, C]``)."""
@@ -171,25 +213,100 @@ def multi_turn_rollout(
     params = policy.sampling_params(mode)
     params = replace(params, eos_token_ids=tuple(sorted({*params.eos_token_ids, *renderer.end_of_turn_ids()})))
     counts: Counter[str] = Counter()
+    tree = _turn_tree(policy, family, group_size, mode, counts)
+    per_row = options.tree.trees_per_prompt if tree is not None else group_size
     trajectories = [
-        _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
+        _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(per_row)
     ]
-    for number, trajectory in enumerate(trajectories):
-        trajectory.number = number
-    for turn in range(options.max_turns):
+    numbers = itertools.count()
+    for trajectory in trajectories:
+        trajectory.number = next(numbers)
+    if tree is not None:
+        tree.plant(trajectories)
+    while True:  # every pass ends, accepts or (a bounded number of times) takes back each active trajectory's turn
+        if tree is not None:
+            trajectories = tree.branch(trajectories, numbers)
         active = [t for t in trajectories if not t.done]
         if not active:
             break
         with eval_mode(policy.model):
             turns = family.generate(active, params, counts)
-        for trajectory, (ids, logp, cut) in zip(active, turns):
-            trajectory.extend(ids, logp, turn)
-            _answer(policy, family, trajectory, ids, cut, turn, counts)
+            for trajectory, (ids, logp, cut) in zip(active, turns, strict=True):
+                trajectory.begin_turn(cut)
+                trajectory.extend(ids, logp, trajectory.turn)
+            if options.thinking_intervention.enabled:
+                _intervene(policy, family, active, params, counts)
+        for trajectory in active:
+            _answer(policy, family, trajectory, counts)
     for trajectory in trajectories:
-        if not trajectory.done:  # still active after max_turns turns
-            trajectory.end(truncated=True)
         _finish(trajectory, counts)
-    return _assemble(policy, family, trajectories, group_size, request, counts)
+    if tree is not None:
+        trajectories = tree.complete(trajectories, lambda t: _finished_copy(t, next(numbers), counts))
+    return _assemble(policy, family, trajectories, group_size, request, counts, tree is not None)
+
+
+def _turn_tree(policy: Any, family: TurnFamily, group_size: int, mode: str, counts: Counter) -> TurnTree | None:
+    """The turn-level trees of a training rollout with ``policy.multi_turn.tree`` (None otherwise)."""
+    options = policy.config.multi_turn.tree
+    if not options.enabled or mode != "train":
+        return None
+    if group_size != options.group_size:
+        raise ValueError(
+            f"algorithm.group_size={group_size} must equal policy.multi_turn.tree.trees_per_prompt × "
+            f"prod(policy.multi_turn.tree.branching) = {options.group_size} with turn-level trees; change one."
+        )
+    return TurnTree(options, lambda t, number: _branch(policy, t, number, counts), family.fork)
+
+
+def _branch(policy: Any, trajectory: Trajectory, number: int, counts: Counter) -> Trajectory:
+    """A copy of an active trajectory with its own environment in the same state (a failure to make one is counted
+    as ``environment_errors/fork`` and ends the copy, truncated)."""
+    copy = trajectory.copy(number)
+    counts["tree_branches"] += 1
+    if trajectory.episode is None:
+        return copy
+    try:
+        copy.episode = fork_episode(policy.environments, trajectory.source, trajectory.episode, trajectory.model_turns)
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/fork"] += 1
+        policy.environment_failures.append(f"fork: {type(err).__name__}: {err}")
+        copy.episode, copy.failed = None, True
+        copy.end(truncated=True)
+    return copy
+
+
+def _finished_copy(trajectory: Trajectory, number: int, counts: Counter) -> Trajectory:
+    """An identical leaf of a trajectory that ended before a split (its reward read, no environment)."""
+    copy = trajectory.copy(number)
+    copy.episode = None
+    counts["trajectories"] += 1
+    counts["trajectories_truncated"] += int(copy.truncated)
+    return copy
+
+
+def _intervene(
+    policy: Any, family: TurnFamily, active: list[Trajectory], params: SamplingParams, counts: Counter
+) -> None:
+    """T²PO's thinking intervention (:mod:`genalign.policies.lm.turn_control`): each active turn whose uncertainty
+    stops changing is cut there, the intervention text follows as context, and the rest of the turn is sampled."""
+    options = policy.config.multi_turn.thinking_intervention
+    text_ids = policy.chat_renderer.encode(options.text)
+    cut = []
+    for trajectory in active:
+        point = intervention_point(trajectory.turn_logp(), options.window, options.threshold)
+        if point is None:
+            continue
+        trajectory.truncate(trajectory.turn_start + point)
+        trajectory.extend(text_ids, None, trajectory.turn)
+        cut.append((trajectory, params.max_new_tokens - point))
+        counts["thinking_interventions"] += 1
+    if not cut:
+        return
+    rest = replace(params, max_new_tokens=max(budget for _, budget in cut))
+    for (trajectory, budget), (ids, logp, hit) in zip(cut, family.generate([t for t, _ in cut], rest, counts)):
+        keep = min(len(ids), budget)
+        trajectory.extend(ids[:keep], logp[:keep], trajectory.turn)
+        trajectory.turn_cut = hit or keep < len(ids)
 
 
 def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
@@ -204,7 +321,9 @@ def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, cou
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/reset"] += 1
         policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
-    return family.start(row, index, episode, counts)
+    trajectory = family.start(row, index, episode, counts)
+    trajectory.source = row
+    return trajectory
 
 
 def turn_budgets(
@@ -261,18 +380,33 @@ def _generate_turn(
     return kept_turns(generation, budgets, counts)
 
 
-def _answer(
-    policy: Any, family: TurnFamily, t: Trajectory, ids: list[int], cut: bool, turn: int, counts: Counter
-) -> None:
-    """Give the turn to the environment and append its answer (or end the trajectory)."""
+def answer_text(answer: list[Message]) -> str:
+    """The text of the environment's answer messages (their roles and text contents; images left out)."""
+    return "\n".join(f"{m.get('role')}: {text_content(m.get('content', ''))}" for m in answer)
+
+
+def _answer(policy: Any, family: TurnFamily, t: Trajectory, counts: Counter) -> None:
+    """Give the turn being sampled to the environment and then take it back (no progress: T²PO's resampling), or
+    accept it and append the environment's answer (or end the trajectory)."""
     options = policy.config.multi_turn
+    ids = t.ids[t.turn_start :]
     text = policy.tokenizer.decode(ids, skip_special_tokens=True)
     counts["turns"] += 1
     if t.episode is None:  # reset failed: one turn, no environment
         t.end()
         return
+    turn = ModelTurn(text, index=t.turn, truncated=t.turn_cut)
+    resampling = options.resample_turns
+    saved, may_resample = None, resampling.enabled and t.resamples < resampling.max_resamples
+    if may_resample:
+        try:
+            saved = checkpoint(t.episode)
+        except Exception as err:  # any failure of environment code: counted, the turn cannot be taken back
+            counts["environment_errors/checkpoint"] += 1
+            policy.environment_failures.append(f"checkpoint: {type(err).__name__}: {err}")
+            may_resample = False
     try:
-        result: StepResult = resolve(t.episode.environment.step(ModelTurn(text, index=turn, truncated=cut)))
+        result: StepResult = resolve(t.episode.environment.step(turn))
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/step"] += 1
         policy.environment_failures.append(f"step: {type(err).__name__}: {err}")
@@ -281,15 +415,27 @@ def _answer(
         return
     record_counts = dict(result.record.counts)
     counts.update({f"tools/{key}": value for key, value in record_counts.items()})
+    answer = result.messages()
+    said, surprisal = answer_text(answer), mean_surprisal(t.turn_logp())
+    previous = t.surprisals[-1] if t.surprisals else None
+    stalled = may_resample and not result.done and without_progress(resampling, said, t.answers, surprisal, previous)
+    if stalled and _take_back(policy, t, saved, counts):
+        return
     t.tool_calls += record_counts.get("calls", 0)
     t.turn_rewards.append(math.nan if result.reward is None else float(result.reward))
-    if result.done:
+    t.model_turns.append(turn)
+    t.answers.append(said)
+    t.surprisals.append(surprisal)
+    t.segments.append(TurnSegment(t.turn, text, result.record, said, result.reward, result.done))
+    t.turn += 1
+    if result.done or t.done:  # t.done: a failed rewind ended it
         t.end()
         return
-    if turn + 1 >= options.max_turns:
-        return  # ended as truncated by the caller, without rendering an answer no turn will read
+    if t.turn >= options.max_turns:
+        t.end(truncated=True)  # without rendering an answer no turn will read
+        return
     try:
-        suffix = family.observation(t, ids, text, result.messages())
+        suffix = family.observation(t, ids, text, answer)
     except ObservationError as err:  # the environment answered with what the model cannot be shown: counted
         counts["environment_errors/observation"] += 1
         policy.environment_failures.append(f"observation: {err}")
@@ -303,7 +449,46 @@ def _answer(
         counts["trajectories_at_max_total_tokens"] += 1
         t.end(truncated=True)
     else:
-        t.add_observation(suffix, turn)
+        t.add_observation(suffix, t.turn - 1)
+
+
+def _take_back(policy: Any, t: Trajectory, saved: dict[str, Any] | None, counts: Counter) -> bool:
+    """Take back the turn being sampled (no progress): the environment rewound to before its step, its tokens
+    removed; False when the environment cannot be rewound (counted; the turn is then accepted and the trajectory
+    ends after it)."""
+    try:
+        t.episode = rewind(policy.environments, t.source, t.episode, saved, t.model_turns)
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/rewind"] += 1
+        policy.environment_failures.append(f"rewind: {type(err).__name__}: {err}")
+        t.failed = True
+        t.end(truncated=True)
+        return False
+    t.truncate(t.turn_start)
+    t.resamples += 1
+    counts["turns_resampled"] += 1
+    return True
+
+
+def _turn_roles(policy: Any, trajectories: Sequence[Trajectory], width: int, counts: Counter) -> Tensor:
+    """``[N, K]`` long: 1 + the segment judge's role of each accepted turn (:mod:`genalign.environments.judges`), 0
+    where a sample has no such turn or the judge failed on it (counted as ``judge_errors``)."""
+    judge = policy.config.multi_turn.judge()
+    roles = torch.zeros(len(trajectories), width, dtype=torch.long)  # [N, K]
+    for i, trajectory in enumerate(trajectories):
+        if not trajectory.segments:
+            continue
+        try:
+            judged = [int(role) for role in judge(trajectory.segments)]
+        except Exception as err:  # a judge is configured code: counted, the sample gets no role
+            counts["judge_errors"] += 1
+            policy.environment_failures.append(f"judge: {type(err).__name__}: {err}")
+            continue
+        if len(judged) != len(trajectory.segments):
+            counts["judge_errors"] += 1
+            continue
+        roles[i, : len(judged)] = torch.tensor(judged, dtype=torch.long) + 1
+    return roles
 
 
 class TextTurns:
@@ -349,6 +534,10 @@ class TextTurns:
         suffix = self.policy.chat_renderer.observation_ids(trajectory.messages, tools, assistant, model_text, answer)
         return ObservationTokens(suffix, [assistant, *answer])
 
+    def fork(self, parents: list[Hashable], children: list[list[Hashable]]) -> None:
+        if self.caches is not None:
+            self.caches.fork(parents, children)
+
     def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
         return {}
 
@@ -377,8 +566,10 @@ def _assemble(
     group_size: int,
     request: RolloutRequest,
     counts: Counter,
+    branched: bool = False,
 ) -> Rollout:
-    """The rollout of finished trajectories (layout in the module docstring)."""
+    """The rollout of finished trajectories (layout in the module docstring); ``branched``: they are the leaves of
+    turn-level trees (their paths give the ``prefix_tree``)."""
     n, pad = len(trajectories), policy.pad_token_id
     width = max(len(t.prompt) for t in trajectories)
     length = max(len(t.ids) for t in trajectories)
@@ -404,9 +595,14 @@ def _assemble(
         turn_rewards[i, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards)
     truncated = torch.tensor([t.truncated for t in trajectories], dtype=torch.bool)
     group_ids = torch.arange(n // group_size).repeat_interleave(group_size)
-    structure = completion_structure(request, policy.segments, truncated, completion_ids, actions, group_ids)
+    tree = turn_prefix_tree([t.path for t in trajectories], length) if branched else None
+    structure = completion_structure(
+        request, policy.segments, truncated, completion_ids, actions, group_ids, sampling_tree=tree
+    )
     extra = {"turn_ids": turn_ids, "turn_rewards": turn_rewards}
     extra["tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.long)
+    if "turn_roles" in request.structure:
+        extra["turn_roles"] = _turn_roles(policy, trajectories, turn_rewards.shape[1], counts)
     structure |= {name: value for name, value in extra.items() if name in request.structure}
     info = {"turns_per_trajectory": counts["turns"] / max(1, n)}
     counts = {**counts, "completion_tokens": int(actions.sum())}

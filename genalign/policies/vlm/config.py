@@ -149,7 +149,9 @@ class VLMPolicyConfig:
         teachers = {"teachers": frozenset(kinds), "teacher_limits": VLM_TEACHER_LIMITS}
         if self.multi_turn.enabled:
             features = AUTOREGRESSIVE_FEATURES | MULTI_TURN_VISION_FEATURES
-            capabilities = token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
+            capabilities = token_capabilities(
+                self.reference, features=features, structure=MULTI_TURN_STRUCTURE, group_size=self.multi_turn.group_size
+            )
             return replace(capabilities, **teachers)
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
         capabilities = token_capabilities(

@@ -112,6 +112,26 @@ class TurnCaches:
             cache.values[:, target, :, :end] = values.permute(2, 0, 3, 1, 4)
             cache.key_mask[target, :end] = valid
 
+    def fork(self, parents: Sequence[Hashable], children: Sequence[Sequence[Hashable]]) -> None:
+        """Hold conversation ``children[i][j]`` as a copy of ``parents[i]``'s cache (a tree rollout branching at a turn
+        boundary: the branches share the prefix's keys and values, copied row by row, never encoded again). In each
+        piece a parent's copies follow it, so a piece keeps the order of a rollout that lists branches after their
+        parent."""
+        copies = dict(zip(parents, children, strict=True))
+        pieces = []
+        for keys, cache in self.pieces:
+            rows = [(held, local) for local, key in enumerate(keys) for held in (key, *copies.get(key, ()))]
+            if len(rows) == len(keys):
+                pieces.append((keys, cache))
+                continue
+            index = torch.tensor([local for _, local in rows], device=cache.keys.device)  # [b'] source row of each
+            pieces.append(([key for key, _ in rows], cache.select_rows(index)))
+        self.pieces = pieces
+        for parent, copies_of_parent in copies.items():
+            for child in copies_of_parent:
+                if parent in self.ids:  # a conversation not held yet has nothing to share
+                    self.ids[child] = list(self.ids[parent])
+
     def hold(
         self, keys: Sequence[Hashable], ids: Sequence[list[int]], pieces: list[tuple[Tensor, StaticKVCache]]
     ) -> None:
