@@ -52,8 +52,9 @@ class TurnTreeOptions:
     def group_size(self) -> int:
         return self.trees_per_prompt * self.num_leaves
 
-    def validate(self, *, max_turns: int) -> None:
-        """Raise a ``ValueError`` naming the first bad field, its value and the fix (nothing when disabled)."""
+    def validate(self, *, max_turns: int | None = None) -> None:
+        """Raise a ``ValueError`` naming the first bad field, its value and the fix (nothing when disabled); the check
+        against ``policy.multi_turn.max_turns`` runs when it is given (the multi-turn options' own ``validate``)."""
         if not self.enabled:
             return
         turns = self.split_turns
@@ -64,7 +65,7 @@ class TurnTreeOptions:
                 "before turn 0 shares nothing), e.g. [1].",
             ),
             (
-                not turns or turns[-1] < max_turns,
+                not turns or max_turns is None or turns[-1] < max_turns,
                 f"policy.multi_turn.tree.split_turns={turns} must be < policy.multi_turn.max_turns={max_turns}.",
             ),
             (
