@@ -24,6 +24,14 @@ episode whose ``step`` raised is not read, the reward functions score it), and s
 show the model (:class:`ObservationError`, e.g. an unreadable image; truncated); nothing an environment or the model
 does stops the run, except a chat template that is not prefix-preserving (a configuration error).
 
+Agent methods in the loop (each off by default): ``multi_turn.tree`` samples a training group as trees that branch
+before a turn, the branches sharing the prefix's tokens, an environment copy and the family's held cache
+(:mod:`genalign.policies.lm.turn_trees`, Tree-GRPO [165]); ``multi_turn.thinking_intervention`` and
+``multi_turn.resample_turns`` cut a turn whose uncertainty stops changing and continue it after a given text, or take
+back a turn without progress and sample it again (:mod:`genalign.policies.lm.turn_control`, T²PO [171]); the
+``turn_roles`` structure is the segment judge's role of each accepted turn (:mod:`genalign.environments.judges`,
+TRIAGE [8]).
+
 Counts (``Rollout.counts``, logged as ``rollout/<key>`` and summed over a held-out evaluation as
 ``eval/rollout/<key>``): ``turns``, ``trajectories``, the limits hit, ``tools/<outcome>`` (the episodes'
 ``TurnRecord.counts``), ``environment_errors/<stage>`` and ``generated_tokens``; ``Rollout.info`` has

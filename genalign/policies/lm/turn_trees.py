@@ -116,14 +116,14 @@ class TurnTree:
 
     Args:
         options: the tree's shape.
-        fork: ``fork(trajectory) -> copy``: a copy of an active trajectory with its own environment in the same state
-            (the rollout counts a failure and ends the copy).
+        fork: ``fork(trajectory, number) -> copy``: a copy of an active trajectory, numbered ``number``, with its
+            own environment in the same state (the rollout counts a failure and ends the copy).
         share_caches: ``share_caches(parents, children)``: the family's held caches of ``parents[i]`` copied to
             ``children[i]`` (their numbers).
     """
 
     def __init__(
-        self, options: TurnTreeOptions, fork: Callable[[Any], Any], share_caches: Callable[[list, list], None]
+        self, options: TurnTreeOptions, fork: Callable[[Any, int], Any], share_caches: Callable[[list, list], None]
     ) -> None:
         self.options, self.fork, self.share_caches = options, fork, share_caches
         self.nodes = TreeNodes()
