@@ -207,3 +207,29 @@ def test_t2po_rollout_control_trains(model_path, tmp_path, monkeypatch):
         mask = batch.mask.double().cpu()
         expected = -batch["sample_advantages"].double().cpu()[:, None] * mask / mask.sum()
         torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_reward_goals_condition_multi_turn_groups(model_path, tmp_path, monkeypatch):
+    """RC-GRPO [128] on multi-turn rollouts: reward_goals draws each group's two halves under two goal texts (a
+    guidance hint in the prompt); every training rollout's prompts carry the goal of their round, and the step trains
+    on groups mixing both."""
+    from genalign.policies.lm import causal
+
+    rollouts = []
+    original = causal.multi_turn_rollout
+
+    def recording(policy, rows, group_size, mode, request, family):
+        rollout = original(policy, rows, group_size, mode, request, family)
+        if mode == "train":
+            ids, mask = rollout.per_sample["prompt_ids"], rollout.per_sample["prompt_mask"]
+            rollouts.append([policy.tokenizer.decode(i[m > 0]).rsplit("assistant", 1)[0] for i, m in zip(ids, mask)])
+        return rollout
+
+    monkeypatch.setattr(causal, "multi_turn_rollout", recording)
+    algorithm = {"group_size": 4, "micro_batch_size": 16,
+                 "sample_sources": [{"name": "reward_goals", "goals": ["answer", "what"], "template": " {goal}"}]}  # fmt: skip
+    records = train_recording(model_path, tmp_path, monkeypatch, algorithm)
+    assert len(rollouts) == 4  # 2 steps × one round per goal
+    for goal, prompts in zip(["answer", "what"] * 2, rollouts, strict=True):
+        assert len(prompts) == 8 and all(prompt.rstrip(" ;:").endswith(goal) for prompt in prompts), prompts
+    assert all(len(batch.group_ids) == 16 for _, batch in records)

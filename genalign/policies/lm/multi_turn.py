@@ -65,12 +65,13 @@ from torch import Tensor
 from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
 from genalign.environments.branching import checkpoint, fork_episode, rewind
 from genalign.environments.judges import TurnSegment
-from genalign.policies.base import Rollout, RolloutRequest
+from genalign.policies.base import GUIDANCE_KEY, Rollout, RolloutRequest
 from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
 from genalign.policies.lm.core import completion_structure, eval_mode
 from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
+from genalign.policies.lm.guidance import append_to_prompt, read_guidance
 from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
 from genalign.policies.lm.turn_control import intervention_point, mean_surprisal, without_progress
 from genalign.policies.lm.turn_trees import TurnTree, turn_prefix_tree
@@ -318,19 +319,24 @@ def _intervene(
 
 
 def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
-    """A trajectory of ``row``: its environment started (an environment that raises in ``reset`` is counted and the
-    trajectory runs without it: one turn, no tools) and its prompt encoded by the family."""
+    """A trajectory of ``row``: its environment started from the row's columns (without the guidance a sample source
+    attached; an environment that raises in ``reset`` is counted and the trajectory runs without it: one turn, no
+    tools) and its prompt, with the guidance ``hint`` added to the user prompt (:data:`~genalign.policies.lm.multi_turn_options.MULTI_TURN_GUIDANCE`), encoded
+    by the family."""
     if "prompt" not in row:
         raise KeyError(f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data mapping.")
-    policy.environments.name_for(row)  # a row that names no environment of the run is a data error: raised
+    columns = {key: value for key, value in row.items() if key != GUIDANCE_KEY}
+    policy.environments.name_for(columns)  # a row that names no environment of the run is a data error: raised
     episode = None
     try:
-        episode = policy.environments.start(row)
+        episode = policy.environments.start(columns)
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/reset"] += 1
         policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
-    trajectory = family.start(row, index, episode, counts)
-    trajectory.source = row
+    hint = read_guidance(row, index).hint
+    trajectory = family.start({**row, "prompt": append_to_prompt(row["prompt"], hint)}, index, episode, counts)
+    trajectory.row = {**trajectory.row, "prompt": row["prompt"]}  # the data's prompt; the hint stays in the ids
+    trajectory.source = columns
     return trajectory
 
 

@@ -15,13 +15,18 @@ from typing import Any
 from genalign.environments import EnvironmentSet, ToolLimits
 from genalign.environments.judges import SegmentJudge, segment_judge
 from genalign.policies.lm.turn_control import ThinkingIntervention, TurnResampling
-from genalign.policies.lm.turn_trees import TurnTreeOptions
+from genalign.policies.lm.turn_tree_options import TurnTreeOptions
 
 #: Rollout structure a multi-turn rollout records: ``prefix_tree`` is the turn-level sampling tree with
 #: ``policy.multi_turn.tree``, else the token prefix tree of each group; ``turn_roles`` the segment judge's roles.
 MULTI_TURN_STRUCTURE = frozenset(
     {"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls", "prefix_tree", "turn_roles"}
 )
+
+#: The guidance keys a multi-turn rollout honours (``PolicyCapabilities.guidance``): a ``hint`` added to the user
+#: prompt (e.g. RC-GRPO's reward-goal token [128]); a forced ``prefix``, a per-row temperature and a self-hint assume
+#: one completion.
+MULTI_TURN_GUIDANCE = frozenset({"hint"})
 
 
 @dataclass
@@ -149,4 +154,4 @@ class MultiTurnOptions:
         return {"name": entry, "tool_limits": limits}
 
 
-__all__ = ["MultiTurnOptions"]
+__all__ = ["MULTI_TURN_GUIDANCE", "MULTI_TURN_STRUCTURE", "MultiTurnOptions"]

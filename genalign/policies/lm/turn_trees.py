@@ -1,4 +1,5 @@
-"""Tree rollouts of multi-turn episodes that branch at turn boundaries (``policy.multi_turn.tree``; Tree-GRPO [165],
+"""Tree rollouts of multi-turn episodes that branch at turn boundaries (``policy.multi_turn.tree``, its options in
+:mod:`genalign.policies.lm.turn_tree_options`; Tree-GRPO [165],
 "each tree node represents the complete agent interaction step").
 
 A training group of ``group_size = trees_per_prompt × prod(branching)`` trajectories per row starts as
@@ -18,69 +19,14 @@ the leaves of its own tree: a step-level preference between sibling branches) an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from genalign.algorithms.structure import PrefixTree
-
-
-@dataclass
-class TurnTreeOptions:
-    """``policy.multi_turn.tree``: training trajectories as the leaves of trees that branch at turn boundaries."""
-
-    enabled: bool = field(default=False, metadata={"help": "Sample each training group as turn-level trees."})
-    split_turns: list[int] = field(
-        default_factory=lambda: [1],
-        metadata={"help": "Turns (>= 1, increasing, < max_turns) before which every trajectory branches."},
-    )
-    branching: list[int] = field(
-        default_factory=lambda: [2], metadata={"help": "Branches per split, one count >= 2 per split turn."}
-    )
-    trees_per_prompt: int = field(
-        default=2, metadata={"help": "Trees per row (Tree-GRPO's inter-tree level needs >= 2)."}
-    )
-
-    @property
-    def num_leaves(self) -> int:
-        return math.prod(self.branching)
-
-    @property
-    def group_size(self) -> int:
-        return self.trees_per_prompt * self.num_leaves
-
-    def validate(self, *, max_turns: int | None = None) -> None:
-        """Raise a ``ValueError`` naming the first bad field, its value and the fix (nothing when disabled); the check
-        against ``policy.multi_turn.max_turns`` runs when it is given (the multi-turn options' own ``validate``)."""
-        if not self.enabled:
-            return
-        turns = self.split_turns
-        checks = [
-            (
-                bool(turns) and turns == sorted(set(turns)) and turns[0] >= 1,
-                f"policy.multi_turn.tree.split_turns={turns} must be non-empty, strictly increasing and >= 1 (a split "
-                "before turn 0 shares nothing), e.g. [1].",
-            ),
-            (
-                not turns or max_turns is None or turns[-1] < max_turns,
-                f"policy.multi_turn.tree.split_turns={turns} must be < policy.multi_turn.max_turns={max_turns}.",
-            ),
-            (
-                len(self.branching) == len(turns) and all(k >= 2 for k in self.branching),
-                f"policy.multi_turn.tree.branching={self.branching} needs one count >= 2 per split turn "
-                f"({len(turns)}).",
-            ),
-            (
-                self.trees_per_prompt >= 1,
-                f"policy.multi_turn.tree.trees_per_prompt={self.trees_per_prompt} must be >= 1.",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+from genalign.policies.lm.turn_tree_options import TurnTreeOptions
 
 
 @dataclass
@@ -175,4 +121,4 @@ class TurnTree:
         return out
 
 
-__all__ = ["TreeNodes", "TurnTree", "TurnTreeOptions", "turn_prefix_tree"]
+__all__ = ["TreeNodes", "TurnTree", "turn_prefix_tree"]

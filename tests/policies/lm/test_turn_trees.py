@@ -18,7 +18,8 @@ from genalign.policies.lm.engines.lean_decoder import StaticKVCache
 from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.multi_turn_options import MultiTurnOptions
 from genalign.policies.lm.tiny import build_tiny_causal_lm
-from genalign.policies.lm.turn_trees import TurnTreeOptions, turn_prefix_tree
+from genalign.policies.lm.turn_tree_options import TurnTreeOptions
+from genalign.policies.lm.turn_trees import turn_prefix_tree
 from tests.policies.lm.test_multi_turn import HERE, ROWS, scores
 
 torch.set_num_threads(1)

@@ -203,7 +203,7 @@ def test_turn_level_trees_branch_with_the_images_of_the_prefix():
     """Tree-GRPO [165] on the VLM: 2 branches per row before turn 1; each branch's environment replays turn 0's crop
     (its own crops follow), so both leaves take the 3 scripted turns and hold the prompt's image and 2 crops, the first
     crop (in the shared prefix) identical; the sampled tokens are re-scored to float rounding."""
-    from genalign.policies.lm.turn_trees import TurnTreeOptions
+    from genalign.policies.lm.turn_tree_options import TurnTreeOptions
 
     tree = TurnTreeOptions(enabled=True, split_turns=[1], branching=[2], trees_per_prompt=1)
     policy = make_policy(f"{HERE}:ScriptedCrop", tree=tree)
