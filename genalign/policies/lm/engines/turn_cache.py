@@ -40,6 +40,9 @@ from genalign.policies.lm.engines.base import Generation, SamplingParams, StopSt
 from genalign.policies.lm.engines.lean_decoder import LeanDecoder, StaticKVCache
 from genalign.policies.lm.engines.static import decode
 
+#: A new layout of the held caches leaves room for this many later turns to continue it in place.
+TURNS_AHEAD = 2
+
 #: A held cache is continued in place while at most this fraction of its used columns are padding for its longest row
 #: (padding columns are attended over, masked); beyond it, or when rows have left, the next turn lays it out anew.
 MAX_PADDING = 0.25
@@ -69,6 +72,7 @@ class TurnCaches:
 
     pieces: list[tuple[list[Hashable], StaticKVCache]] = field(default_factory=list)
     ids: dict[Hashable, list[int]] = field(default_factory=dict)
+    answer_tokens: int = 0  # the most new tokens a call that continued held caches encoded (an answer and one token)
 
     def kept_lengths(self, keys: Sequence[Hashable], contexts: Sequence[Sequence[int]]) -> list[int]:
         """How many leading tokens of each context its held cache keeps (at most all but the last token: the turn
@@ -173,11 +177,15 @@ class TurnCacheEngine:
         kept = caches.kept_lengths(keys, contexts)
         new = [context[size:] for context, size in zip(contexts, kept, strict=True)]
         chunk, steps = max(map(len, new)), params.max_new_tokens
+        if max(kept) > 0:
+            caches.answer_tokens = max(caches.answer_tokens, chunk)
         continued = caches.in_place(keys, kept, chunk + steps)
         if continued is None:  # a new layout: the kept columns of every row right-aligned to `start`
             start = max(kept)
-            # room for this turn, and for a next one in place with up to min(chunk, steps) new tokens
-            capacity = start + chunk + steps + (min(chunk, steps) + steps)
+            # room for this turn, and for TURNS_AHEAD next ones in place, each with as many new tokens as the largest
+            # answer so far (min(chunk, steps) before any: this chunk is the prompt)
+            ahead = (caches.answer_tokens or min(chunk, steps)) + steps
+            capacity = start + chunk + steps + TURNS_AHEAD * ahead
             cache = self.decoder.allocate(batch, capacity, device, weight.dtype)
             caches.copy_into(cache, keys, kept, start)
         else:
