@@ -125,3 +125,16 @@ def test_bad_options_name_the_field_and_the_fix():
         TurnResampling(max_resamples=1, repeated_answer=False).validate()
     with pytest.raises(ValueError, match=r"thinking_intervention.window=0 must be >= 1"):
         ThinkingIntervention(text="wait", window=0).validate()
+
+
+def test_an_environment_that_cannot_be_rewound_is_counted_and_its_turn_kept(model_path):
+    """CannotRestore repeats its answer (turn 1 has no progress) but cannot restore its state: the rewind is counted,
+    the turn is kept and the trajectory ends after it (truncated); nothing stops the rollout."""
+    options = MultiTurnOptions(environments=f"{HERE}:CannotRestore", resample_turns=TurnResampling(max_resamples=2))
+    config = CausalLMPolicyConfig(model=str(model_path), max_new_tokens=5, temperature=0.9, use_chat_template=True,
+                                  multi_turn=options)  # fmt: skip
+    policy = build_policy(config, "cpu")
+    rollout = policy.rollout(ROWS, 2, request=REQUEST)
+    assert rollout.counts["environment_errors/rewind"] == 4 and "turns_resampled" not in rollout.counts
+    assert rollout.structure["turn_ids"].max(dim=1).values.tolist() == [1] * 4
+    assert rollout.structure["truncated"].all()

@@ -154,3 +154,13 @@ def test_tree_options_are_checked_at_config_load(model_path):
         policy.rollout(ROWS, 3, request=REQUEST)
     independent = policy.rollout(ROWS, 3, mode="eval", request=REQUEST)  # evaluation: independent trajectories
     assert len(independent) == 6 and "tree_branches" not in independent.counts
+
+
+def test_an_environment_that_cannot_be_copied_is_counted_and_ends_the_branch(model_path):
+    policy = tree_policy(model_path, environments=f"{HERE}:CannotRestore")
+    rollout = policy.rollout(ROWS, 4, request=REQUEST)
+    assert rollout.counts["environment_errors/fork"] == 4 and rollout.counts["tree_branches"] == 4
+    truncated = rollout.structure["truncated"].tolist()
+    assert truncated == [False, True] * 4, "each copy ends at the split, truncated; its parent runs on"
+    assert rollout.structure["turn_ids"].max(dim=1).values.tolist() == [2, 0] * 4
+    assert len(policy.environment_failures) >= 4 and "fork: RuntimeError" in policy.environment_failures[-1]
