@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 
 from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
-from genalign.environments.branching import checkpoint, fork_episode, rewind
+from genalign.environments.branching import checkpoint
 from genalign.environments.judges import TurnSegment
 from genalign.policies.base import GUIDANCE_KEY, Rollout, RolloutRequest
 from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
@@ -73,8 +73,8 @@ from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
 from genalign.policies.lm.guidance import append_to_prompt, read_guidance
 from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
-from genalign.policies.lm.turn_control import intervention_point, mean_surprisal, without_progress
-from genalign.policies.lm.turn_trees import TurnTree, turn_prefix_tree
+from genalign.policies.lm.turn_control import intervene, mean_surprisal, take_back, without_progress
+from genalign.policies.lm.turn_trees import finished_copy, turn_prefix_tree, turn_tree
 
 #: the row column that carries a sample's episode reward to the reward functions
 ENVIRONMENT_REWARD_COLUMN = "environment_reward"
@@ -222,7 +222,7 @@ def multi_turn_rollout(
     params = policy.sampling_params(mode)
     params = replace(params, eos_token_ids=tuple(sorted({*params.eos_token_ids, *renderer.end_of_turn_ids()})))
     counts: Counter[str] = Counter()
-    tree = _turn_tree(policy, family, group_size, mode, counts)
+    tree = turn_tree(policy, family, group_size, mode, counts)
     per_row = options.tree.trees_per_prompt if tree is not None else group_size
     trajectories = [
         _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(per_row)
@@ -244,78 +244,14 @@ def multi_turn_rollout(
                 trajectory.begin_turn(cut)
                 trajectory.extend(ids, logp, trajectory.turn)
             if options.thinking_intervention.enabled:
-                _intervene(policy, family, active, params, counts)
+                intervene(policy, family, active, params, counts)
         for trajectory in active:
             _answer(policy, family, trajectory, counts)
     for trajectory in trajectories:
         _finish(trajectory, counts)
     if tree is not None:
-        trajectories = tree.complete(trajectories, lambda t: _finished_copy(t, next(numbers), counts))
+        trajectories = tree.complete(trajectories, lambda t: finished_copy(t, next(numbers), counts))
     return _assemble(policy, family, trajectories, group_size, request, counts, tree is not None)
-
-
-def _turn_tree(policy: Any, family: TurnFamily, group_size: int, mode: str, counts: Counter) -> TurnTree | None:
-    """The turn-level trees of a training rollout with ``policy.multi_turn.tree`` (None otherwise)."""
-    options = policy.config.multi_turn.tree
-    if not options.enabled or mode != "train":
-        return None
-    if group_size != options.group_size:
-        raise ValueError(
-            f"algorithm.group_size={group_size} must equal policy.multi_turn.tree.trees_per_prompt × "
-            f"prod(policy.multi_turn.tree.branching) = {options.group_size} with turn-level trees; change one."
-        )
-    return TurnTree(options, lambda t, number: _branch(policy, t, number, counts), family.fork)
-
-
-def _branch(policy: Any, trajectory: Trajectory, number: int, counts: Counter) -> Trajectory:
-    """A copy of an active trajectory with its own environment in the same state (a failure to make one is counted
-    as ``environment_errors/fork`` and ends the copy, truncated)."""
-    copy = trajectory.copy(number)
-    counts["tree_branches"] += 1
-    if trajectory.episode is None:
-        return copy
-    try:
-        copy.episode = fork_episode(policy.environments, trajectory.source, trajectory.episode, trajectory.model_turns)
-    except Exception as err:  # any failure of environment code: counted, never stops the run
-        counts["environment_errors/fork"] += 1
-        policy.environment_failures.append(f"fork: {type(err).__name__}: {err}")
-        copy.episode, copy.failed = None, True
-        copy.end(truncated=True)
-    return copy
-
-
-def _finished_copy(trajectory: Trajectory, number: int, counts: Counter) -> Trajectory:
-    """An identical leaf of a trajectory that ended before a split (its reward read, no environment)."""
-    copy = trajectory.copy(number)
-    copy.episode = None
-    counts["trajectories"] += 1
-    counts["trajectories_truncated"] += int(copy.truncated)
-    return copy
-
-
-def _intervene(
-    policy: Any, family: TurnFamily, active: list[Trajectory], params: SamplingParams, counts: Counter
-) -> None:
-    """T²PO's thinking intervention (:mod:`genalign.policies.lm.turn_control`): each active turn whose uncertainty
-    stops changing is cut there, the intervention text follows as context, and the rest of the turn is sampled."""
-    options = policy.config.multi_turn.thinking_intervention
-    text_ids = policy.chat_renderer.encode(options.text)
-    cut = []
-    for trajectory in active:
-        point = intervention_point(trajectory.turn_logp(), options.window, options.threshold)
-        if point is None:
-            continue
-        trajectory.truncate(trajectory.turn_start + point)
-        trajectory.extend(text_ids, None, trajectory.turn)
-        cut.append((trajectory, params.max_new_tokens - point))
-        counts["thinking_interventions"] += 1
-    if not cut:
-        return
-    rest = replace(params, max_new_tokens=max(budget for _, budget in cut))
-    for (trajectory, budget), (ids, logp, hit) in zip(cut, family.generate([t for t, _ in cut], rest, counts)):
-        keep = min(len(ids), budget)
-        trajectory.extend(ids[:keep], logp[:keep], trajectory.turn)
-        trajectory.turn_cut = hit or keep < len(ids)
 
 
 def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
@@ -433,7 +369,7 @@ def _answer(policy: Any, family: TurnFamily, t: Trajectory, counts: Counter) -> 
     said, surprisal = answer_text(answer), mean_surprisal(t.turn_logp())
     previous = t.surprisals[-1] if t.surprisals else None
     stalled = may_resample and not result.done and without_progress(resampling, said, t.answers, surprisal, previous)
-    if stalled and _take_back(policy, t, saved, counts):
+    if stalled and take_back(policy, t, saved, counts):
         return
     t.tool_calls += record_counts.get("calls", 0)
     t.turn_rewards.append(math.nan if result.reward is None else float(result.reward))
@@ -464,24 +400,6 @@ def _answer(policy: Any, family: TurnFamily, t: Trajectory, counts: Counter) -> 
         t.end(truncated=True)
     else:
         t.add_observation(suffix, t.turn - 1)
-
-
-def _take_back(policy: Any, t: Trajectory, saved: dict[str, Any] | None, counts: Counter) -> bool:
-    """Take back the turn being sampled (no progress): the environment rewound to before its step, its tokens
-    removed; False when the environment cannot be rewound (counted; the turn is then accepted and the trajectory
-    ends after it)."""
-    try:
-        t.episode = rewind(policy.environments, t.source, t.episode, saved, t.model_turns)
-    except Exception as err:  # any failure of environment code: counted, never stops the run
-        counts["environment_errors/rewind"] += 1
-        policy.environment_failures.append(f"rewind: {type(err).__name__}: {err}")
-        t.failed = True
-        t.end(truncated=True)
-        return False
-    t.truncate(t.turn_start)
-    t.resamples += 1
-    counts["turns_resampled"] += 1
-    return True
 
 
 def _turn_roles(policy: Any, trajectories: Sequence[Trajectory], width: int, counts: Counter) -> Tensor:

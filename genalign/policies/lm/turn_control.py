@@ -34,7 +34,11 @@ repeated answer is the declared "no progress" signal of the environment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from genalign.environments.branching import rewind
 
 
 @dataclass
@@ -133,4 +137,54 @@ def without_progress(
     return change is not None and previous is not None and abs(surprisal - previous) < change
 
 
-__all__ = ["ThinkingIntervention", "TurnResampling", "intervention_point", "mean_surprisal", "without_progress"]
+def intervene(policy: Any, family: Any, active: list[Any], params: Any, counts: Counter) -> None:
+    """The thinking intervention (module docstring) on the turn each ``active`` trajectory has just sampled: a turn
+    whose uncertainty stops changing is cut there, the intervention text follows as context, and the rest of the turn
+    is sampled by ``family`` (its ``generate``) with ``params`` (the rollout's sampling parameters)."""
+    options = policy.config.multi_turn.thinking_intervention
+    text_ids = policy.chat_renderer.encode(options.text)
+    cut = []
+    for trajectory in active:
+        point = intervention_point(trajectory.turn_logp(), options.window, options.threshold)
+        if point is None:
+            continue
+        trajectory.truncate(trajectory.turn_start + point)
+        trajectory.extend(text_ids, None, trajectory.turn)
+        cut.append((trajectory, params.max_new_tokens - point))
+        counts["thinking_interventions"] += 1
+    if not cut:
+        return
+    rest = replace(params, max_new_tokens=max(budget for _, budget in cut))
+    for (trajectory, budget), (ids, logp, hit) in zip(cut, family.generate([t for t, _ in cut], rest, counts)):
+        keep = min(len(ids), budget)
+        trajectory.extend(ids[:keep], logp[:keep], trajectory.turn)
+        trajectory.turn_cut = hit or keep < len(ids)
+
+
+def take_back(policy: Any, t: Any, saved: dict[str, Any] | None, counts: Counter) -> bool:
+    """Take back the turn being sampled (no progress): the environment rewound to before its step, its tokens
+    removed; False when the environment cannot be rewound (counted; the turn is then accepted and the trajectory
+    ends after it)."""
+    try:
+        t.episode = rewind(policy.environments, t.source, t.episode, saved, t.model_turns)
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/rewind"] += 1
+        policy.environment_failures.append(f"rewind: {type(err).__name__}: {err}")
+        t.failed = True
+        t.end(truncated=True)
+        return False
+    t.truncate(t.turn_start)
+    t.resamples += 1
+    counts["turns_resampled"] += 1
+    return True
+
+
+__all__ = [
+    "ThinkingIntervention",
+    "TurnResampling",
+    "intervene",
+    "intervention_point",
+    "mean_surprisal",
+    "take_back",
+    "without_progress",
+]

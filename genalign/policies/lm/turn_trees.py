@@ -19,6 +19,7 @@ the leaves of its own tree: a step-level preference between sibling branches) an
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from genalign.algorithms.structure import PrefixTree
+from genalign.environments.branching import fork_episode
 from genalign.policies.lm.turn_tree_options import TurnTreeOptions
 
 
@@ -121,4 +123,44 @@ class TurnTree:
         return out
 
 
-__all__ = ["TreeNodes", "TurnTree", "turn_prefix_tree"]
+def turn_tree(policy: Any, family: Any, group_size: int, mode: str, counts: Counter) -> TurnTree | None:
+    """The turn-level trees of a training rollout (``mode``) of ``policy`` with ``policy.multi_turn.tree`` (None
+    otherwise); ``family`` is the rollout's :class:`~genalign.policies.lm.multi_turn.TurnFamily` (its ``fork``)."""
+    options = policy.config.multi_turn.tree
+    if not options.enabled or mode != "train":
+        return None
+    if group_size != options.group_size:
+        raise ValueError(
+            f"algorithm.group_size={group_size} must equal policy.multi_turn.tree.trees_per_prompt × "
+            f"prod(policy.multi_turn.tree.branching) = {options.group_size} with turn-level trees; change one."
+        )
+    return TurnTree(options, lambda t, number: branch_copy(policy, t, number, counts), family.fork)
+
+
+def branch_copy(policy: Any, trajectory: Any, number: int, counts: Counter) -> Any:
+    """A copy of an active trajectory with its own environment in the same state (a failure to make one is counted
+    as ``environment_errors/fork`` and ends the copy, truncated)."""
+    copy = trajectory.copy(number)
+    counts["tree_branches"] += 1
+    if trajectory.episode is None:
+        return copy
+    try:
+        copy.episode = fork_episode(policy.environments, trajectory.source, trajectory.episode, trajectory.model_turns)
+    except Exception as err:  # any failure of environment code: counted, never stops the run
+        counts["environment_errors/fork"] += 1
+        policy.environment_failures.append(f"fork: {type(err).__name__}: {err}")
+        copy.episode, copy.failed = None, True
+        copy.end(truncated=True)
+    return copy
+
+
+def finished_copy(trajectory: Any, number: int, counts: Counter) -> Any:
+    """An identical leaf of a trajectory that ended before a split (its reward read, no environment)."""
+    copy = trajectory.copy(number)
+    copy.episode = None
+    counts["trajectories"] += 1
+    counts["trajectories_truncated"] += int(copy.truncated)
+    return copy
+
+
+__all__ = ["TreeNodes", "TurnTree", "branch_copy", "finished_copy", "turn_prefix_tree", "turn_tree"]
