@@ -15,8 +15,12 @@ The interface (what the multi-turn rollout builds on):
 - :class:`EnvironmentSet` — the run's environments, one created per trajectory from the row's ``env`` column;
   :func:`environment_factory` — an environment from a registered name, an import path or a class;
   :class:`TRLEnvironment` — a class written for TRL's ``environment_factory``, unchanged.
+- :mod:`genalign.environments.branching` — copies and rewinds of a running episode (restored from its state, or the
+  turns replayed), for tree rollouts that branch at a turn boundary and turns taken back;
+  :mod:`genalign.environments.judges` — segment judges that type each model turn's role (TRIAGE), from what the
+  environment recorded.
 - Registries: ``ENVIRONMENTS`` (environment classes), ``TOOLS`` (tool factories), ``TASKS`` (row generators of the
-  procedural task families).
+  procedural task families), ``SEGMENT_JUDGES`` (:mod:`genalign.environments.judges`).
 
 Built-ins: tools ``calculator`` and ``python`` (the code sandbox), the ``crop_image`` tool of ``image_zoom``; task
 families ``calculator_arithmetic``, ``lookup``, ``guess_number``. See docs/environments.md.

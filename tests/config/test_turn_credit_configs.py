@@ -28,6 +28,7 @@ OPTIONS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "aem_turns": ({"credit": [{"name": "aem_turns", "power": 0.5}]}, {"turn_ids"}),
     "t2po_gate": ({"credit": [{"name": "turn_progress_gate", "threshold": 0.1}]}, {"turn_ids"}),
     "otc": ({"reward_shaping": [{"name": "otc", "mode": "grpo", "alpha": 1.0}]}, {"tool_calls"}),
+    "triage": ({"credit": [{"name": "triage", "regression": -0.4}]}, {"turn_ids", "turn_roles"}),
 }
 
 
@@ -64,3 +65,24 @@ def test_turn_options_are_refused_for_a_single_turn_causal_lm(multi_turn):
         from_dict(TrainConfig, with_algorithm(single, OPTIONS["at_grpo"][0]))
     with pytest.raises(ConfigError, match=r"algorithm.reward_shaping 'otc' needs 'tool_calls'"):
         from_dict(TrainConfig, with_algorithm(single, OPTIONS["otc"][0]))
+    with pytest.raises(ConfigError, match=r"credit rule 'triage'.* needs 'turn_ids'"):
+        from_dict(TrainConfig, with_algorithm(single, OPTIONS["triage"][0]))
+
+
+def test_turn_level_trees_fix_the_group_size(multi_turn):
+    """Tree-GRPO [165] at turn boundaries: tree_grpo reads the turn-level sampling tree, and algorithm.group_size must
+    be trees_per_prompt × prod(branching)."""
+    data = copy.deepcopy(multi_turn)
+    data["policy"]["multi_turn"]["tree"] = {
+        "enabled": True,
+        "split_turns": [1],
+        "branching": [2],
+        "trees_per_prompt": 2,
+    }
+    config = from_dict(TrainConfig, with_algorithm(data, {"group_size": 4, "credit": ["tree_grpo"]}))
+    assert "prefix_tree" in config.algorithm.needs()
+    with pytest.raises(ConfigError, match=r"group_size"):
+        from_dict(TrainConfig, with_algorithm(data, {"group_size": 2, "credit": ["tree_grpo"]}))
+    data["policy"]["multi_turn"]["tree"]["split_turns"] = [2]
+    with pytest.raises(ConfigError, match=r"split_turns=\[2\] must be < policy.multi_turn.max_turns=2"):
+        from_dict(TrainConfig, with_algorithm(data, {"group_size": 4}))

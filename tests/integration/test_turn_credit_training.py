@@ -70,9 +70,9 @@ def model_path(tmp_path_factory):
     return build_tiny_causal_lm(tmp_path_factory.mktemp("models") / "qwen2", vocab_size=96)
 
 
-def train_recording(model_path, output_dir, monkeypatch, algorithm: dict) -> list:
-    """Two steps of the multi-turn run with ``algorithm`` (one micro-batch per step, on-policy: every ratio is 1);
-    returns ``(d loss / d logp [n, T], micro-batch)`` of each update."""
+def train_recording(model_path, output_dir, monkeypatch, algorithm: dict, multi_turn: dict | None = None) -> list:
+    """Two steps of the multi-turn run with ``algorithm`` and ``multi_turn`` options (one micro-batch per step,
+    on-policy: every ratio is 1); returns ``(d loss / d logp [n, T], micro-batch)`` of each update."""
     from genalign.trainer.recipe import train
 
     records = []
@@ -87,7 +87,8 @@ def train_recording(model_path, output_dir, monkeypatch, algorithm: dict) -> lis
     monkeypatch.setattr(LossPlan, "__call__", recording)
     config = from_dict(TrainConfig, {
         "policy": {"family": "causal_lm", "model": str(model_path), "max_new_tokens": 4, "max_prompt_tokens": 128,
-                   "use_chat_template": True, "multi_turn": {"environments": TurnScored, "max_turns": 2}},
+                   "use_chat_template": True,
+                   "multi_turn": {"environments": TurnScored, "max_turns": 2, **(multi_turn or {})}},
         "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 16, "seed": 0, "digits": 1}}},
         "rewards": [{"fn": "environment"}],
         "algorithm": {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 8, **algorithm},
@@ -153,3 +154,82 @@ def test_steppo_gives_each_turn_its_turn_level_advantage(model_path, tmp_path, m
             total = grad[i][in_turn].sum() * tokens  # the turn's gradient, in advantage units (ratio 1)
             assert float(total) == pytest.approx(-advantage * float(share), abs=1e-6), (i, k)
             assert len({round(float(g), 9) for g in grad[i][in_turn]}) == 1  # one advantage per step
+
+
+def test_turn_level_trees_train_with_tree_grpo(model_path, tmp_path, monkeypatch):
+    """Tree-GRPO [165] on turn-level trees: 2 trees × 2 branches per row, branching before turn 1; the trained batch
+    carries the sampling tree (siblings share turn 0 and its answer) and tree_grpo's gradient is −(A_i + intra_i)·m/L
+    with intra_i the leaf's outcome normalised within its own tree (recomputed here by loops)."""
+    tree = {"tree": {"enabled": True, "split_turns": [1], "branching": [2], "trees_per_prompt": 2}}
+    records = train_recording(
+        model_path, tmp_path, monkeypatch, {"group_size": 4, "micro_batch_size": 16, "credit": ["tree_grpo"]}, tree
+    )
+    for grad, batch in records:
+        mask, outcome = batch.mask.double().cpu(), batch["sample_advantages"].double().cpu()
+        prefix_tree = batch["prefix_tree"]
+        roots = prefix_tree.node_of_action[:, 0].tolist()
+        assert int(prefix_tree.depth.max()) == 1 and len(set(roots)) == len(roots) // 2
+        intra = []
+        for i, root in enumerate(roots):
+            peers = [float(outcome[j]) for j in range(len(roots)) if roots[j] == root]
+            intra.append((float(outcome[i]) - statistics.fmean(peers)) / (statistics.pstdev(peers) + 1e-6))
+        expected = -(outcome + torch.tensor(intra, dtype=torch.float64))[:, None] * mask / mask.sum()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_triage_adds_each_turns_role_reward_in_training(model_path, tmp_path, monkeypatch):
+    """TRIAGE [8]: TurnScored calls no tool, so the rule-based judge types turn 0 decisive (reward above 0) or
+    infrastructure (no call) and the last turn decisive (the episode ends) or regression (a reward drop); the gradient
+    is −(A_i + r_role)·m/L on each turn's actions (the judge's rules by hand: tests/environments/test_judges.py)."""
+    records = train_recording(model_path, tmp_path, monkeypatch, {"credit": ["triage"]})
+    constants = {1: 0.1, 2: 0.2, 3: -0.1, 4: -0.3}
+    for grad, batch in records:
+        mask, turns = batch.mask.double().cpu(), batch["turn_ids"].cpu()
+        roles, outcome = batch["turn_roles"].cpu(), batch["sample_advantages"].double().cpu()
+        assert set(roles[:, 0].tolist()) <= {1, 3} and set(roles[:, 1].tolist()) <= {1, 4}
+        process = torch.tensor([[constants[int(r)] for r in row[:2]] for row in roles], dtype=torch.float64)
+        expected = -(outcome[:, None] + process.gather(1, turns.clamp(max=1))) * mask / mask.sum()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_t2po_rollout_control_trains(model_path, tmp_path, monkeypatch):
+    """T²PO [171]: turn resampling (Scripted answers every turn alike and ends after 3 turns, so turn 1 repeats turn
+    0's answer and is resampled once, the bound) and the thinking intervention, with the credit side's gate; the
+    trained tokens are re-scored exactly (on-policy gradient −A·m/L, the gate keeping every turn at threshold 0)."""
+    control = {"environments": {"name": "tests.policies.lm.scripted_environments:Scripted", "reward": None},
+               "max_turns": 3, "resample_turns": {"max_resamples": 1},
+               "thinking_intervention": {"text": " wait", "window": 1, "threshold": 0.5}}  # fmt: skip
+    algorithm = {"credit": [{"name": "turn_progress_gate", "threshold": 0.0}]}
+    records = train_recording(model_path, tmp_path, monkeypatch, algorithm, control)
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["rollout/turns_resampled"] == 8 for m in metrics), metrics  # 8 trajectories, once each
+    for grad, batch in records:
+        mask = batch.mask.double().cpu()
+        expected = -batch["sample_advantages"].double().cpu()[:, None] * mask / mask.sum()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_reward_goals_condition_multi_turn_groups(model_path, tmp_path, monkeypatch):
+    """RC-GRPO [128] on multi-turn rollouts: reward_goals draws each group's two halves under two goal texts (a
+    guidance hint in the prompt); every training rollout's prompts carry the goal of their round, and the step trains
+    on groups mixing both."""
+    from genalign.policies.lm import causal
+
+    rollouts = []
+    original = causal.multi_turn_rollout
+
+    def recording(policy, rows, group_size, mode, request, family):
+        rollout = original(policy, rows, group_size, mode, request, family)
+        if mode == "train":
+            ids, mask = rollout.per_sample["prompt_ids"], rollout.per_sample["prompt_mask"]
+            rollouts.append([policy.tokenizer.decode(i[m > 0]).rsplit("assistant", 1)[0] for i, m in zip(ids, mask)])
+        return rollout
+
+    monkeypatch.setattr(causal, "multi_turn_rollout", recording)
+    algorithm = {"group_size": 4, "micro_batch_size": 16,
+                 "sample_sources": [{"name": "reward_goals", "goals": ["answer", "what"], "template": " {goal}"}]}  # fmt: skip
+    records = train_recording(model_path, tmp_path, monkeypatch, algorithm)
+    assert len(rollouts) == 4  # 2 steps × one round per goal
+    for goal, prompts in zip(["answer", "what"] * 2, rollouts, strict=True):
+        assert len(prompts) == 8 and all(prompt.rstrip(" ;:").endswith(goal) for prompt in prompts), prompts
+    assert all(len(batch.group_ids) == 16 for _, batch in records)

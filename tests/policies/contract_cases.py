@@ -4,7 +4,8 @@ Each case is a complete config (the committed demo models, procedural data, a te
 enough to train a few steps on CPU in seconds, and chosen to exercise the family's resumable state: inner epochs and
 minibatches (optimizer state, re-scored old log-probs, fresh diffusion masks per epoch), EMA weights, sliding windows
 and tree splits, DiffusionNFT's old model, the samplers' random generators; multi-turn rollouts of the causal LM
-(a scripted text environment) and of the VLM (the crop tool returning an image each turn, of two sizes).
+(a scripted text environment; once more with turn-level trees, resampled turns and thinking interventions) and of the
+VLM (the crop tool returning an image each turn, of two sizes).
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                                    "turns": 2, "reward": None}, "max_turns": 3}},
         "data": {"train": ARITHMETIC},
         "algorithm": LM_ALGORITHM | {"kl_coef": 0.01},
+    }),
+    "causal_lm_multi_turn_agents": ("causal_lm", {  # turn-level trees, T²PO's rollout control, TRIAGE's roles
+        "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_prompt_tokens": 16, "max_new_tokens": 4,
+                   "use_chat_template": True, "chat_template": ARITH_CHAT_TEMPLATE,
+                   "multi_turn": {"environments": {"name": "tests.policies.lm.scripted_environments:Scripted",
+                                                   "turns": 3, "reward": None}, "max_turns": 3,
+                                  "tree": {"enabled": True, "split_turns": [1], "branching": [2],
+                                           "trees_per_prompt": 2},
+                                  "resample_turns": {"max_resamples": 1},
+                                  "thinking_intervention": {"text": "+", "window": 1, "threshold": 0.5}}},
+        "data": {"train": ARITHMETIC},
+        "algorithm": LM_ALGORITHM | {"kl_coef": 0.01, "credit": ["tree_grpo", "triage"]},
     }),
     "vlm": ("vlm", {
         "policy": {"family": "vlm", "model": "builtin:shapes-vlm", "min_pixels": 256, "max_pixels": 2304,

@@ -37,6 +37,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     token_trees,
     token_weights,
     tree_groups,
+    triage,
     turn_uncertainty,
     turns,
     uncertainty,

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from genalign.policies.capabilities import FamilyTraits, PolicyCapabilities
 from genalign.policies.lm.engines.vllm.options import VLLMOptions
-from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE, MultiTurnOptions
+from genalign.policies.lm.multi_turn_options import MULTI_TURN_GUIDANCE, MULTI_TURN_STRUCTURE, MultiTurnOptions
 from genalign.policies.lm.options import (
     AUTOREGRESSIVE_FEATURES,
     AUTOREGRESSIVE_STRUCTURE,
@@ -160,11 +160,14 @@ class CausalLMPolicyConfig:
         pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
         rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
         rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`; every
-        kind of teacher (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`)."""
-        if self.multi_turn.enabled:  # no forcing, guidance, trees or probes: they assume one turn
+        kind of teacher (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`, which honour
+        the guidance ``hint`` only)."""
+        if self.multi_turn.enabled:  # no forcing, single-turn trees or probes, and of guidance the hint only
             capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
-                                              structure=MULTI_TURN_STRUCTURE)  # fmt: skip
-            return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS)
+                                              structure=MULTI_TURN_STRUCTURE,
+                                              group_size=self.multi_turn.group_size)  # fmt: skip
+            return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS,
+                           guidance=MULTI_TURN_GUIDANCE)  # fmt: skip
         capabilities = token_capabilities(
             self.reference,
             features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},

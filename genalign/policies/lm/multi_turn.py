@@ -24,6 +24,14 @@ episode whose ``step`` raised is not read, the reward functions score it), and s
 show the model (:class:`ObservationError`, e.g. an unreadable image; truncated); nothing an environment or the model
 does stops the run, except a chat template that is not prefix-preserving (a configuration error).
 
+Agent methods in the loop (each off by default): ``multi_turn.tree`` samples a training group as trees that branch
+before a turn, the branches sharing the prefix's tokens, an environment copy and the family's held cache
+(:mod:`genalign.policies.lm.turn_trees`, Tree-GRPO [165]); ``multi_turn.thinking_intervention`` and
+``multi_turn.resample_turns`` cut a turn whose uncertainty stops changing and continue it after a given text, or take
+back a turn without progress and sample it again (:mod:`genalign.policies.lm.turn_control`, T²PO [171]); the
+``turn_roles`` structure is the segment judge's role of each accepted turn (:mod:`genalign.environments.judges`,
+TRIAGE [8]).
+
 Counts (``Rollout.counts``, logged as ``rollout/<key>`` and summed over a held-out evaluation as
 ``eval/rollout/<key>``): ``turns``, ``trajectories``, the limits hit, ``tools/<outcome>`` (the episodes'
 ``TurnRecord.counts``), ``environment_errors/<stage>`` and ``generated_tokens``; ``Rollout.info`` has
@@ -44,8 +52,10 @@ rendered messages, decoded without special tokens) as the completion. The ``envi
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -53,13 +63,18 @@ import torch
 from torch import Tensor
 
 from genalign.environments import Episode, ModelTurn, StepResult, episode_reward, resolve
-from genalign.policies.base import Rollout, RolloutRequest
+from genalign.environments.branching import checkpoint
+from genalign.environments.judges import TurnSegment
+from genalign.policies.base import GUIDANCE_KEY, Rollout, RolloutRequest
 from genalign.policies.lm.chat_turns import ChatRenderer, Message, text_content
 from genalign.policies.lm.core import completion_structure, eval_mode
 from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.engines.turn_cache import TurnCaches
 from genalign.policies.lm.forced import LEFT_PADDED
+from genalign.policies.lm.guidance import append_to_prompt, read_guidance
 from genalign.policies.lm.multi_turn_options import MULTI_TURN_STRUCTURE
+from genalign.policies.lm.turn_control import intervene, mean_surprisal, take_back, without_progress
+from genalign.policies.lm.turn_trees import finished_copy, turn_prefix_tree, turn_tree
 
 #: the row column that carries a sample's episode reward to the reward functions
 ENVIRONMENT_REWARD_COLUMN = "environment_reward"
@@ -89,10 +104,41 @@ class Trajectory:
     truncated: bool = False
     failed: bool = False  # the environment raised in step: its reward is not read
     reward: float | None = None
+    source: dict[str, Any] = field(default_factory=dict)  # the dataset row (environments of branches start from it)
+    turn: int = 0  # accepted model turns so far (the index of the turn being sampled)
+    turn_start: int = 0  # position in ids where the turn being sampled starts
+    turn_cut: bool = False  # the turn being sampled hit its token budget
+    model_turns: list[ModelTurn] = field(default_factory=list)  # the accepted turns, as the environment got them
+    answers: list[str] = field(default_factory=list)  # the text of the environment's answer to each accepted turn
+    surprisals: list[float] = field(default_factory=list)  # mean surprisal of each accepted turn's sampled tokens
+    segments: list[TurnSegment] = field(default_factory=list)  # each accepted turn, for the segment judge
+    resamples: int = 0  # turns taken back for lack of progress
+    path: list[tuple[int, int, int]] = field(default_factory=list)  # (first position, node, depth) of tree nodes
 
     @property
     def length(self) -> int:
         return len(self.prompt) + len(self.ids)
+
+    def copy(self, number: int) -> Trajectory:
+        """A branch of this trajectory: the same tokens and records, its own lists (the environment is shared
+        until the caller gives the copy its own)."""
+        lists = ("messages", "media", "ids", "actions", "logp", "turn_ids", "turn_rewards", "model_turns", "answers",
+                 "surprisals", "segments", "path")  # fmt: skip
+        return replace(self, number=number, **{name: list(getattr(self, name)) for name in lists})
+
+    def begin_turn(self, cut: bool) -> None:
+        self.turn_start, self.turn_cut = len(self.ids), cut
+
+    def truncate(self, length: int) -> None:
+        """Drop the tokens from position ``length`` on (within the turn being sampled)."""
+        assert length >= self.turn_start, "only the turn being sampled is cut"
+        for name in ("ids", "actions", "logp", "turn_ids"):
+            del getattr(self, name)[length:]
+
+    def turn_logp(self) -> list[float]:
+        """The behaviour log-probs of the model tokens of the turn being sampled."""
+        pairs = zip(self.logp[self.turn_start :], self.actions[self.turn_start :], strict=True)
+        return [logp for logp, action in pairs if action > 0]
 
     def extend(self, ids: list[int], logp: list[float] | None, turn: int) -> None:
         self.ids += ids
@@ -144,6 +190,11 @@ class TurnFamily(Protocol):
         messages ``answer``."""
         ...
 
+    def fork(self, parents: list[Hashable], children: list[list[Hashable]]) -> None:
+        """Trajectory ``children[i][j]`` (its number) branched from ``parents[i]``: whatever the family holds of the
+        parent between turns (a KV cache) is held for the copies too."""
+        ...
+
     def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
         """The family's inputs of each sample besides the shared ones (``prompt_ids`` ``[N, P]`` left-padded,
         ``completion_ids`` ``[N, C]``)."""
@@ -171,40 +222,58 @@ def multi_turn_rollout(
     params = policy.sampling_params(mode)
     params = replace(params, eos_token_ids=tuple(sorted({*params.eos_token_ids, *renderer.end_of_turn_ids()})))
     counts: Counter[str] = Counter()
+    tree = turn_tree(policy, family, group_size, mode, counts)
+    per_row = options.tree.trees_per_prompt if tree is not None else group_size
     trajectories = [
-        _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(group_size)
+        _start(policy, family, row, index, counts) for index, row in enumerate(rows) for _ in range(per_row)
     ]
-    for number, trajectory in enumerate(trajectories):
-        trajectory.number = number
-    for turn in range(options.max_turns):
+    numbers = itertools.count()
+    for trajectory in trajectories:
+        trajectory.number = next(numbers)
+    if tree is not None:
+        tree.plant(trajectories)
+    while True:  # every pass ends, accepts or (a bounded number of times) takes back each active trajectory's turn
+        if tree is not None:
+            trajectories = tree.branch(trajectories, numbers)
         active = [t for t in trajectories if not t.done]
         if not active:
             break
         with eval_mode(policy.model):
             turns = family.generate(active, params, counts)
-        for trajectory, (ids, logp, cut) in zip(active, turns):
-            trajectory.extend(ids, logp, turn)
-            _answer(policy, family, trajectory, ids, cut, turn, counts)
+            for trajectory, (ids, logp, cut) in zip(active, turns, strict=True):
+                trajectory.begin_turn(cut)
+                trajectory.extend(ids, logp, trajectory.turn)
+            if options.thinking_intervention.enabled:
+                intervene(policy, family, active, params, counts)
+        for trajectory in active:
+            _answer(policy, family, trajectory, counts)
     for trajectory in trajectories:
-        if not trajectory.done:  # still active after max_turns turns
-            trajectory.end(truncated=True)
         _finish(trajectory, counts)
-    return _assemble(policy, family, trajectories, group_size, request, counts)
+    if tree is not None:
+        trajectories = tree.complete(trajectories, lambda t: finished_copy(t, next(numbers), counts))
+    return _assemble(policy, family, trajectories, group_size, request, counts, tree is not None)
 
 
 def _start(policy: Any, family: TurnFamily, row: dict[str, Any], index: int, counts: Counter) -> Trajectory:
-    """A trajectory of ``row``: its environment started (an environment that raises in ``reset`` is counted and the
-    trajectory runs without it: one turn, no tools) and its prompt encoded by the family."""
+    """A trajectory of ``row``: its environment started from the row's columns (without the guidance a sample source
+    attached; an environment that raises in ``reset`` is counted and the trajectory runs without it: one turn, no
+    tools) and its prompt, with the guidance ``hint`` added to the user prompt (:data:`~genalign.policies.lm.multi_turn_options.MULTI_TURN_GUIDANCE`), encoded
+    by the family."""
     if "prompt" not in row:
         raise KeyError(f"row {index} has no 'prompt' column (columns: {sorted(row)}); map one with the data mapping.")
-    policy.environments.name_for(row)  # a row that names no environment of the run is a data error: raised
+    columns = {key: value for key, value in row.items() if key != GUIDANCE_KEY}
+    policy.environments.name_for(columns)  # a row that names no environment of the run is a data error: raised
     episode = None
     try:
-        episode = policy.environments.start(row)
+        episode = policy.environments.start(columns)
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/reset"] += 1
         policy.environment_failures.append(f"reset: {type(err).__name__}: {err}")
-    return family.start(row, index, episode, counts)
+    hint = read_guidance(row, index).hint
+    trajectory = family.start({**row, "prompt": append_to_prompt(row["prompt"], hint)}, index, episode, counts)
+    trajectory.row = {**trajectory.row, "prompt": row["prompt"]}  # the data's prompt; the hint stays in the ids
+    trajectory.source = columns
+    return trajectory
 
 
 def turn_budgets(
@@ -261,18 +330,33 @@ def _generate_turn(
     return kept_turns(generation, budgets, counts)
 
 
-def _answer(
-    policy: Any, family: TurnFamily, t: Trajectory, ids: list[int], cut: bool, turn: int, counts: Counter
-) -> None:
-    """Give the turn to the environment and append its answer (or end the trajectory)."""
+def answer_text(answer: list[Message]) -> str:
+    """The text of the environment's answer messages (their roles and text contents; images left out)."""
+    return "\n".join(f"{m.get('role')}: {text_content(m.get('content', ''))}" for m in answer)
+
+
+def _answer(policy: Any, family: TurnFamily, t: Trajectory, counts: Counter) -> None:
+    """Give the turn being sampled to the environment and then take it back (no progress: T²PO's resampling), or
+    accept it and append the environment's answer (or end the trajectory)."""
     options = policy.config.multi_turn
+    ids = t.ids[t.turn_start :]
     text = policy.tokenizer.decode(ids, skip_special_tokens=True)
     counts["turns"] += 1
     if t.episode is None:  # reset failed: one turn, no environment
         t.end()
         return
+    turn = ModelTurn(text, index=t.turn, truncated=t.turn_cut)
+    resampling = options.resample_turns
+    saved, may_resample = None, resampling.enabled and t.resamples < resampling.max_resamples
+    if may_resample:
+        try:
+            saved = checkpoint(t.episode)
+        except Exception as err:  # any failure of environment code: counted, the turn cannot be taken back
+            counts["environment_errors/checkpoint"] += 1
+            policy.environment_failures.append(f"checkpoint: {type(err).__name__}: {err}")
+            may_resample = False
     try:
-        result: StepResult = resolve(t.episode.environment.step(ModelTurn(text, index=turn, truncated=cut)))
+        result: StepResult = resolve(t.episode.environment.step(turn))
     except Exception as err:  # any failure of environment code: counted, never stops the run
         counts["environment_errors/step"] += 1
         policy.environment_failures.append(f"step: {type(err).__name__}: {err}")
@@ -281,15 +365,27 @@ def _answer(
         return
     record_counts = dict(result.record.counts)
     counts.update({f"tools/{key}": value for key, value in record_counts.items()})
+    answer = result.messages()
+    said, surprisal = answer_text(answer), mean_surprisal(t.turn_logp())
+    previous = t.surprisals[-1] if t.surprisals else None
+    stalled = may_resample and not result.done and without_progress(resampling, said, t.answers, surprisal, previous)
+    if stalled and take_back(policy, t, saved, counts):
+        return
     t.tool_calls += record_counts.get("calls", 0)
     t.turn_rewards.append(math.nan if result.reward is None else float(result.reward))
-    if result.done:
+    t.model_turns.append(turn)
+    t.answers.append(said)
+    t.surprisals.append(surprisal)
+    t.segments.append(TurnSegment(t.turn, text, result.record, said, result.reward, result.done))
+    t.turn += 1
+    if result.done or t.done:  # t.done: a failed rewind ended it
         t.end()
         return
-    if turn + 1 >= options.max_turns:
-        return  # ended as truncated by the caller, without rendering an answer no turn will read
+    if t.turn >= options.max_turns:
+        t.end(truncated=True)  # without rendering an answer no turn will read
+        return
     try:
-        suffix = family.observation(t, ids, text, result.messages())
+        suffix = family.observation(t, ids, text, answer)
     except ObservationError as err:  # the environment answered with what the model cannot be shown: counted
         counts["environment_errors/observation"] += 1
         policy.environment_failures.append(f"observation: {err}")
@@ -303,7 +399,28 @@ def _answer(
         counts["trajectories_at_max_total_tokens"] += 1
         t.end(truncated=True)
     else:
-        t.add_observation(suffix, turn)
+        t.add_observation(suffix, t.turn - 1)
+
+
+def _turn_roles(policy: Any, trajectories: Sequence[Trajectory], width: int, counts: Counter) -> Tensor:
+    """``[N, K]`` long: 1 + the segment judge's role of each accepted turn (:mod:`genalign.environments.judges`), 0
+    where a sample has no such turn or the judge failed on it (counted as ``judge_errors``)."""
+    judge = policy.config.multi_turn.judge()
+    roles = torch.zeros(len(trajectories), width, dtype=torch.long)  # [N, K]
+    for i, trajectory in enumerate(trajectories):
+        if not trajectory.segments:
+            continue
+        try:
+            judged = [int(role) for role in judge(trajectory.segments)]
+        except Exception as err:  # a judge is configured code: counted, the sample gets no role
+            counts["judge_errors"] += 1
+            policy.environment_failures.append(f"judge: {type(err).__name__}: {err}")
+            continue
+        if len(judged) != len(trajectory.segments):
+            counts["judge_errors"] += 1
+            continue
+        roles[i, : len(judged)] = torch.tensor(judged, dtype=torch.long) + 1
+    return roles
 
 
 class TextTurns:
@@ -349,6 +466,10 @@ class TextTurns:
         suffix = self.policy.chat_renderer.observation_ids(trajectory.messages, tools, assistant, model_text, answer)
         return ObservationTokens(suffix, [assistant, *answer])
 
+    def fork(self, parents: list[Hashable], children: list[list[Hashable]]) -> None:
+        if self.caches is not None:
+            self.caches.fork(parents, children)
+
     def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
         return {}
 
@@ -377,8 +498,10 @@ def _assemble(
     group_size: int,
     request: RolloutRequest,
     counts: Counter,
+    branched: bool = False,
 ) -> Rollout:
-    """The rollout of finished trajectories (layout in the module docstring)."""
+    """The rollout of finished trajectories (layout in the module docstring); ``branched``: they are the leaves of
+    turn-level trees (their paths give the ``prefix_tree``)."""
     n, pad = len(trajectories), policy.pad_token_id
     width = max(len(t.prompt) for t in trajectories)
     length = max(len(t.ids) for t in trajectories)
@@ -404,9 +527,14 @@ def _assemble(
         turn_rewards[i, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards)
     truncated = torch.tensor([t.truncated for t in trajectories], dtype=torch.bool)
     group_ids = torch.arange(n // group_size).repeat_interleave(group_size)
-    structure = completion_structure(request, policy.segments, truncated, completion_ids, actions, group_ids)
+    tree = turn_prefix_tree([t.path for t in trajectories], length) if branched else None
+    structure = completion_structure(
+        request, policy.segments, truncated, completion_ids, actions, group_ids, sampling_tree=tree
+    )
     extra = {"turn_ids": turn_ids, "turn_rewards": turn_rewards}
     extra["tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.long)
+    if "turn_roles" in request.structure:
+        extra["turn_roles"] = _turn_roles(policy, trajectories, turn_rewards.shape[1], counts)
     structure |= {name: value for name, value in extra.items() if name in request.structure}
     info = {"turns_per_trajectory": counts["turns"] / max(1, n)}
     counts = {**counts, "completion_tokens": int(actions.sum())}

@@ -13,9 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genalign.environments import EnvironmentSet, ToolLimits
+from genalign.environments.judges import SegmentJudge, segment_judge
+from genalign.policies.lm.turn_control import ThinkingIntervention, TurnResampling
+from genalign.policies.lm.turn_tree_options import TurnTreeOptions
 
-#: Rollout structure a multi-turn rollout records.
-MULTI_TURN_STRUCTURE = frozenset({"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls"})
+#: Rollout structure a multi-turn rollout records: ``prefix_tree`` is the turn-level sampling tree with
+#: ``policy.multi_turn.tree``, else the token prefix tree of each group; ``turn_roles`` the segment judge's roles.
+MULTI_TURN_STRUCTURE = frozenset(
+    {"truncated", "action_ids", "turn_ids", "turn_rewards", "tool_calls", "prefix_tree", "turn_roles"}
+)
+
+#: The guidance keys a multi-turn rollout honours (``PolicyCapabilities.guidance``): a ``hint`` added to the user
+#: prompt (e.g. RC-GRPO's reward-goal token [128]); a forced ``prefix``, a per-row temperature and a self-hint assume
+#: one completion.
+MULTI_TURN_GUIDANCE = frozenset({"hint"})
 
 
 @dataclass
@@ -52,6 +63,24 @@ class MultiTurnOptions:
         default=None,
         metadata={"help": "ToolLimits for every environment (timeout_s, max_output_chars, max_calls, ...)."},
     )
+    tree: TurnTreeOptions = field(
+        default_factory=TurnTreeOptions,
+        metadata={"help": "Training groups as trees that branch at turn boundaries (Tree-GRPO); group_size = "
+                  "trees_per_prompt × prod(branching)."},
+    )  # fmt: skip
+    thinking_intervention: ThinkingIntervention = field(
+        default_factory=ThinkingIntervention,
+        metadata={"help": "T²PO's token-level intervention: text inserted where a turn's uncertainty stops changing."},
+    )
+    resample_turns: TurnResampling = field(
+        default_factory=TurnResampling,
+        metadata={"help": "T²PO's turn level: turns without progress (repeated answer, flat uncertainty) resampled."},
+    )
+    segment_judge: Any = field(
+        default="tool_outcomes",
+        metadata={"help": "The judge of each turn's role (turn_roles, read by credit triage): a registered name or "
+                  "{name, **args}."},
+    )  # fmt: skip
 
     @property
     def enabled(self) -> bool:
@@ -72,7 +101,20 @@ class MultiTurnOptions:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.tree.validate(max_turns=self.max_turns)
+        self.thinking_intervention.validate()
+        self.resample_turns.validate()
+        self.judge()
         self.environment_set()
+
+    @property
+    def group_size(self) -> int | None:
+        """The group size the turn-level trees fix (None: any)."""
+        return self.tree.group_size if self.enabled and self.tree.enabled else None
+
+    def judge(self) -> SegmentJudge:
+        """The segment judge (``segment_judge``), built (a wrong name or argument fails here)."""
+        return segment_judge(self.segment_judge)
 
     def check_lengths(self, *, max_new_tokens: int) -> None:
         """``max_total_tokens`` leaves room for a prompt and one turn of ``policy.max_new_tokens``."""
@@ -112,4 +154,4 @@ class MultiTurnOptions:
         return {"name": entry, "tool_limits": limits}
 
 
-__all__ = ["MultiTurnOptions"]
+__all__ = ["MULTI_TURN_GUIDANCE", "MULTI_TURN_STRUCTURE", "MultiTurnOptions"]

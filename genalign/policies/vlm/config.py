@@ -158,7 +158,9 @@ class VLMPolicyConfig:
         teachers = {"teachers": frozenset(kinds), "teacher_limits": VLM_TEACHER_LIMITS}
         if self.multi_turn.enabled:
             features = AUTOREGRESSIVE_FEATURES | MULTI_TURN_VISION_FEATURES
-            capabilities = token_capabilities(self.reference, features=features, structure=MULTI_TURN_STRUCTURE)
+            capabilities = token_capabilities(
+                self.reference, features=features, structure=MULTI_TURN_STRUCTURE, group_size=self.multi_turn.group_size
+            )
             return replace(capabilities, **teachers)
         blocks = frozenset({"block_ids"}) if self.block_markers else frozenset()
         blocks |= frozenset({"token_judgement"}) if self.token_judge.judge is not None else frozenset()

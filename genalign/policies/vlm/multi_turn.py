@@ -29,7 +29,7 @@ Each row gains ``image_sizes`` and ``image_input_sizes`` of the row's images, as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
@@ -161,6 +161,9 @@ class ImageTurns:
             raise ObservationError(str(err)) from None
         encoded = encode_text(policy.processor, suffix, images, config)
         return ObservationTokens(encoded.input_ids.tolist(), [assistant, *answer], self._media(encoded))
+
+    def fork(self, parents: list[Hashable], children: list[list[Hashable]]) -> None:
+        """Nothing is held between turns (every turn re-encodes the conversation): a branch needs no copy."""
 
     def per_sample(self, trajectories: list[Trajectory], prompt_ids: Tensor, completion_ids: Tensor) -> dict[str, Any]:
         images = [self.images_of(t) for t in trajectories]

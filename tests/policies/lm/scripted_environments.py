@@ -139,3 +139,23 @@ class CountdownTRL:
 
     def get_reward(self) -> float:
         return self.reward
+
+
+class RowEcho(Scripted):
+    """:class:`Scripted` that keeps the row columns ``reset`` received (``seen_rows``, class-wide, for the test)."""
+
+    seen_rows: list[dict[str, Any]] = []
+
+    def reset(self, **row: Any) -> str | None:
+        RowEcho.seen_rows.append(dict(row))
+        return super().reset(**row)
+
+
+class CannotRestore(Scripted):
+    """:class:`Scripted` that declares state (so branches and rewinds restore it) but cannot restore it."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: Any) -> None:
+        raise RuntimeError("cannot restore")

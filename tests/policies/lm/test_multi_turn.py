@@ -311,3 +311,21 @@ def test_a_row_naming_no_environment_of_the_run_is_a_data_error(model_path):
         [{"prompt": "1 + 2 =", "env": "a"}, {"prompt": "1 + 2 =", "env": "b"}], 1, request=STRUCTURE
     )
     assert rollout.structure["tool_calls"].tolist() == [0, 5]  # max_turns=4: 1 + 1 + 1 + 2 calls
+
+
+def test_a_guidance_hint_conditions_the_prompt_and_never_reaches_the_environment(model_path):
+    """RC-GRPO's reward-goal tokens [128] reach a multi-turn rollout as a guidance ``hint``: added to the user prompt
+    (prompt ids, never actions); the environment's ``reset`` gets the row's columns without the guidance."""
+    from genalign.policies.base import GUIDANCE_KEY
+    from tests.policies.lm.scripted_environments import RowEcho
+
+    policy = make_policy(model_path, {"name": f"{HERE}:RowEcho", "turns": 1})
+    assert policy.config.capabilities().guidance == frozenset({"hint"})
+    RowEcho.seen_rows.clear()
+    rows = [{"prompt": "1 + 2 =", GUIDANCE_KEY: {"hint": " answer"}}, {"prompt": "1 + 2 ="}]  # words of the tiny vocab
+    rollout = policy.rollout(rows, 1, request=STRUCTURE)
+    prompts = [policy.tokenizer.decode(ids[mask > 0]) for ids, mask in
+               zip(rollout.per_sample["prompt_ids"], rollout.per_sample["prompt_mask"])]  # fmt: skip
+    assert "1 + 2 = answer" in prompts[0] and "answer" not in prompts[1]
+    assert RowEcho.seen_rows == [{"prompt": "1 + 2 ="}, {"prompt": "1 + 2 ="}]
+    assert rollout.rows[0]["prompt"] == "1 + 2 ="  # the data's prompt; the hint is in the ids

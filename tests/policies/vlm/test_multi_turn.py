@@ -197,3 +197,28 @@ def test_the_zoom_demo_trains_two_steps(tmp_path):
     assert all(r["rollout/turns"] == 8 and r["rollout/trajectories"] == 4 for r in steps), "a review each"
     (evaluation,) = [json.loads(line) for line in (tmp_path / "run" / "eval.jsonl").read_text().splitlines()]
     assert evaluation["step"] == 2 and evaluation["eval/num_scored"] == 2, "the environment scored both episodes"
+
+
+def test_turn_level_trees_branch_with_the_images_of_the_prefix():
+    """Tree-GRPO [165] on the VLM: 2 branches per row before turn 1; each branch's environment replays turn 0's crop
+    (its own crops follow), so both leaves take the 3 scripted turns and hold the prompt's image and 2 crops, the first
+    crop (in the shared prefix) identical; the sampled tokens are re-scored to float rounding."""
+    from genalign.policies.lm.turn_tree_options import TurnTreeOptions
+
+    tree = TurnTreeOptions(enabled=True, split_turns=[1], branching=[2], trees_per_prompt=1)
+    policy = make_policy(f"{HERE}:ScriptedCrop", tree=tree)
+    request = RolloutRequest(structure=frozenset({"turn_ids", "prefix_tree"}))
+    rollout = policy.rollout(ROWS, 2, request=request)
+    ids, mask, turns = rollout.per_sample["completion_ids"], rollout.action_mask > 0, rollout.structure["turn_ids"]
+    assert turns.max(dim=1).values.tolist() == [2] * 4 and rollout.counts["tree_branches"] == 2
+    for first in (0, 2):
+        split = int(((turns[first] == 1) & mask[first]).nonzero()[0])
+        assert torch.equal(ids[first, :split], ids[first + 1, :split])
+        grids = [rollout.per_sample["image_grid_thw"][i] for i in (first, first + 1)]
+        assert grids[0].shape[0] == grids[1].shape[0] == 3
+        prefix_pixels = int(grids[0][:2].prod(dim=1).sum())  # the prompt's image and the first crop
+        pixels = [rollout.per_sample["pixel_values"][i][:prefix_pixels] for i in (first, first + 1)]
+        assert torch.equal(pixels[0], pixels[1])
+        tree = rollout.structure["prefix_tree"]
+        assert tree.node_of_action[first, split] != tree.node_of_action[first + 1, split]
+    torch.testing.assert_close(scores(policy, rollout)[mask], rollout.old_logp[mask], rtol=0, atol=1e-4)

@@ -40,6 +40,9 @@ from genalign.policies.lm.engines.base import Generation, SamplingParams, StopSt
 from genalign.policies.lm.engines.lean_decoder import LeanDecoder, StaticKVCache
 from genalign.policies.lm.engines.static import decode
 
+#: A new layout of the held caches leaves room for this many later turns to continue it in place.
+TURNS_AHEAD = 2
+
 #: A held cache is continued in place while at most this fraction of its used columns are padding for its longest row
 #: (padding columns are attended over, masked); beyond it, or when rows have left, the next turn lays it out anew.
 MAX_PADDING = 0.25
@@ -69,6 +72,7 @@ class TurnCaches:
 
     pieces: list[tuple[list[Hashable], StaticKVCache]] = field(default_factory=list)
     ids: dict[Hashable, list[int]] = field(default_factory=dict)
+    answer_tokens: int = 0  # the most new tokens a call that continued held caches encoded (an answer and one token)
 
     def kept_lengths(self, keys: Sequence[Hashable], contexts: Sequence[Sequence[int]]) -> list[int]:
         """How many leading tokens of each context its held cache keeps (at most all but the last token: the turn
@@ -112,6 +116,26 @@ class TurnCaches:
             cache.values[:, target, :, :end] = values.permute(2, 0, 3, 1, 4)
             cache.key_mask[target, :end] = valid
 
+    def fork(self, parents: Sequence[Hashable], children: Sequence[Sequence[Hashable]]) -> None:
+        """Hold conversation ``children[i][j]`` as a copy of ``parents[i]``'s cache (a tree rollout branching at a turn
+        boundary: the branches share the prefix's keys and values, copied row by row, never encoded again). In each
+        piece a parent's copies follow it, so a piece keeps the order of a rollout that lists branches after their
+        parent."""
+        copies = dict(zip(parents, children, strict=True))
+        pieces = []
+        for keys, cache in self.pieces:
+            rows = [(held, local) for local, key in enumerate(keys) for held in (key, *copies.get(key, ()))]
+            if len(rows) == len(keys):
+                pieces.append((keys, cache))
+                continue
+            index = torch.tensor([local for _, local in rows], device=cache.keys.device)  # [b'] source row of each
+            pieces.append(([key for key, _ in rows], cache.select_rows(index)))
+        self.pieces = pieces
+        for parent, copies_of_parent in copies.items():
+            for child in copies_of_parent:
+                if parent in self.ids:  # a conversation not held yet has nothing to share
+                    self.ids[child] = list(self.ids[parent])
+
     def hold(
         self, keys: Sequence[Hashable], ids: Sequence[list[int]], pieces: list[tuple[Tensor, StaticKVCache]]
     ) -> None:
@@ -153,11 +177,15 @@ class TurnCacheEngine:
         kept = caches.kept_lengths(keys, contexts)
         new = [context[size:] for context, size in zip(contexts, kept, strict=True)]
         chunk, steps = max(map(len, new)), params.max_new_tokens
+        if max(kept) > 0:
+            caches.answer_tokens = max(caches.answer_tokens, chunk)
         continued = caches.in_place(keys, kept, chunk + steps)
         if continued is None:  # a new layout: the kept columns of every row right-aligned to `start`
             start = max(kept)
-            # room for this turn, and for a next one in place with up to min(chunk, steps) new tokens
-            capacity = start + chunk + steps + (min(chunk, steps) + steps)
+            # room for this turn, and for TURNS_AHEAD next ones in place, each with as many new tokens as the largest
+            # answer so far (min(chunk, steps) before any: this chunk is the prompt)
+            ahead = (caches.answer_tokens or min(chunk, steps)) + steps
+            capacity = start + chunk + steps + TURNS_AHEAD * ahead
             cache = self.decoder.allocate(batch, capacity, device, weight.dtype)
             caches.copy_into(cache, keys, kept, start)
         else:

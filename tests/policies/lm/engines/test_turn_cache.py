@@ -107,18 +107,43 @@ def test_a_turn_encodes_only_its_new_tokens(model):
         return [c + turn.completion_ids[i].tolist() + a for i, (c, a) in enumerate(zip(contexts, answers))]
 
     turn = engine.generate(caches, [0, 1], contexts, params, generator)
-    # the prompts' prefill; capacity: the prompt, the turn, and room for a next turn in place (4 + min(21, 4))
-    assert calls[0][:3] == (21, (2, 21 + 4 + 4 + 4), 0)
+    # the prompts' prefill; capacity: the prompt, the turn, and room for TURNS_AHEAD = 2 next turns in place, each of
+    # min(21, 4) new tokens (no answer seen yet) + 4 sampled
+    assert calls[0][:3] == (21, (2, 21 + 4 + 2 * (4 + 4)), 0)
     assert [width for width, *_ in calls[1:]] == [1, 1, 1]  # then one token per decode step (the 4th is not fed)
     contexts, first_cache = next_contexts(turn), calls[0][3]
     calls.clear()
     turn = engine.generate(caches, [0, 1], contexts, params, generator)
     # in place: row 0 holds 21 + 3 fed tokens in columns 0-23; new: its unfed token + 3 answer tokens from column 24
-    assert calls[0] == (4, (2, 33), 24, first_cache)
+    assert calls[0] == (4, (2, 41), 24, first_cache)
     assert caches.ids[0] == contexts[0] + caches.ids[0][len(contexts[0]) :] and len(caches.ids[0]) == 28 + 3
     contexts = next_contexts(turn)
     calls.clear()
     engine.generate(caches, [1], contexts[1:], params, generator)  # row 0 has ended
-    # anew, row 1 only: its 11 + 3 + 1 + 1 + 3 held tokens right-aligned to column 19, its 1 + 1 new tokens after
-    assert calls[0][:3] == (2, (1, 19 + 2 + 4 + 4 + 2), 19) and calls[0][3] != first_cache
+    # anew, row 1 only: its 11 + 3 + 1 + 1 + 3 held tokens right-aligned to column 19, its 1 + 1 new tokens after;
+    # room for 2 next turns of the largest answer so far (4 new tokens) + 4 sampled
+    assert calls[0][:3] == (2, (1, 19 + 2 + 4 + 2 * (4 + 4)), 19) and calls[0][3] != first_cache
     assert list(caches.ids) == [1] and [keys for keys, _ in caches.pieces] == [[1]]
+
+
+def test_answers_longer_than_a_turn_are_continued_in_place_after_one_new_layout(model):
+    """Prompts of 3 tokens, turns of 4, answers of 10: the first layout leaves room for 2 turns of min(3, 4) + 4
+    columns; turn 1 (1 + 10 new tokens + 4) fits it; turn 2 does not, and its new layout leaves room for 2 turns of the
+    largest answer seen (11 new tokens + 4), so turns 3 and 4 continue in place: 2 layouts in 5 turns (room for
+    min(chunk, steps) new tokens only would lay out every turn from turn 2 on)."""
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, eos_token_ids=(), pad_token_id=0)
+    engine, caches = TurnCacheEngine(model, None), TurnCaches()
+    layouts = []
+    allocate = engine.decoder.allocate
+
+    def recording(*args, **kwargs):
+        layouts.append(args[1])  # capacity
+        return allocate(*args, **kwargs)
+
+    engine.decoder.allocate = recording
+    generator = torch.Generator().manual_seed(0)
+    contexts, answer = [[2, 20, 21], [2, 22, 23]], list(range(60, 70))
+    for _ in range(5):
+        turn = engine.generate(caches, [0, 1], contexts, params, generator)
+        contexts = [c + turn.completion_ids[i].tolist() + answer for i, c in enumerate(contexts)]
+    assert layouts == [3 + 4 + 2 * (3 + 4), 20 + 11 + 4 + 2 * (11 + 4)]
