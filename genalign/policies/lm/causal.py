@@ -35,6 +35,7 @@ so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scor
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from dataclasses import replace
 from typing import Any, Literal
@@ -62,7 +63,7 @@ from genalign.policies.lm.core import (
 )
 from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.lm.engines.tree import TreeCacheEngine
-from genalign.policies.lm.engines.turn_cache import TurnCacheEngine
+from genalign.policies.lm.engines.turn_cache import TurnCacheEngine, turn_cache_unsupported_reason
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
 from genalign.policies.lm.guidance import (
@@ -118,6 +119,10 @@ class CausalLMPolicy(TokenLMPolicy):
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
         self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
         keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
+        if keep_turn_caches and (reason := turn_cache_unsupported_reason(model)) is not None:
+            warnings.warn(f"policy.multi_turn.keep_kv_cache: {reason}; every turn re-encodes its conversation instead "
+                          "(same distribution). Set it to false to silence this warning.", stacklevel=2)  # fmt: skip
+            keep_turn_caches = False
         #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
         self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
         self.segments = SegmentBoundaries(tokenizer)
