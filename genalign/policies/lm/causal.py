@@ -35,6 +35,7 @@ so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scor
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import deque
 from dataclasses import replace
@@ -74,12 +75,13 @@ from genalign.policies.lm.guidance import (
     sample_self_hints,
     split_by,
 )
-from genalign.policies.lm.logprobs import completion_scores
+from genalign.policies.lm.logprobs import TokenScores, completion_scores
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import TextTurns, multi_turn_rollout
 from genalign.policies.lm.probes import probe_structure
 from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
+from genalign.policies.lm.routing_replay import recording, replaying, routes_unsupported_reason
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_tokenizer
 from genalign.policies.lm.trees import sample_tree_group
@@ -126,6 +128,8 @@ class CausalLMPolicy(TokenLMPolicy):
         #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
         self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
         self.segments = SegmentBoundaries(tokenizer)
+        if config.routing_replay and (reason := routes_unsupported_reason(model)) is not None:
+            raise ValueError(f"policy.routing_replay=true needs a mixture-of-experts model: {reason}; set it to false.")
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
             self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
@@ -208,7 +212,7 @@ class CausalLMPolicy(TokenLMPolicy):
             counts=counts,
             left_padded=LEFT_PADDED,
         )
-        return probe_structure(self, rollout, request)
+        return probe_structure(self, self._with_routes(rollout), request)
 
     def force(
         self,
@@ -224,7 +228,22 @@ class CausalLMPolicy(TokenLMPolicy):
         policy's log-probs through the scoring pass; starts flagged in ``continues`` are continued by the rollout
         engine (:mod:`genalign.policies.lm.forced`)."""
         rollout = forced_rollout(self, rows, completions, behaviour_logp, request, continues)
-        return probe_structure(self, rollout, request)
+        return probe_structure(self, self._with_routes(rollout), request)
+
+    def _with_routes(self, rollout: Rollout) -> Rollout:
+        """``rollout`` with the experts of every token of ``[prompt | completion]`` from one no-grad scoring pass of
+        the current weights over all columns, ``prompt_routes`` ``[N, P, layers, k]`` and ``completion_routes``
+        ``[N, C, layers, k]`` (``policy.routing_replay``, :mod:`genalign.policies.lm.routing_replay`); unchanged
+        otherwise."""
+        if not self.config.routing_replay or not len(rollout):
+            return rollout
+        data = rollout.per_sample
+        prompt_width, completion_width = data["prompt_ids"].shape[1], data["completion_ids"].shape[1]
+        with torch.no_grad(), eval_mode(self.model), recording(self.model, len(rollout)) as passes:
+            self._completion_scores(self.model, data, 0, completion_width, ScoreRequest())
+        prompt_routes, completion_routes = passes[0].split([prompt_width, completion_width], dim=1)
+        per_sample = {**data, "prompt_routes": prompt_routes, "completion_routes": completion_routes}
+        return replace(rollout, per_sample=per_sample)
 
     def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
         """``rows``' prompts rendered (chat template, guidance hint and prefix), tokenized and left-padded; ``limit``
@@ -341,15 +360,37 @@ class CausalLMPolicy(TokenLMPolicy):
         training on it run.
         """
         data = rollout.per_sample
-        prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
-        completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        prompt_mask = data["prompt_mask"]
         attention = data.get("completion_attention")  # multi-turn: environment tokens are attended, not scored
         # Drop columns that are padding in every row of this (micro-)batch; positions come from the mask, so the
         # values do not change, only the work. Multi-turn rollouts keep their full width: their long sequences make
         # the float rounding of attention depend on the key length, and scores must not depend on the split.
         first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() and attention is None else 0
-        width = int(completion_mask.any(dim=0).sum()) if attention is None else completion_ids.shape[1]
-        scores = completion_scores(
+        width = _kept_completion_width(data)
+        replay = contextlib.nullcontext()
+        if "prompt_routes" in data:  # Routing Replay: the experts recorded for these columns
+            routes = torch.cat([data["prompt_routes"][:, first:], data["completion_routes"][:, :width]], dim=1)
+            replay = replaying(module, routes)
+        with replay:
+            scores = self._completion_scores(module, data, first, width, request)
+        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
+        features = {
+            "entropy": scores.entropy,
+            "vocab_term": scores.vocab_term,
+            "topk_logp": scores.topk_logp,
+            "hidden": scores.hidden,
+            "logit_stats": scores.logit_stats,
+        }
+        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+    def _completion_scores(
+        self, module: nn.Module, data: dict[str, Any], first: int, width: int, request: ScoreRequest
+    ) -> TokenScores:
+        """:func:`completion_scores` of prompt columns ``first:`` and completion columns ``:width``."""
+        prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
+        completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        attention = data.get("completion_attention")
+        return completion_scores(
             module,
             prompt_ids[:, first:],
             prompt_mask[:, first:],
@@ -364,15 +405,13 @@ class CausalLMPolicy(TokenLMPolicy):
             with_hidden="hidden" in request,
             with_logit_stats="logit_stats" in request,
         )
-        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
-        features = {
-            "entropy": scores.entropy,
-            "vocab_term": scores.vocab_term,
-            "topk_logp": scores.topk_logp,
-            "hidden": scores.hidden,
-            "logit_stats": scores.logit_stats,
-        }
-        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+
+def _kept_completion_width(data: dict[str, Any]) -> int:
+    """The completion columns a scoring pass keeps: those real in some row (all of them in a multi-turn rollout)."""
+    if data.get("completion_attention") is not None:
+        return data["completion_ids"].shape[1]
+    return int(data["completion_mask"].any(dim=0).sum())
 
 
 def _pad_actions(x: Tensor, num_actions: int) -> Tensor:
