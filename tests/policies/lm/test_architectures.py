@@ -68,7 +68,9 @@ def test_lean_decoder_matches_hf_forward_past_the_sliding_window(model_dirs, arc
         logits = [decoder.forward(ids, positions[:, :width], mask.bool(), cache, start=0)]
         for column in range(width, full_ids.shape[1]):
             step = slice(column, column + 1)
-            logits.append(decoder.forward(full_ids[:, step], positions[:, step], torch.ones(2, 1).bool(), cache, column))
+            logits.append(
+                decoder.forward(full_ids[:, step], positions[:, step], torch.ones(2, 1).bool(), cache, column)
+            )
     torch.testing.assert_close(torch.stack(logits, 1), reference[:, width - 1 :], atol=2e-5, rtol=0)
 
 
