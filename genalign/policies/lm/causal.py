@@ -31,6 +31,10 @@ top-k log-probs and hidden states come from the same pass, the KL from the refer
 (:mod:`genalign.policies.lm.core`). The sampler's KV-cache arithmetic differs from a full forward by float rounding,
 so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scores once before the update (contract in
 :mod:`genalign.policies.base`).
+
+Routing Replay (``policy.routing_replay``, mixture-of-experts models, [294]; :mod:`genalign.policies.lm.routing_replay`):
+right after sampling, one no-grad scoring pass records every token's experts (``per_sample["prompt_routes"]``,
+``["completion_routes"]``), and every later scoring pass of the rollout routes the tokens to them.
 """
 
 from __future__ import annotations
@@ -92,8 +96,8 @@ class CausalLMPolicy(TokenLMPolicy):
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
     ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]`` (and, for multi-turn
-    rollouts, ``completion_attention`` ``[N, C]``); the truncation flags (and segment ids) are in
-    ``Rollout.structure``.
+    rollouts, ``completion_attention`` ``[N, C]``; with Routing Replay, ``prompt_routes`` ``[N, P, layers, k]`` and
+    ``completion_routes`` ``[N, C, layers, k]``); the truncation flags (and segment ids) are in ``Rollout.structure``.
     """
 
     family = "causal_lm"
