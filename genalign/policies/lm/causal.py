@@ -247,7 +247,7 @@ class CausalLMPolicy(TokenLMPolicy):
             self._completion_scores(self.model, data, 0, completion_width, ScoreRequest())
         prompt_routes, completion_routes = passes[0].split([prompt_width, completion_width], dim=1)
         per_sample = {**data, "prompt_routes": prompt_routes, "completion_routes": completion_routes}
-        return replace(rollout, per_sample=per_sample)
+        return replace(rollout, per_sample=per_sample, left_padded=rollout.left_padded | {"prompt_routes"})
 
     def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
         """``rows``' prompts rendered (chat template, guidance hint and prefix), tokenized and left-padded; ``limit``

@@ -34,7 +34,7 @@ from genalign.policies.lm.guidance import completion_texts, conditioning_only
 from genalign.policies.lm.prompts import EncodedPrompts
 
 #: ``per_sample`` keys of a causal-LM rollout that are left-padded (``Rollout.left_padded``).
-LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask", "prompt_routes"})
+LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
 
 
 class ForcingPolicy(Protocol):

@@ -108,3 +108,19 @@ def test_routing_replay_is_refused_where_it_cannot_apply(tmp_path, moe_dir):
         policy_of(dense, routing_replay=True)
     with pytest.raises(ValueError, match="gradient_checkpointing=true: the recomputed forward"):
         policy_of(moe_dir, routing_replay=True, gradient_checkpointing=True)
+
+
+def test_joined_rollouts_keep_each_tokens_routes(moe_dir):
+    """Rollouts of different prompt widths joined (extra sampling rounds): prompt routes pad on the left like the ids."""
+    from genalign.policies.base import Rollout
+
+    policy = policy_of(moe_dir, routing_replay=True)
+    short, long = policy.rollout(ROWS[:1], group_size=2), policy.rollout(ROWS[1:], group_size=2)
+    joined = Rollout.cat([short, long])
+    assert joined.per_sample["prompt_routes"].shape[1] == joined.per_sample["prompt_ids"].shape[1]
+    with torch.no_grad():
+        parts = [policy.score(part).logp for part in (short, long)]
+        whole = policy.score(joined).logp
+    width = max(part.shape[1] for part in parts)
+    expected = torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
+    assert (whole[:, :width] - expected).abs().max().item() <= 1e-6
