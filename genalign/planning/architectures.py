@@ -138,6 +138,48 @@ _DIFFUCODER_7B = PublishedModel(
     "28/4 heads, intermediate 18944, vocab 152064); model card: 7.6B parameters",
     stand_in="Qwen2ForCausalLM with Dream's shapes (Dream keeps the Qwen2 module layout, attention made bidirectional)",
 )
+# ---- causal LMs of the architecture matrix (Qwen3, Qwen3-MoE, Gemma3, Llama 3.1): config.json of each checkpoint
+_QWEN3_8B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen3ForCausalLM", {
+        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960,
+        "attention_bias": False})},
+    source="Qwen/Qwen3-8B config.json (36 layers, hidden 4096, 32/8 heads of 128, q/k norms, untied head); model "
+    "card: 8.2B parameters (6.95B without embeddings)",
+)  # fmt: skip
+_QWEN3_30B_A3B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Qwen3MoeForCausalLM", {
+        "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+        "max_position_embeddings": 40960, "router_aux_loss_coef": 0.001, "output_router_logits": False})},
+    source="Qwen/Qwen3-30B-A3B config.json (48 layers, hidden 2048, 128 experts of width 768, 8 routed per token); "
+    "model card: 30.5B parameters, 3.3B activated",
+)  # fmt: skip
+_GEMMA3_1B = PublishedModel(
+    {"model": ComponentSpec("transformers", "Gemma3ForCausalLM", {
+        "model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "query_pre_attn_scalar": 256,
+        "vocab_size": 262144, "sliding_window": 512, "sliding_window_pattern": 6, "rope_theta": 1e6,
+        "rope_local_base_freq": 10000.0, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+        "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None, "attn_logit_softcapping": None,
+        "tie_word_embeddings": True})},
+    source="google/gemma-3-1b-it config.json (text only: 26 layers, 5 local sliding-window layers of 512 per global "
+    "one, 4/1 heads of 256, tied 262k embedding); model card: 1B parameters",
+)  # fmt: skip
+_LLAMA31_8B = PublishedModel(
+    {"model": ComponentSpec("transformers", "LlamaForCausalLM", {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "rope_theta": 500000.0, "attention_bias": False, "mlp_bias": False})},
+    source="meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, hidden 4096, 32/8 heads, 128k vocabulary, "
+    "llama3 rope scaling); model card: 8B parameters (8.03B)",
+)  # fmt: skip
 _SD35_MEDIUM = PublishedModel(
     {
         "transformer": ComponentSpec(
@@ -256,6 +298,10 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "Qwen/Qwen2.5-VL-7B-Instruct": _QWEN25_VL_7B,
     "GSAI-ML/LLaDA-8B-Instruct": _LLADA_8B,
     "apple/DiffuCoder-7B-Instruct": _DIFFUCODER_7B,
+    "Qwen/Qwen3-8B": _QWEN3_8B,
+    "Qwen/Qwen3-30B-A3B": _QWEN3_30B_A3B,
+    "google/gemma-3-1b-it": _GEMMA3_1B,
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
     "stabilityai/stable-diffusion-3.5-medium": _SD35_MEDIUM,
     "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_1_3B,

@@ -113,3 +113,59 @@ def case_config(case: str, output_dir: str) -> dict[str, Any]:
     config = copy.deepcopy(COMMON) | copy.deepcopy(sections)
     config["run"] = copy.deepcopy(COMMON["run"]) | {"output_dir": output_dir}
     return config
+
+
+# ---- the architecture matrix: every causal-LM and diffusion-LM architecture genalign supports, built tiny from its
+# real config class (genalign.policies.lm.tiny, genalign.policies.dlm.tiny); Llama is the "causal_lm" case above
+# (builtin:arith-lm). The folders are written once per content of the builders (a hash in the folder name), so the
+# training subprocesses and later runs reuse them.
+def _tiny_model_folder(kind: str, name: str) -> str:
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import genalign.policies.dlm.tiny as dlm_tiny
+    import genalign.policies.lm.tiny as lm_tiny
+
+    sources = b"".join(Path(module.__file__).read_bytes() for module in (lm_tiny, dlm_tiny))
+    digest = hashlib.sha256(sources + kind.encode() + name.encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / "genalign-contract-models" / f"{kind}-{name}-{digest}"
+    if not (folder / "config.json").exists():
+        staging = folder.with_name(f"{folder.name}.{os.getpid()}")
+        if kind == "causal_lm":
+            lm_tiny.build_tiny_causal_lm(staging, architecture=name, vocab_size=96)
+        else:
+            dlm_tiny.build_tiny_diffusion_lm(staging, style=name, vocab_size=96)
+        if folder.exists():  # another process wrote it first
+            shutil.rmtree(staging)
+        else:
+            os.replace(staging, folder)
+    return str(folder)
+
+
+def _architecture_cases() -> dict[str, tuple[str, dict[str, Any]]]:
+    from genalign.policies.dlm.tiny import DIFFUSION_STYLES
+
+    cases: dict[str, tuple[str, dict[str, Any]]] = {}
+    for architecture in ("qwen2", "qwen3", "qwen3_moe", "gemma3"):
+        cases[f"causal_lm_{architecture}"] = ("causal_lm", {
+            "policy": {"family": "causal_lm", "model": _tiny_model_folder("causal_lm", architecture),
+                       "max_prompt_tokens": 16, "max_new_tokens": 4},
+            "data": {"train": ARITHMETIC},
+            "algorithm": LM_ALGORITHM | {"kl_coef": 0.01},
+        })  # fmt: skip
+    proxies = {"llada": {"name": "one_step"}, "dream": {"name": "coupled"}}  # as in their presets (d1, coupled-GRPO)
+    for style, conventions in DIFFUSION_STYLES.items():
+        cases[f"diffusion_lm_{style}"] = ("diffusion_lm", {
+            "policy": {"family": "diffusion_lm", "model": _tiny_model_folder("diffusion_lm", style),
+                       **conventions.policy_options(), "max_prompt_tokens": 16, "gen_length": 4, "block_length": 4,
+                       "steps": 4, "likelihood_proxy": proxies[style]},
+            "data": {"train": ARITHMETIC},
+            "algorithm": LM_ALGORITHM,
+        })  # fmt: skip
+    return cases
+
+
+CASES |= _architecture_cases()

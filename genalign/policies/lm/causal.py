@@ -31,10 +31,16 @@ top-k log-probs and hidden states come from the same pass, the KL from the refer
 (:mod:`genalign.policies.lm.core`). The sampler's KV-cache arithmetic differs from a full forward by float rounding,
 so the family declares ``rollout_logp_is_exact = False`` and the trainer re-scores once before the update (contract in
 :mod:`genalign.policies.base`).
+
+Routing Replay (``policy.routing_replay``, mixture-of-experts models, [294]; :mod:`genalign.policies.lm.routing_replay`):
+right after sampling, one no-grad scoring pass records every token's experts (``per_sample["prompt_routes"]``,
+``["completion_routes"]``), and every later scoring pass of the rollout routes the tokens to them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections import deque
 from dataclasses import replace
 from typing import Any, Literal
@@ -62,7 +68,7 @@ from genalign.policies.lm.core import (
 )
 from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, SamplingParams, StopStringMatcher
 from genalign.policies.lm.engines.tree import TreeCacheEngine
-from genalign.policies.lm.engines.turn_cache import TurnCacheEngine
+from genalign.policies.lm.engines.turn_cache import TurnCacheEngine, turn_cache_unsupported_reason
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
 from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
 from genalign.policies.lm.guidance import (
@@ -73,12 +79,13 @@ from genalign.policies.lm.guidance import (
     sample_self_hints,
     split_by,
 )
-from genalign.policies.lm.logprobs import completion_scores
+from genalign.policies.lm.logprobs import TokenScores, completion_scores
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import TextTurns, multi_turn_rollout
 from genalign.policies.lm.probes import probe_structure
 from genalign.policies.lm.prompts import EncodedPrompts, encode_prompts
 from genalign.policies.lm.reference import ReferencePolicy
+from genalign.policies.lm.routing_replay import recording, replaying, routes_unsupported_reason
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.shared_prefix import shared_prefix_hidden_states
 from genalign.policies.lm.tokenizer import load_tokenizer
@@ -90,8 +97,8 @@ class CausalLMPolicy(TokenLMPolicy):
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` ``[N, P]`` (left-padded),
     ``prompt_mask`` ``[N, P]``, ``completion_ids`` ``[N, C]`` and ``completion_mask`` ``[N, C]`` (and, for multi-turn
-    rollouts, ``completion_attention`` ``[N, C]``); the truncation flags (and segment ids) are in
-    ``Rollout.structure``.
+    rollouts, ``completion_attention`` ``[N, C]``; with Routing Replay, ``prompt_routes`` ``[N, P, layers, k]`` and
+    ``completion_routes`` ``[N, C, layers, k]``); the truncation flags (and segment ids) are in ``Rollout.structure``.
     """
 
     family = "causal_lm"
@@ -119,9 +126,15 @@ class CausalLMPolicy(TokenLMPolicy):
         self.stop_matcher = StopStringMatcher(tokenizer, tuple(config.stop))
         self.tree_engine = TreeCacheEngine(model, tokenizer) if config.tree.enabled else None
         keep_turn_caches = config.multi_turn.enabled and config.multi_turn.keep_kv_cache and config.engine == "static"
+        if keep_turn_caches and (reason := turn_cache_unsupported_reason(model)) is not None:
+            warnings.warn(f"policy.multi_turn.keep_kv_cache: {reason}; every turn re-encodes its conversation instead "
+                          "(same distribution). Set it to false to silence this warning.", stacklevel=2)  # fmt: skip
+            keep_turn_caches = False
         #: samples the turns of multi-turn rollouts with each trajectory's KV cache kept between its turns, or None
         self.turn_engine = TurnCacheEngine(model, tokenizer) if keep_turn_caches else None
         self.segments = SegmentBoundaries(tokenizer, config.probes.step_markers)
+        if config.routing_replay and (reason := routes_unsupported_reason(model)) is not None:
+            raise ValueError(f"policy.routing_replay=true needs a mixture-of-experts model: {reason}; set it to false.")
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
             self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
@@ -204,7 +217,7 @@ class CausalLMPolicy(TokenLMPolicy):
             counts=counts,
             left_padded=LEFT_PADDED,
         )
-        return probe_structure(self, rollout, request)
+        return probe_structure(self, self._with_routes(rollout), request)
 
     def force(
         self,
@@ -220,7 +233,22 @@ class CausalLMPolicy(TokenLMPolicy):
         policy's log-probs through the scoring pass; starts flagged in ``continues`` are continued by the rollout
         engine (:mod:`genalign.policies.lm.forced`)."""
         rollout = forced_rollout(self, rows, completions, behaviour_logp, request, continues)
-        return probe_structure(self, rollout, request)
+        return probe_structure(self, self._with_routes(rollout), request)
+
+    def _with_routes(self, rollout: Rollout) -> Rollout:
+        """``rollout`` with the experts of every token of ``[prompt | completion]`` from one no-grad scoring pass of
+        the current weights over all columns, ``prompt_routes`` ``[N, P, layers, k]`` and ``completion_routes``
+        ``[N, C, layers, k]`` (``policy.routing_replay``, :mod:`genalign.policies.lm.routing_replay`); unchanged
+        otherwise."""
+        if not self.config.routing_replay or not len(rollout):
+            return rollout
+        data = rollout.per_sample
+        prompt_width, completion_width = data["prompt_ids"].shape[1], data["completion_ids"].shape[1]
+        with torch.no_grad(), eval_mode(self.model), recording(self.model, len(rollout)) as passes:
+            self._completion_scores(self.model, data, 0, completion_width, ScoreRequest())
+        prompt_routes, completion_routes = passes[0].split([prompt_width, completion_width], dim=1)
+        per_sample = {**data, "prompt_routes": prompt_routes, "completion_routes": completion_routes}
+        return replace(rollout, per_sample=per_sample, left_padded=rollout.left_padded | {"prompt_routes"})
 
     def encode(self, rows: list[dict[str, Any]], *, limit: bool = True) -> EncodedPrompts:
         """``rows``' prompts rendered (chat template, guidance hint and prefix), tokenized and left-padded; ``limit``
@@ -337,15 +365,37 @@ class CausalLMPolicy(TokenLMPolicy):
         training on it run.
         """
         data = rollout.per_sample
-        prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
-        completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        prompt_mask = data["prompt_mask"]
         attention = data.get("completion_attention")  # multi-turn: environment tokens are attended, not scored
         # Drop columns that are padding in every row of this (micro-)batch; positions come from the mask, so the
         # values do not change, only the work. Multi-turn rollouts keep their full width: their long sequences make
         # the float rounding of attention depend on the key length, and scores must not depend on the split.
         first = int(prompt_mask.any(dim=0).long().argmax()) if prompt_mask.numel() and attention is None else 0
-        width = int(completion_mask.any(dim=0).sum()) if attention is None else completion_ids.shape[1]
-        scores = completion_scores(
+        width = _kept_completion_width(data)
+        replay = contextlib.nullcontext()
+        if "prompt_routes" in data:  # Routing Replay: the experts recorded for these columns
+            routes = torch.cat([data["prompt_routes"][:, first:], data["completion_routes"][:, :width]], dim=1)
+            replay = replaying(module, routes)
+        with replay:
+            scores = self._completion_scores(module, data, first, width, request)
+        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
+        features = {
+            "entropy": scores.entropy,
+            "vocab_term": scores.vocab_term,
+            "topk_logp": scores.topk_logp,
+            "hidden": scores.hidden,
+            "logit_stats": scores.logit_stats,
+        }
+        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+    def _completion_scores(
+        self, module: nn.Module, data: dict[str, Any], first: int, width: int, request: ScoreRequest
+    ) -> TokenScores:
+        """:func:`completion_scores` of prompt columns ``first:`` and completion columns ``:width``."""
+        prompt_ids, prompt_mask = data["prompt_ids"], data["prompt_mask"]
+        completion_ids, completion_mask = data["completion_ids"], data["completion_mask"]
+        attention = data.get("completion_attention")
+        return completion_scores(
             module,
             prompt_ids[:, first:],
             prompt_mask[:, first:],
@@ -361,15 +411,13 @@ class CausalLMPolicy(TokenLMPolicy):
             with_logit_stats="logit_stats" in request,
             hidden_states=shared_prefix_hidden_states if self.config.shared_prefix_scoring else None,
         )
-        pad = lambda x: _pad_actions(x, rollout.num_actions) if x is not None else None  # noqa: E731
-        features = {
-            "entropy": scores.entropy,
-            "vocab_term": scores.vocab_term,
-            "topk_logp": scores.topk_logp,
-            "hidden": scores.hidden,
-            "logit_stats": scores.logit_stats,
-        }
-        return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+
+def _kept_completion_width(data: dict[str, Any]) -> int:
+    """The completion columns a scoring pass keeps: those real in some row (all of them in a multi-turn rollout)."""
+    if data.get("completion_attention") is not None:
+        return data["completion_ids"].shape[1]
+    return int(data["completion_mask"].any(dim=0).sum())
 
 
 def _pad_actions(x: Tensor, num_actions: int) -> Tensor:

@@ -101,6 +101,13 @@ class CausalLMPolicyConfig:
         default_factory=MultiTurnOptions,
         metadata={"help": "Multi-turn rollouts: environments and tools, turn and token limits (unset: one turn)."},
     )
+    routing_replay: bool = field(
+        default=False,
+        metadata={
+            "help": "Mixture-of-experts models: record each token's experts when its rollout is scored and route it "
+            "to them in every later scoring pass (Routing Replay [294]; docs/lm_architectures.md)."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the rollout sampler's random generator."})
 
     def validate(self) -> None:
@@ -127,6 +134,16 @@ class CausalLMPolicyConfig:
             (
                 self.system_prompt is None or self.use_chat_template,
                 "policy.system_prompt needs policy.use_chat_template=true (plain prompts have no system role).",
+            ),
+            (
+                not (self.routing_replay and self.gradient_checkpointing),
+                "policy.routing_replay=true with policy.gradient_checkpointing=true: the recomputed forward of the "
+                "backward pass would route afresh; turn one of them off.",
+            ),
+            (
+                not (self.routing_replay and self.multi_turn.enabled),
+                "policy.routing_replay=true records the routes of one-turn rollouts; remove policy.multi_turn or set "
+                "policy.routing_replay=false.",
             ),
         ]
         for ok, message in checks:

@@ -280,6 +280,28 @@ def token_scores_from_hidden(
     )
 
 
+class SoftCappedHead(nn.Module):
+    """An output head whose logits are soft-capped, ``cap · tanh(head(h) / cap)`` (Gemma's
+    ``final_logit_softcapping``): the logits the model's own forward returns, so scores match its sampler's."""
+
+    def __init__(self, head: nn.Module, cap: float) -> None:
+        super().__init__()
+        self.head, self.cap = head, cap
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.head(hidden) / self.cap) * self.cap  # [n, V]
+
+
+def output_head(causal_lm: nn.Module) -> nn.Module:
+    """The head that turns the backbone's hidden states into the logits of ``causal_lm`` (a peft wrapper is fine):
+    its output embeddings, soft-capped when the config caps the final logits (the chunked pass then runs it through
+    the generic per-chunk path)."""
+    model = get_base_model(causal_lm)
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return head if cap is None else SoftCappedHead(head, cap)
+
+
 def backbone_output(module: nn.Module, **inputs: Any) -> Any:
     """The output of the transformers backbone inside ``module`` (a ``*ForCausalLM`` or ``*ForConditionalGeneration``,
     possibly in a peft wrapper), from one call of ``module`` itself: a model output with ``last_hidden_state`` ``[B, L,
@@ -369,7 +391,7 @@ def completion_scores(
         hidden,
         completion_ids,
         completion_mask,
-        get_base_model(causal_lm).get_output_embeddings(),
+        output_head(causal_lm),
         temperature=temperature,
         chunk_size=chunk_size,
         with_entropy=with_entropy,

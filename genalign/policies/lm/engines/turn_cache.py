@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from genalign.policies.lm.engines.base import Generation, SamplingParams, StopStringMatcher
-from genalign.policies.lm.engines.lean_decoder import LeanDecoder, StaticKVCache
+from genalign.policies.lm.engines.lean_decoder import LeanDecoder, StaticKVCache, layer_windows, unsupported_reason
 from genalign.policies.lm.engines.static import decode
 
 #: A new layout of the held caches leaves room for this many later turns to continue it in place.
@@ -145,9 +145,19 @@ class TurnCaches:
         self.ids = dict(zip(keys, ids, strict=True))
 
 
+def turn_cache_unsupported_reason(model: nn.Module) -> str | None:
+    """Why :class:`TurnCacheEngine` cannot sample ``model`` (``None`` when it can): the lean decoder's own reasons, and
+    sliding-window layers (a new layout moves a row's columns, and a window counts columns)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    reason = unsupported_reason(base)
+    if reason is None and any(window is not None for window in layer_windows(base.config)):
+        reason = "its sliding-window layers attend within a window of cache columns, which a new layout moves"
+    return reason
+
+
 class TurnCacheEngine:
-    """Samples the turns of multi-turn rollouts of Llama-family models, keeping each conversation's static KV cache
-    between its turns (module docstring).
+    """Samples the turns of multi-turn rollouts of the lean decoder's architectures (without sliding-window layers),
+    keeping each conversation's static KV cache between its turns (module docstring).
 
     Args:
         model: the ``*ForCausalLM`` module, or a peft model around it.
@@ -155,6 +165,9 @@ class TurnCacheEngine:
     """
 
     def __init__(self, model: nn.Module, tokenizer) -> None:
+        reason = turn_cache_unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"policy.multi_turn.keep_kv_cache cannot keep this model's cache: {reason}.")
         self.decoder = LeanDecoder(model)
         self.tokenizer = tokenizer
 
