@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -71,13 +71,15 @@ def logp_without_image(
     temperature: float,
     chunk_size: int,
     logp: Tensor,
+    blank: Callable[[dict[str, Tensor]], dict[str, Tensor]] = blank_images,
 ) -> Tensor:
-    """``[n, T]`` log-probs of ``targets`` with the images blanked out (module docstring); ``logp`` (the ordinary
-    log-probs) is returned detached when the batch has no image."""
-    if "pixel_values" not in inputs:
+    """``[n, T]`` log-probs of ``targets`` with the images (and videos) blanked out by ``blank`` (the architecture's
+    :meth:`~genalign.policies.vlm.architectures.base.VLMArchitecture.blank_images`; module docstring); ``logp`` (the
+    ordinary log-probs) is returned detached when the batch has no image or video."""
+    if not any(key.startswith("pixel_values") for key in inputs):
         return logp.detach()
     args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk_size}
-    return _action_logp(module, blank_images(inputs), head, **args)
+    return _action_logp(module, blank(inputs), head, **args)
 
 
 def _action_logp(
