@@ -156,7 +156,12 @@ class VLMPolicy(TokenLMPolicy):
         )
 
     def generate_with_images(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, mm_types: Tensor, media: list[SampleMedia], params: SamplingParams
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        mm_types: Tensor,
+        media: list[SampleMedia],
+        params: SamplingParams,
     ) -> list[Generation]:
         """One ``generate`` call per ``rollout_batch_size`` samples, each with its own samples' images and videos
         bound (``media``: per sample, the architecture's processor outputs)."""
@@ -229,7 +234,11 @@ class VLMPolicy(TokenLMPolicy):
                 "completion_length": float(action_mask.sum(1).mean()),
                 "frac_truncated": float(truncated.float().mean()),
                 "images_per_prompt": sum(len(e.image_sizes) for e in encoded) / len(encoded),
-                **({"videos_per_prompt": sum(len(e.videos) for e in encoded) / len(encoded)} if any(e.videos for e in encoded) else {}),
+                **(
+                    {"videos_per_prompt": sum(len(e.videos) for e in encoded) / len(encoded)}
+                    if any(e.videos for e in encoded)
+                    else {}
+                ),
             },
         )
 
@@ -265,7 +274,9 @@ class VLMPolicy(TokenLMPolicy):
             "attention_mask": torch.cat([ps["prompt_mask"], attended.long()], dim=1),
         }
         keys = [key for key in self.architecture.media_keys if key in ps]
-        images = self.architecture.concat([dict(zip(keys, media, strict=True)) for media in zip(*(ps[k] for k in keys))])
+        images = self.architecture.concat(
+            [dict(zip(keys, media, strict=True)) for media in zip(*(ps[k] for k in keys))]
+        )
         if images:
             inputs |= images
             if self.needs_mm_token_type_ids:

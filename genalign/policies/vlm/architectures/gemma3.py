@@ -57,7 +57,6 @@ GEMMA3 = Gemma3(
 )
 
 
-
 #: the tiny Gemma 3's special tokens, in the order of their ids
 GEMMA3_SPECIAL_TOKENS = [
     "<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",

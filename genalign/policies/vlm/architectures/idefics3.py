@@ -42,12 +42,17 @@ class Idefics3(VLMArchitecture):
     ) -> list[SampleMedia]:
         if "pixel_values" not in encoded:
             return [
-                {"pixel_values": torch.zeros(0, 3, 1, 1), "pixel_attention_mask": torch.zeros(0, 1, 1, dtype=torch.bool)}
+                {
+                    "pixel_values": torch.zeros(0, 3, 1, 1),
+                    "pixel_attention_mask": torch.zeros(0, 1, 1, dtype=torch.bool),
+                }
                 for _ in images_per_sample
             ]
         pixels, masks = encoded["pixel_values"], encoded["pixel_attention_mask"].bool()  # [B, N, 3, H, W], [B, N, H, W]
         real = masks.flatten(2).any(-1)  # [B, N] views that hold an image
-        return [{"pixel_values": pixels[i][real[i]], "pixel_attention_mask": masks[i][real[i]]} for i in range(len(real))]
+        return [
+            {"pixel_values": pixels[i][real[i]], "pixel_attention_mask": masks[i][real[i]]} for i in range(len(real))
+        ]
 
     def concat(self, samples: Sequence[SampleMedia]) -> dict[str, Tensor]:
         views = max(int(s["pixel_values"].shape[0]) for s in samples)
@@ -90,8 +95,6 @@ IDEFICS3 = Idefics3(
     placeholder_attributes=("image_token_id",),
     placeholder_tokens=TILE_TOKENS,
 )
-
-
 
 
 def build_tiny(model_type: str, folder: Path) -> Path:

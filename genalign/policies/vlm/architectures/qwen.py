@@ -92,7 +92,7 @@ class QwenVL(VLMArchitecture):
         return out
 
     def image_kwargs(self, min_pixels: int, max_pixels: int) -> dict[str, Any]:
-        return {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}
+        return {"images_kwargs": {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}}
 
     def image_factor(self, processor: Any) -> int:
         return int(processor.image_processor.patch_size) * int(processor.image_processor.merge_size)
@@ -115,7 +115,6 @@ QWEN_VL = QwenVL(
     positions="model",
     multi_turn=True,
 )
-
 
 
 #: Qwen-VL's special tokens, in the order of their ids
@@ -167,8 +166,9 @@ def build_tiny(model_type: str, folder: Path) -> Path:
             tie_word_embeddings=True, **tokens,
         )  # fmt: skip
         video_processor = tf.Qwen3VLVideoProcessor(
-            size={"shortest_edge": 256, "longest_edge": 48 * 48 * 16}, do_sample_frames=False, **patches
-        )
+            size={"shortest_edge": 256, "longest_edge": 48 * 48 * 16}, do_sample_frames=False,
+            cap_pixels_per_frame=False, **patches,
+        )  # fmt: skip
         processor_class, model_class = tf.Qwen3VLProcessor, tf.Qwen3VLForConditionalGeneration
     elif model_type == "qwen2_5_vl":
         config = tf.Qwen2_5_VLConfig(
@@ -178,7 +178,7 @@ def build_tiny(model_type: str, folder: Path) -> Path:
                            **vision_patches},
             tie_word_embeddings=True, **tokens,
         )  # fmt: skip
-        video_processor = tf.Qwen2VLVideoProcessor(do_sample_frames=False, **patches)
+        video_processor = tf.Qwen2VLVideoProcessor(do_sample_frames=False, cap_pixels_per_frame=False, **patches)
         processor_class, model_class = tf.Qwen2_5_VLProcessor, tf.Qwen2_5_VLForConditionalGeneration
     else:
         config = tf.Qwen2VLConfig(
@@ -187,7 +187,7 @@ def build_tiny(model_type: str, folder: Path) -> Path:
                            **vision_patches},
             tie_word_embeddings=True, **tokens,
         )  # fmt: skip
-        video_processor = tf.Qwen2VLVideoProcessor(do_sample_frames=False, **patches)
+        video_processor = tf.Qwen2VLVideoProcessor(do_sample_frames=False, cap_pixels_per_frame=False, **patches)
         processor_class, model_class = tf.Qwen2VLProcessor, tf.Qwen2VLForConditionalGeneration
     processor = processor_class(
         image_processor=image_processor, video_processor=video_processor, tokenizer=tokenizer, chat_template=template
@@ -196,4 +196,12 @@ def build_tiny(model_type: str, folder: Path) -> Path:
     return save_tiny(folder, model, processor, ids["<|im_end|>"], ids["<|endoftext|>"])
 
 
-__all__ = ["QWEN_SPECIAL_TOKENS", "QWEN_VL", "VISION_TOKEN_ATTRIBUTES", "QwenVL", "build_tiny", "concat_by_grid", "split_by_grid"]
+__all__ = [
+    "QWEN_SPECIAL_TOKENS",
+    "QWEN_VL",
+    "VISION_TOKEN_ATTRIBUTES",
+    "QwenVL",
+    "build_tiny",
+    "concat_by_grid",
+    "split_by_grid",
+]

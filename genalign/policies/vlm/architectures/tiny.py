@@ -46,7 +46,9 @@ def chat_template(turn_start: str, turn_end: str, blocks: dict[str, str], *, rol
     """A chat template writing each message as ``turn_start + role + newline + content + turn_end + newline``, a
     content block of type ``t`` as ``blocks[t]`` (text blocks as their text), ``roles`` renaming roles (Gemma's
     ``model``), and ``prefix`` first (a BOS token)."""
-    renames = "".join(f"{{% if role == '{a}' %}}{{% set role = '{b}' %}}{{% endif %}}" for a, b in (roles or {}).items())
+    renames = "".join(
+        f"{{% if role == '{a}' %}}{{% set role = '{b}' %}}{{% endif %}}" for a, b in (roles or {}).items()
+    )
     parts = "".join(f"{{% elif part['type'] == '{kind}' %}}{text}" for kind, text in blocks.items())
     generation_role = (roles or {}).get("assistant", "assistant")
     return (
