@@ -126,5 +126,6 @@ CASES |= {
         ("qwen3_vl_video", "qwen3_vl", SHAPES_VIDEO, {"max_frames": 4}),
         ("gemma3", "gemma3", SHAPES_VQA, {}),
         ("idefics3", "idefics3", SHAPES_VQA, {}),
+        ("llava_onevision", "llava_onevision", SHAPES_VQA, {}),
     )
 }  # fmt: skip

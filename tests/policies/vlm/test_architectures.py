@@ -24,7 +24,7 @@ from genalign.policies.vlm.architectures.idefics3 import TILE_TOKENS
 from tests.policies.vlm.tiny_models import tiny_model_dir
 
 torch.set_num_threads(1)
-TINY = ("qwen2_5_vl", "qwen3_vl", "gemma3", "idefics3")
+TINY = ("qwen2_5_vl", "qwen3_vl", "gemma3", "idefics3", "llava_onevision")
 _POLICIES: dict[str, object] = {}
 
 
@@ -45,10 +45,14 @@ def mixed_rows() -> list[dict]:
 
 
 def test_the_table_serves_each_model_type_and_names_the_supported_ones_otherwise():
-    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "idefics3", "smolvlm"} <= set(ARCHITECTURES)
+    assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "idefics3", "smolvlm", "llava_onevision"} == set(
+        ARCHITECTURES
+    )
     assert architecture_of(SimpleNamespace(model_type="qwen3_vl")).name == "qwen-vl"
-    with pytest.raises(ValueError, match=r"model_type='llava_onevision'.*supported: gemma3, idefics3, qwen2_5_vl"):
-        architecture_of(SimpleNamespace(model_type="llava_onevision"))
+    with pytest.raises(
+        ValueError, match=r"model_type='internvl'.*supported: gemma3, idefics3, llava_onevision, qwen2_5_vl"
+    ):
+        architecture_of(SimpleNamespace(model_type="internvl"))
 
 
 @pytest.mark.parametrize("model_type", TINY)
@@ -86,9 +90,11 @@ def test_placeholder_tokens_are_declared_and_never_sampled(model_type):
         "qwen3_vl": {"<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"},
         "gemma3": {"<start_of_image>", "<end_of_image>", "<image_soft_token>"},
         "idefics3": {"<image>", *TILE_TOKENS},
+        "llava_onevision": {"<image>", "<video>"},
     }[model_type]
     assert set(policy.suppressed_token_ids) == {tokenizer.convert_tokens_to_ids(t) for t in expected}
-    assert policy.image_token_id == (config.image_token_index if model_type == "gemma3" else config.image_token_id)
+    expected_image_token = getattr(config, "image_token_id", getattr(config, "image_token_index", None))
+    assert policy.image_token_id == expected_image_token is not None
     with torch.no_grad():  # a head that prefers the placeholders: generation must still avoid them
         head = policy.hf_model.get_output_embeddings()
         saved = head.weight.detach().clone()

@@ -86,7 +86,9 @@ def test_bad_videos_name_the_row_column_and_fix(tmp_path):
 
 @pytest.fixture(scope="module")
 def qwen3_vl():
-    config = VLMPolicyConfig(model=tiny_model_dir("qwen3_vl"), max_new_tokens=4, temperature=3.0, max_frames=4, **LIMITS)
+    config = VLMPolicyConfig(
+        model=tiny_model_dir("qwen3_vl"), max_new_tokens=4, temperature=3.0, max_frames=4, **LIMITS
+    )
     return build_policy(config, "cpu")
 
 

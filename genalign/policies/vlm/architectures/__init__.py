@@ -11,6 +11,7 @@ qwen2_vl, qwen2_5_vl,     :mod:`~.qwen` (flat patches + grids)     yes (``pixel_
 qwen3_vl                                                           ``video_grid_thw``)
 gemma3                    :mod:`~.gemma3` (fixed-size images)      no
 idefics3, smolvlm         :mod:`~.idefics3` (padded sub-images)    no
+llava_onevision           :mod:`~.llava_onevision` (anyres tiles)  no
 ========================  =======================================  =====================================
 
 Adding an architecture: a module with its :class:`VLMArchitecture` instance, listed in :data:`ARCHITECTURES`.
@@ -23,11 +24,14 @@ from typing import Any
 from genalign.policies.vlm.architectures.base import SampleMedia, VLMArchitecture
 from genalign.policies.vlm.architectures.gemma3 import GEMMA3
 from genalign.policies.vlm.architectures.idefics3 import IDEFICS3
+from genalign.policies.vlm.architectures.llava_onevision import LLAVA_ONEVISION
 from genalign.policies.vlm.architectures.qwen import QWEN_VL
 
 #: ``model_type`` -> architecture
 ARCHITECTURES: dict[str, VLMArchitecture] = {
-    model_type: architecture for architecture in (QWEN_VL, GEMMA3, IDEFICS3) for model_type in architecture.model_types
+    model_type: architecture
+    for architecture in (QWEN_VL, GEMMA3, IDEFICS3, LLAVA_ONEVISION)
+    for model_type in architecture.model_types
 }
 
 

@@ -90,12 +90,13 @@ def build_tiny_model(model_type: str, folder: str | Path) -> Path:
 
 def tiny_builders() -> dict[str, Callable[[str, Path], Path]]:
     """``model_type`` -> the builder of its tiny model (each architecture module's ``build_tiny``)."""
-    from genalign.policies.vlm.architectures import gemma3, idefics3, qwen
+    from genalign.policies.vlm.architectures import gemma3, idefics3, llava_onevision, qwen
 
     return {
         **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), qwen.build_tiny),
         "gemma3": gemma3.build_tiny,
         "idefics3": idefics3.build_tiny,
+        "llava_onevision": llava_onevision.build_tiny,
     }
 
 
