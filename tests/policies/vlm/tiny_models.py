@@ -1,7 +1,7 @@
 """Tiny random models of every VLM architecture, built once per machine into the temporary folder.
 
 :func:`tiny_model_dir` returns the folder of ``model_type``'s tiny model
-(:func:`genalign.policies.vlm.architectures.tiny.build_tiny_model`), building it on first use. The folder's name holds
+(:func:`genalign.policies.vlm.architectures.build_tiny_model`), building it on first use. The folder's name holds
 a fingerprint of the transformers version and the builders' source, so a changed builder or library gets a fresh
 model; concurrent test processes build into private folders and the first rename wins.
 """
@@ -32,7 +32,7 @@ def tiny_model_dir(model_type: str) -> str:
     root = Path(tempfile.gettempdir()) / f"genalign-tiny-vlm-{os.getuid()}"
     folder = root / f"{model_type}-{fingerprint()}"
     if not (folder / "config.json").is_file():
-        from genalign.policies.vlm.architectures.tiny import build_tiny_model
+        from genalign.policies.vlm.architectures import build_tiny_model
 
         private = root / f".{model_type}-{uuid.uuid4().hex}"
         build_tiny_model(model_type, private)

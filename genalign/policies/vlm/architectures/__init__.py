@@ -19,8 +19,11 @@ Adding an architecture: a module with its :class:`VLMArchitecture` instance, lis
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from genalign.policies.vlm.architectures import gemma3, idefics3, llava_onevision, qwen
 from genalign.policies.vlm.architectures.base import SampleMedia, VLMArchitecture
 from genalign.policies.vlm.architectures.gemma3 import GEMMA3
 from genalign.policies.vlm.architectures.idefics3 import IDEFICS3
@@ -51,4 +54,28 @@ def architecture_of(model_config: Any) -> VLMArchitecture:
     return ARCHITECTURES[model_type]
 
 
-__all__ = ["ARCHITECTURES", "SampleMedia", "VLMArchitecture", "architecture_of"]
+#: ``model_type`` -> the builder of its tiny random model (each architecture module's ``build_tiny``)
+TINY_MODELS: dict[str, Callable[[str, Path], Path]] = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), qwen.build_tiny),
+    "gemma3": gemma3.build_tiny,
+    "idefics3": idefics3.build_tiny,
+    "llava_onevision": llava_onevision.build_tiny,
+}
+
+
+def build_tiny_model(model_type: str, folder: str | Path) -> Path:
+    """Write a tiny random model of ``model_type`` (:mod:`genalign.policies.vlm.architectures.tiny`) to ``folder``
+    and return it; the weights come from a fixed seed.
+
+    Raises:
+        ValueError: no tiny builder for ``model_type``; the message lists those there are.
+    """
+    if model_type not in TINY_MODELS:
+        raise ValueError(f"no tiny model for model_type={model_type!r}; there are: {', '.join(sorted(TINY_MODELS))}")
+    import torch
+
+    torch.manual_seed(0)
+    return TINY_MODELS[model_type](model_type, Path(folder))
+
+
+__all__ = ["ARCHITECTURES", "TINY_MODELS", "SampleMedia", "VLMArchitecture", "architecture_of", "build_tiny_model"]

@@ -1,14 +1,14 @@
 """Tiny random models of the VLM architectures, built offline from their real transformers classes (for tests).
 
-:func:`build_tiny_model` writes a folder that ``policy.model`` can name: a model of the architecture's own config
-class at tiny sizes (2 text layers of width 64, a 2-block vision tower of width 32), random weights from a fixed seed,
-and its own processor class around a byte-level BPE tokenizer trained here on the shapes-world task text with the
-architecture's special tokens, and a chat template in the architecture's format. Nothing is downloaded.
+:func:`~genalign.policies.vlm.architectures.build_tiny_model` writes a folder that ``policy.model`` can name: a
+model of the architecture's own config class at tiny sizes (2 text layers of width 64, a 2-block vision tower of
+width 32), random weights from a fixed seed, and its own processor class around a byte-level BPE tokenizer trained
+here on the shapes-world task text with the architecture's special tokens, and a chat template in the architecture's
+format. Nothing is downloaded. This module holds the helpers the architectures' ``build_tiny`` share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,31 +73,4 @@ def save_tiny(folder: Path, model: Any, processor: Any, eos_token_id: int, pad_t
     return folder
 
 
-def build_tiny_model(model_type: str, folder: str | Path) -> Path:
-    """Write a tiny random model of ``model_type`` (module docstring) to ``folder`` and return it.
-
-    Raises:
-        ValueError: no tiny builder for ``model_type``; the message lists those there are.
-    """
-    builders = tiny_builders()
-    if model_type not in builders:
-        raise ValueError(f"no tiny model for model_type={model_type!r}; there are: {', '.join(sorted(builders))}")
-    import torch
-
-    torch.manual_seed(0)
-    return builders[model_type](model_type, Path(folder))
-
-
-def tiny_builders() -> dict[str, Callable[[str, Path], Path]]:
-    """``model_type`` -> the builder of its tiny model (each architecture module's ``build_tiny``)."""
-    from genalign.policies.vlm.architectures import gemma3, idefics3, llava_onevision, qwen
-
-    return {
-        **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), qwen.build_tiny),
-        "gemma3": gemma3.build_tiny,
-        "idefics3": idefics3.build_tiny,
-        "llava_onevision": llava_onevision.build_tiny,
-    }
-
-
-__all__ = ["CORPUS", "TEXT_WIDTH", "build_tiny_model", "chat_template", "save_tiny", "tiny_builders", "tiny_tokenizer"]
+__all__ = ["CORPUS", "TEXT_WIDTH", "chat_template", "save_tiny", "tiny_tokenizer"]
