@@ -14,6 +14,7 @@ from PIL import Image
 
 from genalign.data.shapes import detect
 from genalign.data.video_tasks import shapes_video_rows
+from genalign.data.vlm_tasks import shapes_vqa_rows
 from genalign.policies.base import ScoreRequest
 from genalign.policies.vlm import VLMPolicyConfig, build_policy
 from genalign.policies.vlm.video import load_row_videos, load_video, sampled_indices
@@ -162,3 +163,26 @@ def test_a_tiny_qwen3_vl_trains_on_native_video_with_a_reward_that_reads_the_fra
     assert all(from_frames == truth for _, from_frames, truth in seen), "the frames the reward got are the clip's"
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 2
+
+
+def test_rows_mix_images_videos_markers_and_chat_blocks(qwen3_vl):
+    """A string prompt with a video then an image marker, an image-only row and a chat prompt with a video block:
+    each sample keeps its own grids, and scores do not depend on the micro-batch split."""
+    images, videos = shapes_vqa_rows(2, seed=0), shapes_video_rows(2, 0)
+    chat = [{"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "video"}]}]
+    rows = [
+        dict(videos[0], image=images[0]["image"], prompt="<video> then <image>: how many?"),
+        images[1],
+        dict(videos[1], prompt=chat),
+    ]
+    rollout = qwen3_vl.rollout(rows, 2)
+    ps = rollout.per_sample
+    assert [g.tolist() for g in ps["video_grid_thw"][::2]] == [[[2, 8, 8]], [], [[2, 8, 8]]]
+    assert [g.tolist() for g in ps["image_grid_thw"][::2]] == [[[1, 8, 8]], [[1, 8, 8]], []]
+    types = ps["mm_token_type_ids"][0][ps["prompt_mask"][0] > 0].tolist()
+    assert types.index(2) < types.index(1), "the video comes before the image, where the markers are"
+    assert "video_frames" not in rollout.rows[2] and rollout.rows[4]["video_frames"].shape == (4, 48, 48, 3)
+    with torch.no_grad():
+        whole = qwen3_vl.score(rollout).logp
+        parts = torch.cat([qwen3_vl.score(rollout.select(idx)).logp for idx in ([0], [1, 2], [3, 4, 5])])
+    assert torch.equal(parts, whole)
