@@ -1,5 +1,6 @@
-"""Inputs of the vision-language policy: chat messages with image blocks, processor outputs per row, padding, and the
-ragged image tensors split per sample and concatenated back per batch."""
+"""Inputs of the vision-language policy: chat messages with image and video blocks, each row's images and sampled
+videos, processor outputs per row (split by the architecture), padding, and the Qwen-VL helpers that split flat
+patches by their grids."""
 
 from __future__ import annotations
 

@@ -78,8 +78,9 @@ class VLMPolicy(TokenLMPolicy):
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` / ``prompt_mask`` /
     ``mm_token_type_ids`` ``[N, P]`` (left-padded to the rollout's longest prompt), ``completion_ids`` ``[N, T]`` and,
-    as per-sample lists, ``pixel_values`` ``[p_i, D]`` and ``image_grid_thw`` ``[k_i, 3]``; the truncation flags (and
-    segment ids) are in ``Rollout.structure``. Multi-turn rollouts add ``completion_mask`` / ``completion_attention``
+    as per-sample lists, the architecture's media keys (Qwen-VL: ``pixel_values`` ``[p_i, D]``, ``image_grid_thw``
+    ``[k_i, 3]``, ``pixel_values_videos`` ``[q_i, D]``, ``video_grid_thw`` ``[v_i, 3]``;
+    :mod:`genalign.policies.vlm.architectures`); the truncation flags (and segment ids) are in ``Rollout.structure``. Multi-turn rollouts add ``completion_mask`` / ``completion_attention``
     ``[N, T]`` (model tokens; every token) and hold every image of the trajectory in the per-sample lists.
     """
 
