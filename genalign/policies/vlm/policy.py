@@ -362,10 +362,14 @@ class VLMPolicy(TokenLMPolicy):
 
 
 def build_policy(config: VLMPolicyConfig, device: str | torch.device) -> VLMPolicy:
-    """Load the processor and model named by ``config``, add LoRA / freeze the vision tower, and wrap them."""
+    """Load the processor and model named by ``config``, add LoRA / freeze the vision tower, and wrap them. An
+    unsupported architecture is refused from the model's ``config.json``, before any weight is loaded."""
+    from transformers import AutoConfig
+
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
+    architecture_of(AutoConfig.from_pretrained(model_path))
     processor = load_processor(
         model_location(config.processor, field="policy.processor", marker=None) if config.processor else model_path
     )

@@ -4,6 +4,7 @@ positions in the scoring pass (Gemma 3's bidirectional image attention), Idefics
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -162,3 +163,10 @@ def test_multi_turn_needs_an_architecture_that_supports_it():
     )
     with pytest.raises(ValueError, match=r"gemma3 architecture .* does not support multi-turn rollouts"):
         build_policy(config, "cpu")
+
+
+def test_an_unsupported_model_type_is_refused_before_its_weights_load(tmp_path):
+    # a real image-text-to-text type this family does not declare; config.json only, no processor or weights
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
+    with pytest.raises(ValueError, match=r"model_type='paligemma', which the VLM family does not support; supported:"):
+        build_policy(VLMPolicyConfig(model=str(tmp_path)), "cpu")
