@@ -170,3 +170,10 @@ def test_an_unsupported_model_type_is_refused_before_its_weights_load(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
     with pytest.raises(ValueError, match=r"model_type='paligemma', which the VLM family does not support; supported:"):
         build_policy(VLMPolicyConfig(model=str(tmp_path)), "cpu")
+
+
+def test_frame_reordering_is_refused_where_no_patch_grid_locates_the_frames():
+    policy = policy_of("gemma3")
+    rollout = policy.rollout(mixed_rows()[2:], 1)
+    with pytest.raises(ValueError, match=r"logp_frames_shuffled reorders the patches of Qwen-VL images; the gemma3"):
+        policy.score(rollout, ScoreRequest.of("logp_frames_shuffled"))
