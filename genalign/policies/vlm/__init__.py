@@ -43,10 +43,11 @@ abstract in shared/seeds/abstracts.md):
    taken for an image slot when the completion is re-scored. Scoring masks the same tokens (:func:`suppressed_head`),
    so re-scored log-probs are those of the law that was sampled.
 
-6. **Multi-turn** (``policy.multi_turn``, :mod:`genalign.policies.vlm.multi_turn`; Qwen-VL only): the shared turn loop of the token
-   families with environments; image observations (e.g. the ``crop_image`` tool's crops) are encoded by the processor
-   as a suffix of the conversation, and every later turn and the scoring pass get all the trajectory's images, with
-   their image tokens typed for the 3-D rotary positions; environment tokens are attended context, never actions.
+6. **Multi-turn** (``policy.multi_turn``, :mod:`genalign.policies.vlm.multi_turn`; Qwen-VL only): the shared turn
+   loop of the token families with environments; image observations (e.g. the ``crop_image`` tool's crops) are
+   encoded by the processor as a suffix of the conversation, and every later turn and the scoring pass get all the
+   trajectory's images, with their image tokens typed for the 3-D rotary positions; environment tokens are attended
+   context, never actions.
 
 The rollout adds columns to each row, for rewards: ``image_sizes`` (``(width, height)`` of each image as stored) and
 ``image_input_sizes`` (``(width, height)`` the model saw, from the architecture), and for a row with a video

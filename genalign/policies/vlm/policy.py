@@ -66,10 +66,11 @@ def media_columns(encoded: EncodedPrompt) -> dict[str, Any]:
     of each image as stored / as the model saw it) and, for a row with videos, ``video_frames`` (the sampled frames
     as stored, ``[F, H, W, 3]`` uint8; a list of them for several videos) and ``video_fps`` (their rate)."""
     columns: dict[str, Any] = {"image_sizes": encoded.image_sizes, "image_input_sizes": encoded.image_input_sizes}
-    if encoded.videos:
-        frames, fps = [v.frames for v in encoded.videos], [v.fps for v in encoded.videos]
-        columns |= {"video_frames": frames[0], "video_fps": fps[0]} if len(frames) == 1 else {}
-        columns |= {"video_frames": frames, "video_fps": fps} if len(frames) > 1 else {}
+    frames, fps = [v.frames for v in encoded.videos], [v.fps for v in encoded.videos]
+    if len(frames) == 1:
+        columns |= {"video_frames": frames[0], "video_fps": fps[0]}
+    elif frames:
+        columns |= {"video_frames": frames, "video_fps": fps}
     return columns
 
 
@@ -80,8 +81,9 @@ class VLMPolicy(TokenLMPolicy):
     ``mm_token_type_ids`` ``[N, P]`` (left-padded to the rollout's longest prompt), ``completion_ids`` ``[N, T]`` and,
     as per-sample lists, the architecture's media keys (Qwen-VL: ``pixel_values`` ``[p_i, D]``, ``image_grid_thw``
     ``[k_i, 3]``, ``pixel_values_videos`` ``[q_i, D]``, ``video_grid_thw`` ``[v_i, 3]``;
-    :mod:`genalign.policies.vlm.architectures`); the truncation flags (and segment ids) are in ``Rollout.structure``. Multi-turn rollouts add ``completion_mask`` / ``completion_attention``
-    ``[N, T]`` (model tokens; every token) and hold every image of the trajectory in the per-sample lists.
+    :mod:`genalign.policies.vlm.architectures`); the truncation flags (and segment ids) are in ``Rollout.structure``.
+    Multi-turn rollouts add ``completion_mask`` / ``completion_attention`` ``[N, T]`` (model tokens; every token) and
+    hold every image of the trajectory in the per-sample lists.
     """
 
     family = "vlm"
