@@ -169,3 +169,30 @@ def _architecture_cases() -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 CASES |= _architecture_cases()
+# --- VLM architecture matrix: one case per architecture of genalign.policies.vlm.architectures, on tiny random models
+# built from the real transformers classes (tests/policies/vlm/tiny_models.py); Qwen2-VL is the "vlm" case above.
+# Qwen3-VL takes native videos of the shapes_video task (frames through the processor's video path).
+from tests.policies.vlm.tiny_models import tiny_model_dir  # noqa: E402
+
+SHAPES_VIDEO = {
+    "source": "procedural:shapes_video",
+    "args": {"size": 64, "seed": 0, "split": "train", "kinds": ["frames"], "num_frames": 4},
+}
+VLM_ARCHITECTURE_POLICY = {
+    "family": "vlm", "min_pixels": 256, "max_pixels": 2304, "max_new_tokens": 6, "freeze_vision_tower": True,
+    "temperature": 3.0,
+}  # fmt: skip
+CASES |= {
+    f"vlm_{name}": ("vlm", {
+        "policy": VLM_ARCHITECTURE_POLICY | {"model": tiny_model_dir(model_type), **extra},
+        "data": {"train": data},
+        "algorithm": LM_ALGORITHM,
+    })
+    for name, model_type, data, extra in (
+        ("qwen2_5_vl", "qwen2_5_vl", SHAPES_VQA, {}),
+        ("qwen3_vl_video", "qwen3_vl", SHAPES_VIDEO, {"max_frames": 4}),
+        ("gemma3", "gemma3", SHAPES_VQA, {}),
+        ("idefics3", "idefics3", SHAPES_VQA, {}),
+        ("llava_onevision", "llava_onevision", SHAPES_VQA, {}),
+    )
+}  # fmt: skip

@@ -41,7 +41,8 @@ class VLMPolicyConfig:
     model: str = field(
         default="builtin:shapes-vlm",
         metadata={
-            "help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL / Qwen2.5-VL).",
+            "help": "Model folder (or 'builtin:<name>') of an image-text-to-text model (Qwen2-VL, Qwen2.5-VL, "
+            "Qwen3-VL, Gemma 3, Idefics3 / SmolVLM).",
             "path": True,
             "hub_id": True,
         },
@@ -64,6 +65,17 @@ class VLMPolicyConfig:
     image_root: str | None = field(
         default=None, metadata={"help": "Directory that relative image paths are resolved against.", "path": True}
     )
+    video_column: str = field(
+        default="video",
+        metadata={
+            "help": "Row column holding the video(s) of the prompt (a file path, a list of frames, an array "
+            "[F, H, W, 3]); architectures with native video only (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."
+        },
+    )
+    video_fps: float = field(
+        default=2.0, metadata={"help": "Frames per second sampled from a video (at most max_frames), > 0."}
+    )
+    max_frames: int = field(default=16, metadata={"help": "Most frames sampled from one video, >= 1."})
     min_pixels: int = field(default=56 * 56, metadata={"help": "Images smaller than this area are upscaled."})
     max_pixels: int = field(default=1280 * 28 * 28, metadata={"help": "Images larger than this area are downscaled."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every chat."})
@@ -127,6 +139,10 @@ class VLMPolicyConfig:
                 f"policy.min_pixels={self.min_pixels} and policy.max_pixels={self.max_pixels} must satisfy "
                 "1 <= min_pixels <= max_pixels"
             )
+        if self.video_fps <= 0:
+            raise ValueError(f"policy.video_fps={self.video_fps} must be > 0 (frames per second sampled from a video)")
+        if self.max_frames < 1:
+            raise ValueError(f"policy.max_frames={self.max_frames} must be >= 1 (frames sampled from one video)")
         for name in ("temperature", "eval_temperature"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be > 0 (sampling only)")

@@ -11,10 +11,8 @@ from torch import Tensor, nn
 
 from genalign.policies.lm.core import DTYPES
 from genalign.policies.lora import ALL_LINEAR
+from genalign.policies.vlm.architectures.qwen import VISION_TOKEN_ATTRIBUTES
 from genalign.policies.vlm.config import LoraScope, VLMPolicyConfig
-
-#: Config attributes of Qwen2-VL-style models naming the vision placeholder tokens.
-VISION_TOKEN_ATTRIBUTES = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
 #: Logit offset of suppressed tokens when scoring: exp(-1e4) is 0 in float32 and bfloat16, and, unlike -inf, it keeps
 #: ``p * log p`` (entropy) finite.
@@ -86,8 +84,9 @@ def suppressed_head(head: nn.Module, token_ids: tuple[int, ...]) -> nn.Module:
 
 
 def vision_token_ids(model_config: Any) -> tuple[int, ...]:
-    """The ids of the vision placeholder tokens declared in ``model_config`` (those of
-    :data:`VISION_TOKEN_ATTRIBUTES` that are set), sorted; a policy must never generate them."""
+    """The ids of the Qwen-VL vision placeholder tokens declared in ``model_config`` (those of
+    :data:`VISION_TOKEN_ATTRIBUTES` that are set), sorted; a policy must never generate them (every architecture's
+    own list: :meth:`~genalign.policies.vlm.architectures.base.VLMArchitecture.placeholder_ids`)."""
     ids = {getattr(model_config, name, None) for name in VISION_TOKEN_ATTRIBUTES}
     return tuple(sorted(int(i) for i in ids if i is not None))
 

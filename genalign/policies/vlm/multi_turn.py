@@ -137,8 +137,8 @@ class ImageTurns:
         budgets, turn_params = turn_budgets(active, params, policy.config.multi_turn.max_total_tokens)
         ids, mask = left_padded_contexts(active, policy.pad_token_id)  # [B, L]
         types = mm_token_types(ids, policy.image_token_id)  # [B, L] the prompts' and the observations' image tokens
-        pixels, grids = zip(*(self.images_of(t) for t in active), strict=True)
-        generations = policy.generate_with_images(ids, mask, types, list(pixels), list(grids), turn_params)
+        media = [dict(zip(("pixel_values", "image_grid_thw"), self.images_of(t), strict=True)) for t in active]
+        generations = policy.generate_with_images(ids, mask, types, media, turn_params)
         turns, start = [], 0
         for generation in generations:  # one per rollout_batch_size trajectories, in order
             size = generation.completion_ids.shape[0]

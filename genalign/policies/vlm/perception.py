@@ -5,21 +5,24 @@
   image tokens of the prompt, averaged over the layers; ``[n, T]``, 0 for a sample without images. Computed from the
   same backbone pass as the log-probs (``output_hidden_states=True`` changes no value).
 * ``logp_without_image`` (VPPO [329]): the log-probabilities of the stored actions from a second backbone pass in which
-  every image is replaced by a blank one, the processor's mean colour (``pixel_values`` 0 after normalisation), with
-  the same tokens and positions, through the same suppressed head at the sampling temperature; ``[n, T]``, detached.
-  Samples without images get their ordinary log-probs.
+  every image and native video is replaced by a blank one, the processor's mean colour (``pixel_values`` and
+  ``pixel_values_videos`` 0 after normalisation; the architecture's
+  :meth:`~genalign.policies.vlm.architectures.base.VLMArchitecture.blank_images`), with the same tokens and positions,
+  through the same suppressed head at the sampling temperature; ``[n, T]``, detached. Samples without images or
+  videos get their ordinary log-probs.
 * ``logp_frames_shuffled`` (Video-KTR [230]): the log-probabilities of the stored actions from a second backbone pass
   in which each sample's images, read as the frames of a video in prompt order, are put in reverse order (image ``k``
   of ``K`` gets the patches of image ``K − 1 − k`` when both have the same patch grid, so every token and position
-  stays where it was); ``[n, T]``, detached. Reading chosen: this family carries images, not video tensors, so a
-  video is a row with one image per frame; Video-KTR shuffles the frames, and the reversal is our deterministic
-  shuffle (every frame moves except the middle one of an odd count; the same order in every micro-batch). A sample
-  with fewer than two frames gets its ordinary log-probs (no temporal signal).
+  stays where it was); ``[n, T]``, detached. Qwen-VL architectures only (their patch grids locate every frame).
+  Reading chosen: the frames are a row's images (one image per frame); a native video's frames are merged in pairs
+  by its temporal patch inside ``pixel_values_videos`` and are not reordered. Video-KTR shuffles the frames, and the
+  reversal is our deterministic shuffle (every frame moves except the middle one of an odd count; the same order in
+  every micro-batch). A sample with fewer than two frames gets its ordinary log-probs (no temporal signal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -71,13 +74,15 @@ def logp_without_image(
     temperature: float,
     chunk_size: int,
     logp: Tensor,
+    blank: Callable[[dict[str, Tensor]], dict[str, Tensor]] = blank_images,
 ) -> Tensor:
-    """``[n, T]`` log-probs of ``targets`` with the images blanked out (module docstring); ``logp`` (the ordinary
-    log-probs) is returned detached when the batch has no image."""
-    if "pixel_values" not in inputs:
+    """``[n, T]`` log-probs of ``targets`` with the images (and videos) blanked out by ``blank`` (the architecture's
+    :meth:`~genalign.policies.vlm.architectures.base.VLMArchitecture.blank_images`; module docstring); ``logp`` (the
+    ordinary log-probs) is returned detached when the batch has no image or video."""
+    if not any(key.startswith("pixel_values") for key in inputs):
         return logp.detach()
     args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk_size}
-    return _action_logp(module, blank_images(inputs), head, **args)
+    return _action_logp(module, blank(inputs), head, **args)
 
 
 def _action_logp(

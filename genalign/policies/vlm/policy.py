@@ -29,7 +29,12 @@ from genalign.policies.lm.core import (
 from genalign.policies.lm.engines.base import Generation, SamplingParams
 from genalign.policies.lm.engines.hf import HFGenerateEngine
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
-from genalign.policies.lm.logprobs import backbone_hidden_states, backbone_output, token_scores_from_hidden
+from genalign.policies.lm.logprobs import (
+    backbone_hidden_states,
+    backbone_output,
+    position_ids_from_mask,
+    token_scores_from_hidden,
+)
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import multi_turn_rollout
 from genalign.policies.lm.probes import block_ids, judge_tokens
@@ -37,10 +42,10 @@ from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
 from genalign.policies.vlm.attention import modality_attention
+from genalign.policies.vlm.architectures import SampleMedia, architecture_of
 from genalign.policies.vlm.config import VLMPolicyConfig
 from genalign.policies.vlm.inputs import (
     EncodedPrompt,
-    concat_images,
     encode_prompts,
     left_pad,
     mm_token_types,
@@ -51,11 +56,23 @@ from genalign.policies.vlm.model import (
     load_model,
     lora_module_names,
     suppressed_head,
-    vision_token_ids,
     vision_tower,
 )
 from genalign.policies.vlm.multi_turn import ImageTurns
 from genalign.policies.vlm.perception import logp_frames_shuffled, logp_without_image, visual_similarity
+
+
+def media_columns(encoded: EncodedPrompt) -> dict[str, Any]:
+    """The columns a rollout adds to a row, for rewards: ``image_sizes`` / ``image_input_sizes`` (``(width, height)``
+    of each image as stored / as the model saw it) and, for a row with videos, ``video_frames`` (the sampled frames
+    as stored, ``[F, H, W, 3]`` uint8; a list of them for several videos) and ``video_fps`` (their rate)."""
+    columns: dict[str, Any] = {"image_sizes": encoded.image_sizes, "image_input_sizes": encoded.image_input_sizes}
+    frames, fps = [v.frames for v in encoded.videos], [v.fps for v in encoded.videos]
+    if len(frames) == 1:
+        columns |= {"video_frames": frames[0], "video_fps": fps[0]}
+    elif frames:
+        columns |= {"video_frames": frames, "video_fps": fps}
+    return columns
 
 
 class VLMPolicy(TokenLMPolicy):
@@ -63,9 +80,11 @@ class VLMPolicy(TokenLMPolicy):
 
     Build it with :func:`build_policy`. ``per_sample`` of its rollouts holds ``prompt_ids`` / ``prompt_mask`` /
     ``mm_token_type_ids`` ``[N, P]`` (left-padded to the rollout's longest prompt), ``completion_ids`` ``[N, T]`` and,
-    as per-sample lists, ``pixel_values`` ``[p_i, D]`` and ``image_grid_thw`` ``[k_i, 3]``; the truncation flags (and
-    segment ids) are in ``Rollout.structure``. Multi-turn rollouts add ``completion_mask`` / ``completion_attention``
-    ``[N, T]`` (model tokens; every token) and hold every image of the trajectory in the per-sample lists.
+    as per-sample lists, the architecture's media keys (Qwen-VL: ``pixel_values`` ``[p_i, D]``, ``image_grid_thw``
+    ``[k_i, 3]``, ``pixel_values_videos`` ``[q_i, D]``, ``video_grid_thw`` ``[v_i, 3]``;
+    :mod:`genalign.policies.vlm.architectures`); the truncation flags (and segment ids) are in ``Rollout.structure``.
+    Multi-turn rollouts add ``completion_mask`` / ``completion_attention`` ``[N, T]`` (model tokens; every token) and
+    hold every image of the trajectory in the per-sample lists.
     """
 
     family = "vlm"
@@ -85,16 +104,25 @@ class VLMPolicy(TokenLMPolicy):
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.model_path = model_path
-        self.patch_size = int(processor.image_processor.patch_size)
-        self.image_factor = self.patch_size * int(processor.image_processor.merge_size)
+        self.architecture = architecture_of(self.hf_model.config)
+        self.patch_size = getattr(processor.image_processor, "patch_size", None)
+        self.image_factor = self.architecture.image_factor(processor)
         self.eos_token_ids, self.pad_token_id = end_and_pad_token_ids(
             self.tokenizer, self.hf_model.generation_config, model_name=config.model
         )
-        self.suppressed_token_ids = vision_token_ids(self.hf_model.config)
+        self.suppressed_token_ids = self.architecture.placeholder_ids(self.hf_model.config, self.tokenizer)
         # transformers >= 5 computes Qwen2-VL's 3-D rotary positions from mm_token_type_ids; older versions reject it
-        self.needs_mm_token_type_ids = "mm_token_type_ids" in inspect.signature(self.hf_model.forward).parameters
+        type_key = self.architecture.token_type_key
+        self.needs_mm_token_type_ids = type_key in inspect.signature(self.hf_model.forward).parameters
         self.segments = SegmentBoundaries(self.tokenizer)
-        self.image_token_id = getattr(self.hf_model.config, "image_token_id", None)
+        model_config = self.hf_model.config
+        self.image_token_id = getattr(model_config, "image_token_id", getattr(model_config, "image_token_index", None))
+        self.video_token_id = getattr(model_config, "video_token_id", None)
+        if config.multi_turn.enabled and not self.architecture.multi_turn:
+            raise ValueError(
+                f"policy.multi_turn is set but the {self.architecture.name} architecture of {config.model!r} does not "
+                "support multi-turn rollouts (supported: Qwen2-VL, Qwen2.5-VL, Qwen3-VL); unset policy.multi_turn"
+            )
         if config.multi_turn.enabled:  # turns rendered with the processor's template, which renders image blocks
             self.environments = config.multi_turn.environment_set()
             self.chat_renderer = ChatRenderer(self.tokenizer, chat=processor)
@@ -106,9 +134,7 @@ class VLMPolicy(TokenLMPolicy):
 
     def encode_prompts(self, rows: list[dict[str, Any]]) -> list[EncodedPrompt]:
         """Load each row's images, build its chat, run the processor on the whole batch and split it per row."""
-        return encode_prompts(
-            rows, self.processor, self.config, patch_size=self.patch_size, image_factor=self.image_factor
-        )
+        return encode_prompts(rows, self.processor, self.config, self.architecture)
 
     def sampling_params(self, mode: Literal["train", "eval"]) -> SamplingParams:
         return sampling_params(self.config, mode, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id)
@@ -138,18 +164,18 @@ class VLMPolicy(TokenLMPolicy):
         prompt_ids: Tensor,
         prompt_mask: Tensor,
         mm_types: Tensor,
-        pixel_values: list[Tensor],
-        grids: list[Tensor],
+        media: list[SampleMedia],
         params: SamplingParams,
     ) -> list[Generation]:
-        """One ``generate`` call per ``rollout_batch_size`` samples, each with its own samples' images bound."""
+        """One ``generate`` call per ``rollout_batch_size`` samples, each with its own samples' images and videos
+        bound (``media``: per sample, the architecture's processor outputs)."""
         generations = []
         with eval_mode(self.model):
             for start in range(0, prompt_ids.shape[0], self.config.rollout_batch_size):
                 part = slice(start, start + self.config.rollout_batch_size)
-                image_inputs = concat_images(pixel_values[part], grids[part])
+                image_inputs = self.architecture.concat(media[part])
                 if image_inputs and self.needs_mm_token_type_ids:
-                    image_inputs["mm_token_type_ids"] = mm_types[part]
+                    image_inputs[self.architecture.token_type_key] = mm_types[part]
                 image_inputs = {k: v.to(self.device) for k, v in image_inputs.items()}
                 engine = HFGenerateEngine(
                     ImageBoundModel(self.model, image_inputs, self.suppressed_token_ids), self.tokenizer
@@ -182,11 +208,8 @@ class VLMPolicy(TokenLMPolicy):
         prompt_ids = left_pad([encoded[i].input_ids for i in picks], width, self.pad_token_id)  # [N, P]
         prompt_mask = left_pad([torch.ones_like(encoded[i].input_ids) for i in picks], width, 0)  # [N, P]
         mm_types = left_pad([encoded[i].mm_token_type_ids for i in picks], width, 0)  # [N, P]
-        pixel_values = [encoded[i].pixel_values for i in picks]
-        grids = [encoded[i].image_grid_thw for i in picks]
-        generations = self.generate_with_images(
-            prompt_ids, prompt_mask, mm_types, pixel_values, grids, self.sampling_params(mode)
-        )
+        media = [encoded[i].media for i in picks]
+        generations = self.generate_with_images(prompt_ids, prompt_mask, mm_types, media, self.sampling_params(mode))
 
         num_actions = max(g.completion_ids.shape[1] for g in generations)
         completion_ids = torch.cat([right_pad(g.completion_ids, num_actions, self.pad_token_id) for g in generations])
@@ -194,10 +217,7 @@ class VLMPolicy(TokenLMPolicy):
         old_logp = torch.cat([right_pad(g.logp, num_actions, 0) for g in generations])  # [N, T]
         truncated = torch.cat([g.truncated for g in generations])  # [N]
         outputs = self.tokenizer.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
-        out_rows = [
-            dict(rows[i], image_sizes=encoded[i].image_sizes, image_input_sizes=encoded[i].image_input_sizes)
-            for i in picks
-        ]
+        out_rows = [dict(rows[i], **media_columns(encoded[i])) for i in picks]
         return Rollout(
             rows=out_rows,
             outputs=outputs,
@@ -212,13 +232,17 @@ class VLMPolicy(TokenLMPolicy):
                 "prompt_mask": prompt_mask,
                 "mm_token_type_ids": mm_types,
                 "completion_ids": completion_ids.cpu(),
-                "pixel_values": pixel_values,
-                "image_grid_thw": grids,
+                **{key: [sample[key] for sample in media] for key in self.architecture.media_keys},
             },
             info={
                 "completion_length": float(action_mask.sum(1).mean()),
                 "frac_truncated": float(truncated.float().mean()),
-                "images_per_prompt": sum(e.image_grid_thw.shape[0] for e in encoded) / len(encoded),
+                "images_per_prompt": sum(len(e.image_sizes) for e in encoded) / len(encoded),
+                **(
+                    {"videos_per_prompt": sum(len(e.videos) for e in encoded) / len(encoded)}
+                    if any(e.videos for e in encoded)
+                    else {}
+                ),
             },
         )
 
@@ -259,12 +283,18 @@ class VLMPolicy(TokenLMPolicy):
             "input_ids": torch.cat([ps["prompt_ids"], completion_ids], dim=1),
             "attention_mask": torch.cat([ps["prompt_mask"], attended.long()], dim=1),
         }
-        images = concat_images(ps["pixel_values"], ps["image_grid_thw"])
+        keys = [key for key in self.architecture.media_keys if key in ps]
+        images = self.architecture.concat(
+            [dict(zip(keys, media, strict=True)) for media in zip(*(ps[k] for k in keys))]
+        )
         if images:
             inputs |= images
             if self.needs_mm_token_type_ids:
-                completion_types = mm_token_types(completion_ids, self.image_token_id)  # [n, T]
-                inputs["mm_token_type_ids"] = torch.cat([ps["mm_token_type_ids"], completion_types], 1)
+                completion_types = mm_token_types(completion_ids, self.image_token_id, self.video_token_id)  # [n, T]
+                types = torch.cat([ps["mm_token_type_ids"], completion_types], 1)  # [n, P + T]
+                inputs[self.architecture.token_type_key] = types
+        if self.architecture.positions == "from_mask":
+            inputs["position_ids"] = position_ids_from_mask(inputs["attention_mask"])
         return {k: v.to(self.device) for k, v in inputs.items()}
 
     def load_peer(self, path: str, *, tokenizer: str | None, dtype: str | None, field: str) -> PeerModel:
@@ -322,8 +352,14 @@ class VLMPolicy(TokenLMPolicy):
             modalities = modality_attention(module, inputs, image_token, width=width, mask=mask)
         args = {"width": width, "targets": targets, "mask": mask, "temperature": temperature, "chunk_size": chunk}
         if "logp_without_image" in request:
-            without_image = logp_without_image(module, inputs, head, logp=scores.logp, **args)
+            blank = self.architecture.blank_images
+            without_image = logp_without_image(module, inputs, head, blank=blank, logp=scores.logp, **args)
         if "logp_frames_shuffled" in request:
+            if "image_grid_thw" not in rollout.per_sample:
+                raise ValueError(
+                    f"the score feature logp_frames_shuffled reorders the patches of Qwen-VL images; the "
+                    f"{self.architecture.name} architecture of {self.config.model!r} has none (fix: drop the feature)"
+                )
             frames = [int(grid.shape[0]) for grid in rollout.per_sample["image_grid_thw"]]
             shuffled = logp_frames_shuffled(module, inputs, head, images_per_sample=frames, logp=scores.logp, **args)
         features = {
@@ -340,10 +376,14 @@ class VLMPolicy(TokenLMPolicy):
 
 
 def build_policy(config: VLMPolicyConfig, device: str | torch.device) -> VLMPolicy:
-    """Load the processor and model named by ``config``, add LoRA / freeze the vision tower, and wrap them."""
+    """Load the processor and model named by ``config``, add LoRA / freeze the vision tower, and wrap them. An
+    unsupported architecture is refused from the model's ``config.json``, before any weight is loaded."""
+    from transformers import AutoConfig
+
     config.validate()
     device = torch.device(device)
     model_path = model_location(config.model)
+    architecture_of(AutoConfig.from_pretrained(model_path))
     processor = load_processor(
         model_location(config.processor, field="policy.processor", marker=None) if config.processor else model_path
     )

@@ -45,12 +45,13 @@ class Recorder:
     def __init__(self, policy):
         self.inner, self.calls = policy.generate_with_images, []
 
-    def __call__(self, ids, mask, types, pixels, grids, params):
-        generations = self.inner(ids, mask, types, pixels, grids, params)
+    def __call__(self, ids, mask, types, media, params):
+        generations = self.inner(ids, mask, types, media, params)
         sampled = [row for g in generations for row in zip(g.completion_ids.tolist(), g.completion_mask.tolist())]
         self.calls.append([
-            {"context": ids[i][mask[i] > 0].tolist(), "types": types[i][mask[i] > 0].tolist(), "pixels": pixels[i],
-             "grid": grids[i].tolist(), "sampled": [t for t, m in zip(*sampled[i]) if m]}
+            {"context": ids[i][mask[i] > 0].tolist(), "types": types[i][mask[i] > 0].tolist(),
+             "pixels": media[i]["pixel_values"], "grid": media[i]["image_grid_thw"].tolist(),
+             "sampled": [t for t, m in zip(*sampled[i]) if m]}
             for i in range(ids.shape[0])
         ])  # fmt: skip
         return generations

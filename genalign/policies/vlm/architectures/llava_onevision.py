@@ -1,0 +1,121 @@
+"""LLaVA-OneVision: "anyres" tiles per image, the number of tiles read back from the image sizes.
+
+The processor returns ``pixel_values`` ``[K, P, 3, S, S]`` (image ``j``'s base view and its tiles, padded to the batch's
+largest tile count ``P``), ``image_sizes`` ``[K, 2]`` (each image's ``(height, width)``) and ``batch_num_images`` (the
+image count of every sample that has images). The model recomputes image ``j``'s tile count from its size and the
+grid pinpoints (a sample with several images uses the base view only) and drops the padding tiles, so the padding
+never reaches it. Each image is written as its run of ``<image>`` tokens (base view, tiles and row-end embeddings).
+A sample keeps its images' ``[k_i, P, 3, S, S]`` stacks, sizes and count; a micro-batch pads the stacks to the largest
+``P`` again. Positions are the 1-D ones ``generate`` derives from the attention mask.
+
+Reading chosen: ``image_input_sizes`` gives the tile size ``(S, S)`` of each image (the view the model's features are
+laid out in), not the anyres canvas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from genalign.policies.vlm.architectures.base import SampleMedia, VLMArchitecture
+
+KEYS = ("pixel_values", "image_sizes", "batch_num_images")
+
+
+@dataclass(frozen=True)
+class LlavaOneVision(VLMArchitecture):
+    """LLaVA-OneVision (module docstring)."""
+
+    def split(
+        self, encoded: Any, images_per_sample: Sequence[int], videos_per_sample: Sequence[int]
+    ) -> list[SampleMedia]:
+        if "pixel_values" not in encoded:
+            empty = {"pixel_values": torch.zeros(0, 1, 3, 1, 1), "image_sizes": torch.zeros(0, 2, dtype=torch.long)}
+            return [empty | {"batch_num_images": torch.zeros(0, dtype=torch.long)} for _ in images_per_sample]
+        counts = list(images_per_sample)
+        pixels = torch.split(encoded["pixel_values"], counts)  # per sample [k_i, P, 3, S, S]
+        sizes = torch.split(encoded["image_sizes"].long(), counts)  # per sample [k_i, 2]
+        return [
+            {"pixel_values": p, "image_sizes": s, "batch_num_images": torch.tensor([n] if n else [], dtype=torch.long)}
+            for p, s, n in zip(pixels, sizes, counts, strict=True)
+        ]
+
+    def concat(self, samples: Sequence[SampleMedia]) -> dict[str, Tensor]:
+        present = [s for s in samples if s["pixel_values"].shape[0]]
+        if not present:
+            return {}
+        tiles = max(int(s["pixel_values"].shape[1]) for s in present)
+        padded = [
+            torch.nn.functional.pad(s["pixel_values"], (0, 0, 0, 0, 0, 0, 0, tiles - s["pixel_values"].shape[1]))
+            for s in present
+        ]  # [k_i, P, 3, S, S], the padding tiles zero
+        return {
+            "pixel_values": torch.cat(padded),
+            "image_sizes": torch.cat([s["image_sizes"] for s in present]),
+            "batch_num_images": torch.cat([s["batch_num_images"] for s in present]),
+        }
+
+    def image_input_sizes(self, media: SampleMedia, processor: Any) -> list[tuple[int, int]]:
+        height, width = media["pixel_values"].shape[-2:]
+        return [(int(width), int(height))] * int(media["pixel_values"].shape[0])
+
+    def images_per_sample(self, samples: Sequence[SampleMedia]) -> list[int]:
+        return [int(s["pixel_values"].shape[0]) for s in samples]
+
+
+LLAVA_ONEVISION = LlavaOneVision(
+    name="llava-onevision",
+    model_types=("llava_onevision",),
+    image_keys=KEYS,
+    placeholder_attributes=("image_token_index", "video_token_index", "image_token_id", "video_token_id"),
+)
+
+#: the tiny LLaVA-OneVision's special tokens, in the order of their ids
+LLAVA_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+
+
+def build_tiny(model_type: str, folder: Path) -> Path:
+    """A tiny random LLaVA-OneVision with its processor, in ``folder``
+    (:mod:`genalign.policies.vlm.architectures.tiny`): a SigLIP tower on 32 x 32 views in 8-pixel patches (16 tokens
+    per view), anyres pinpoints up to 64 x 64 (2 x 2 tiles), a Qwen2 language model."""
+    import transformers as tf
+
+    from genalign.policies.vlm.architectures.tiny import TEXT_WIDTH, chat_template, save_tiny, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(LLAVA_SPECIAL_TOKENS, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in LLAVA_SPECIAL_TOKENS}
+    pinpoints = [[32, 32], [32, 64], [64, 32], [64, 64]]
+    processor = tf.LlavaOnevisionProcessor(
+        image_processor=tf.LlavaOnevisionImageProcessor(
+            size={"height": 32, "width": 32}, image_grid_pinpoints=pinpoints
+        ),
+        video_processor=tf.LlavaOnevisionVideoProcessor(size={"height": 32, "width": 32}),
+        tokenizer=tokenizer,
+        num_image_tokens=16,
+        vision_feature_select_strategy="full",
+        chat_template=chat_template("<|im_start|>", "<|im_end|>", {"image": "<image>", "video": "<video>"}),
+    )
+    config = tf.LlavaOnevisionConfig(
+        text_config={
+            "model_type": "qwen2", "vocab_size": len(tokenizer), "hidden_size": TEXT_WIDTH, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+            "pad_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"], "bos_token_id": None,
+        },
+        vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+        image_token_index=ids["<image>"],
+        video_token_index=ids["<video>"],
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=pinpoints,
+    )  # fmt: skip
+    model = tf.LlavaOnevisionForConditionalGeneration(config)
+    return save_tiny(folder, model, processor, ids["<|im_end|>"], ids["<|endoftext|>"])
+
+
+__all__ = ["LLAVA_ONEVISION", "LLAVA_SPECIAL_TOKENS", "LlavaOneVision", "build_tiny"]
