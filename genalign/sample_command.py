@@ -22,7 +22,7 @@ The command, in stages (:func:`run_sample`):
    rewards on stderr; with ``--out DIR`` also ``samples.jsonl``, and for images ``sample-<i>.png`` (``base-<i>.png``
    and ``trained-<i>.png`` with ``--compare base``),
    ``grid.png`` (a row per prompt and model, a column per sample, captioned with the prompt and the scores), for
-   videos ``sample-<i>/frame-<k>.png`` and ``sample-<i>.mp4``.
+   videos ``sample-<i>/frame-<k>.png`` and ``sample-<i>.mp4`` (``.gif`` without an MP4 encoder).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genalign.errors import UserError
+from genalign.video_files import as_video, mp4_encoder
+from genalign.video_files import write_video as write_video_file
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -206,31 +208,18 @@ def draw_grid(images: list[Image.Image], captions: list[str], *, columns: int, s
     return grid
 
 
-def mp4_encoder() -> str | None:
-    """The encoder ``diffusers.utils.export_to_video`` would use: 'imageio' (with imageio-ffmpeg) or 'opencv'; None
-    when neither is installed (then videos are written as PNG frames only)."""
-    from importlib.util import find_spec
-
-    if find_spec("imageio") is not None and find_spec("imageio_ffmpeg") is not None:
-        return "imageio"
-    return "opencv" if find_spec("cv2") is not None else None
-
-
 def write_video(frames: Any, folder: Path, name: str, fps: int) -> dict[str, str]:
-    """A ``[F, H, W, 3]`` uint8 video as ``folder/name/frame-<k>.png`` and, with an encoder, ``folder/name.mp4``."""
+    """A ``[F, H, W, 3]`` uint8 video as ``folder/name/frame-<k>.png`` and ``folder/name.mp4`` (``.gif`` without an
+    MP4 encoder: :func:`genalign.video_files.write_video`); the written paths by kind (``frames``, ``mp4`` or ``gif``)."""
     import numpy as np
     from PIL import Image
 
-    pictures = [Image.fromarray(np.asarray(frame, dtype=np.uint8)) for frame in np.asarray(frames)]
+    video = as_video(frames)
     (folder / name).mkdir(parents=True, exist_ok=True)
-    for k, picture in enumerate(pictures):
-        picture.save(folder / name / f"frame-{k:03d}.png")
-    written = {"frames": str(folder / name)}
-    if mp4_encoder() is not None:
-        from diffusers.utils import export_to_video
-
-        written["mp4"] = export_to_video(pictures, str(folder / f"{name}.mp4"), fps=fps)
-    return written
+    for k, frame in enumerate(video):
+        Image.fromarray(np.asarray(frame)).save(folder / name / f"frame-{k:03d}.png")
+    clip = write_video_file(video, folder / name, fps=fps)
+    return {"frames": str(folder / name), clip.suffix[1:]: str(clip)}
 
 
 def _scores(table, names: list[str], i: int) -> dict[str, float | None]:
@@ -343,8 +332,8 @@ def _write(args, rows, groups, outputs, tables, names, checkpoint) -> None:
         rows_per_prompt = " (base row above the trained row)" if len(outputs) > 1 else ""
         print(f"genalign: {out / 'grid.png'}: a row per prompt{rows_per_prompt}, a column per sample", file=sys.stderr)
     if videos and mp4_encoder() is None:
-        print("genalign: videos written as PNG frames; for MP4 files install an encoder: pip install imageio "
-              "imageio-ffmpeg (or opencv-python)", file=sys.stderr)  # fmt: skip
+        print("genalign: videos written as PNG frames and animated GIFs; for MP4 files install an encoder: "
+              "pip install 'genalign[video]'", file=sys.stderr)  # fmt: skip
     for side, table in tables.items():
         means = [float(torch.nanmean(table[:, k])) for k in range(len(names))]
         text = ", ".join(f"{name} {'n/a' if math.isnan(m) else f'{m:.4g}'}" for name, m in zip(names, means))

@@ -57,3 +57,28 @@ def test_a_tracker_that_is_not_installed_names_the_extra(tmp_path):
         ConfigError, match=r"'wandb' package is not installed; install it with pip install 'genalign\[wandb\]'"
     ):
         toy_config(tmp_path, run={"trackers": ["wandb"]})
+
+
+def test_videos_go_to_tensorboard_as_animated_gifs_at_their_fps(tmp_path):
+    pytest.importorskip("tensorboard")
+    from io import BytesIO
+
+    from accelerate import Accelerator
+
+    from genalign.trainer.trackers import Trackers
+
+    accelerator = Accelerator(cpu=True, log_with=["tensorboard"], project_dir=str(tmp_path))
+    trackers = Trackers(accelerator, ["tensorboard"])
+    trackers.start({"run": {"seed": 0}})
+    video = np.zeros((5, 8, 12, 3), dtype=np.uint8)
+    for f in range(5):
+        video[f, :, 2 * f : 2 * f + 2] = 255
+    with pytest.raises(ValueError, match=r"video samples need their frames per second"):
+        trackers.samples(3, ["a moving bar"], [video], [0.5])
+    trackers.samples(3, ["a moving bar"], [video], [0.5], fps=10)
+    trackers.end()
+    accumulator = events(tmp_path)
+    assert accumulator.Tags()["images"] == ["sample_videos/0"]
+    (event,) = accumulator.Images("sample_videos/0")
+    with Image.open(BytesIO(event.encoded_image_string)) as gif:
+        assert (event.step, gif.format, gif.n_frames, gif.size, gif.info["duration"]) == (3, "GIF", 5, (12, 8), 100)
