@@ -73,3 +73,21 @@ def test_ti2v_gives_every_latent_token_the_step_timestep(pipes):
         per_sample = pipe.transformer(hidden_states=latents, timestep=timestep, encoder_hidden_states=text,
                                       return_dict=False)[0]  # fmt: skip
     torch.testing.assert_close(per_token, per_sample, rtol=0, atol=1e-5)  # the same function, another layout
+
+
+@pytest.mark.parametrize(
+    ("hub_id", "architecture", "billions"),
+    [("Wan-AI/Wan2.2-T2V-A14B-Diffusers", "wan22", 14.0), ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", "wan22_ti2v", 5.0)],
+)
+def test_published_wan22_models_plan_as_their_architecture_at_their_model_card_size(hub_id, architecture, billions):
+    """The planner's tables: ``auto`` reads the pipeline config, and each transformer (each expert of A14B: 27B in
+    all, 14B active per step) has the model card's size on the meta device."""
+    from genalign.planning.architectures import published_model
+    from genalign.planning.meta_models import build_on_meta, count_parameters
+
+    published = published_model(hub_id)
+    assert architecture_name("auto", published.pipeline_class, published.pipeline_config) == architecture
+    experts = [role for role in published.components if role.startswith("transformer")]
+    assert experts == (["transformer", "transformer_2"] if architecture == "wan22" else ["transformer"])
+    total = count_parameters(build_on_meta(published.components["transformer"], torch.bfloat16)).total
+    assert abs(total / 1e9 - billions) / billions < 0.03, total
