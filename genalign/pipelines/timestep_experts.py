@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 
@@ -32,6 +31,7 @@ class TimestepExperts(nn.Module):
         #: diffusers' ``get_parameter_dtype`` skips these names when it finds the compute dtype (Wan keeps its
         #: modulation tables in float32)
         self._keep_in_fp32_modules = list(getattr(high, "_keep_in_fp32_modules", None) or [])
+        #: the experts' shared transformer config (an architecture's ``velocity`` may read it)
         self.config = high.config
 
     def uses_high(self, timestep: Tensor) -> Tensor:
@@ -93,14 +93,6 @@ class TimestepExperts(nn.Module):
     def unload_lora(self) -> None:
         for expert in (self.high, self.low):
             expert.unload_lora()
-
-    @property
-    def device(self) -> torch.device:
-        return self.high.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.high.dtype
 
 
 __all__ = ["TimestepExperts"]

@@ -105,3 +105,17 @@ def test_the_lora_of_both_experts_loads_into_diffusers(tiny_models, runs):
     for module, saved in ((pipe.transformer, high), (pipe.transformer_2, low)):
         loaded = dict(module.named_parameters())["blocks.0.attn1.to_q.lora_B.default_0.weight"]
         assert torch.equal(loaded, saved["transformer.blocks.0.attn1.to_q.lora_B.weight"])
+
+
+def test_genalign_sample_scores_and_writes_videos_at_the_declared_fps(runs, tmp_path, capsys):
+    """``genalign sample --score`` on the trained run: the video reward gets the policy's fps (it raises without it)
+    and the clip is written at that rate."""
+    from genalign.cli import main
+
+    out = tmp_path / "samples"
+    assert main(["sample", str(runs["wan22"]), "--score", "--num-prompts", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    (line,) = [json.loads(text) for text in captured.out.splitlines()]
+    assert line["rewards"]["shape_motion"] is not None and "could not score" not in captured.err
+    clip = Path(line["output"]["mp4" if "mp4" in line["output"] else "gif"])
+    assert read_video(clip, fps=8).shape == (5, 16, 16, 3)
