@@ -242,7 +242,7 @@ def architecture_name(name: str, pipeline_class: str | None, pipeline_config: Ma
     for candidate in FLOW_ARCHITECTURES.names():
         if FLOW_ARCHITECTURES.get(candidate).serves(pipeline_class, pipeline_config or {}):
             return candidate
-    served = (c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
+    served = dict.fromkeys(c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
     raise ValueError(
         f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline; supported: {', '.join(served)}. "
         f"Set policy.architecture to one of {', '.join(FLOW_ARCHITECTURES.names())} for a subclass with another name."
