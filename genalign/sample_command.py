@@ -22,7 +22,7 @@ The command, in stages (:func:`run_sample`):
    rewards on stderr; with ``--out DIR`` also ``samples.jsonl``, and for images ``sample-<i>.png`` (``base-<i>.png``
    and ``trained-<i>.png`` with ``--compare base``),
    ``grid.png`` (a row per prompt and model, a column per sample, captioned with the prompt and the scores), for
-   videos ``sample-<i>/frame-<k>.png`` and ``sample-<i>.mp4``.
+   videos ``sample-<i>/frame-<k>.png`` and ``sample-<i>.mp4`` (``.gif`` without an MP4 encoder).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genalign.errors import UserError
+from genalign.video_files import as_video, mp4_encoder
+from genalign.video_files import write_video as write_video_file
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -69,7 +71,8 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", choices=["base"], help="also sample the base model, with the same seed")
     p.add_argument("--checkpoint", help="a checkpoint folder, a run folder, 'latest' (default) or 'none' (base model)")
     p.add_argument("--out", help="folder for samples.jsonl, images (and grid.png) or video frames (required for flow)")
-    p.add_argument("--fps", type=int, default=16, help="frames per second of MP4 videos (default 16)")
+    p.add_argument("--fps", type=int, default=None,
+                   help="frames per second of written videos (default: the policy's, policy.fps)")  # fmt: skip
 
 
 # -- 1. config ------------------------------------------------------------------------------------------------------
@@ -140,7 +143,7 @@ def sample_rows(config: TrainConfig, args: argparse.Namespace) -> list[dict[str,
 
     traits = family_traits(config.policy)
     for flag in ("num", "num_prompts", "fps"):
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise SampleArgumentError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: give at least 1.")
     if traits.media_samples and not args.out:
         raise SampleArgumentError("this policy produces images or videos; pass --out FOLDER to write them.")
@@ -168,10 +171,11 @@ def sample_rows(config: TrainConfig, args: argparse.Namespace) -> list[dict[str,
 # -- 4. sampling ----------------------------------------------------------------------------------------------------
 def draw_samples(
     policy: Policy, rows: list[dict[str, Any]], num: int, seed: int
-) -> tuple[list[Any], list[int], list[dict[str, Any]]]:
-    """``(outputs, prompt index of each, row of each)``: ``num`` samples per row under seeded randomness (the same seed
-    gives the same samples). The rows are the rollout's: a multi-turn rollout adds each episode's
-    ``environment_reward``, which the ``environment`` reward reads."""
+) -> tuple[list[Any], list[int], list[dict[str, Any]], dict[str, list[Any]]]:
+    """``(outputs, prompt index of each, row of each, what describes the outputs)``: ``num`` samples per row under
+    seeded randomness (the same seed gives the same samples). The rows are the rollout's: a multi-turn rollout adds
+    each episode's ``environment_reward``, which the ``environment`` reward reads; the descriptions are the rollout's
+    :meth:`~genalign.policies.base.Rollout.output_columns` (videos' ``fps``), which rewards receive as columns."""
     import torch
 
     from genalign.trainer.evaluate import evaluation_randomness
@@ -180,7 +184,7 @@ def draw_samples(
         module.eval()
     with torch.no_grad(), evaluation_randomness(policy, seed), policy.evaluation_weights():
         rollout = policy.rollout(rows, num, mode="eval" if num == 1 else "train")
-    return list(rollout.outputs), [int(g) for g in rollout.group_ids], list(rollout.rows)
+    return list(rollout.outputs), [int(g) for g in rollout.group_ids], list(rollout.rows), rollout.output_columns()
 
 
 # -- 5. output ------------------------------------------------------------------------------------------------------
@@ -206,31 +210,18 @@ def draw_grid(images: list[Image.Image], captions: list[str], *, columns: int, s
     return grid
 
 
-def mp4_encoder() -> str | None:
-    """The encoder ``diffusers.utils.export_to_video`` would use: 'imageio' (with imageio-ffmpeg) or 'opencv'; None
-    when neither is installed (then videos are written as PNG frames only)."""
-    from importlib.util import find_spec
-
-    if find_spec("imageio") is not None and find_spec("imageio_ffmpeg") is not None:
-        return "imageio"
-    return "opencv" if find_spec("cv2") is not None else None
-
-
 def write_video(frames: Any, folder: Path, name: str, fps: int) -> dict[str, str]:
-    """A ``[F, H, W, 3]`` uint8 video as ``folder/name/frame-<k>.png`` and, with an encoder, ``folder/name.mp4``."""
+    """A ``[F, H, W, 3]`` uint8 video as ``folder/name/frame-<k>.png`` and ``folder/name.mp4`` (``.gif`` without an
+    MP4 encoder: :func:`genalign.video_files.write_video`); the written paths by kind (``frames``, ``mp4`` or ``gif``)."""
     import numpy as np
     from PIL import Image
 
-    pictures = [Image.fromarray(np.asarray(frame, dtype=np.uint8)) for frame in np.asarray(frames)]
+    video = as_video(frames)
     (folder / name).mkdir(parents=True, exist_ok=True)
-    for k, picture in enumerate(pictures):
-        picture.save(folder / name / f"frame-{k:03d}.png")
-    written = {"frames": str(folder / name)}
-    if mp4_encoder() is not None:
-        from diffusers.utils import export_to_video
-
-        written["mp4"] = export_to_video(pictures, str(folder / f"{name}.mp4"), fps=fps)
-    return written
+    for k, frame in enumerate(video):
+        Image.fromarray(np.asarray(frame)).save(folder / name / f"frame-{k:03d}.png")
+    clip = write_video_file(video, folder / name, fps=fps)
+    return {"frames": str(folder / name), clip.suffix[1:]: str(clip)}
 
 
 def _scores(table, names: list[str], i: int) -> dict[str, float | None]:
@@ -279,7 +270,7 @@ def run_sample(args: argparse.Namespace) -> int:
 
     seed = config.eval.seed if args.seed is None else args.seed
     sides = {"base": None, "trained": checkpoint} if args.compare == "base" else {"": checkpoint}
-    policy, outputs, tables, groups = None, {}, {}, []
+    policy, outputs, tables, groups, fps = None, {}, {}, [], args.fps
     for side, weights in sides.items():
         if policy is None:
             try:
@@ -290,18 +281,19 @@ def run_sample(args: argparse.Namespace) -> int:
             from genalign.trainer.checkpoint import load_policy_weights
 
             load_policy_weights(Path(weights), policy, verified=True)
-        outputs[side], groups, sampled_rows = draw_samples(policy, rows, args.num, seed)
+        outputs[side], groups, sampled_rows, described = draw_samples(policy, rows, args.num, seed)
+        fps = args.fps or (described.get("fps") or [None])[0]  # --fps, else the rate the policy declares
         if rewards is not None:
-            tables[side], failures = rewards.score_each(sampled_rows, outputs[side])
+            tables[side], failures = rewards.score_each(sampled_rows, outputs[side], **described)
             for name, failure in failures.items():
                 print(f"genalign: reward {name!r} could not score the {side + ' ' if side else ''}samples ({failure}); "
                       "its scores are null", file=sys.stderr)  # fmt: skip
-    _write(args, rows, groups, outputs, tables, rewards.labels if rewards else [], checkpoint)
+    _write(args, rows, groups, outputs, tables, rewards.labels if rewards else [], checkpoint, fps)
     return 0
 
 
-def _write(args, rows, groups, outputs, tables, names, checkpoint) -> None:
-    """Stage 5: JSON lines, files under ``--out``, the mean rewards."""
+def _write(args, rows, groups, outputs, tables, names, checkpoint, fps: int | None) -> None:
+    """Stage 5: JSON lines, files under ``--out`` (videos at ``fps``), the mean rewards."""
     import torch
 
     out = Path(args.out) if args.out else None
@@ -324,7 +316,7 @@ def _write(args, rows, groups, outputs, tables, names, checkpoint) -> None:
                 entry["output"] = str(out / f"{stem}.png")
                 cells.append((group, list(outputs).index(side), j, output, _caption(prompt, side, scores)))
             else:  # a video: [F, H, W, 3] uint8
-                entry["output"], videos = write_video(output, out, stem, args.fps), videos + 1
+                entry["output"], videos = write_video(output, out, stem, fps), videos + 1
             if scores is not None:
                 entry["rewards"] = scores
             if side:
@@ -343,8 +335,8 @@ def _write(args, rows, groups, outputs, tables, names, checkpoint) -> None:
         rows_per_prompt = " (base row above the trained row)" if len(outputs) > 1 else ""
         print(f"genalign: {out / 'grid.png'}: a row per prompt{rows_per_prompt}, a column per sample", file=sys.stderr)
     if videos and mp4_encoder() is None:
-        print("genalign: videos written as PNG frames; for MP4 files install an encoder: pip install imageio "
-              "imageio-ffmpeg (or opencv-python)", file=sys.stderr)  # fmt: skip
+        print("genalign: videos written as PNG frames and animated GIFs; for MP4 files install an encoder: "
+              "pip install 'genalign[video]'", file=sys.stderr)  # fmt: skip
     for side, table in tables.items():
         means = [float(torch.nanmean(table[:, k])) for k in range(len(names))]
         text = ", ".join(f"{name} {'n/a' if math.isnan(m) else f'{m:.4g}'}" for name, m in zip(names, means))

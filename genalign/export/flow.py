@@ -58,6 +58,9 @@ def _write_card(out: Path, base: str, base_name: str, *, lora: bool, absent: dic
     if lora:
         weights = "LoRA weights of the transformer in diffusers' format: `pytorch_lora_weights.safetensors`"
         load = f'pipe = DiffusionPipeline.from_pretrained("{base}"{none_kwargs})\npipe.load_lora_weights(folder)'
+        if (out / "transformer_2").is_dir():  # Wan2.2 A14B: the low-noise expert's adapter (FlowModel.save)
+            weights += " (the second expert's in `transformer_2/`)"
+            load += '\npipe.load_lora_weights(f"{folder}/transformer_2", load_into_transformer_2=True)'
     else:
         weights = "the whole diffusers pipeline (transformer weights trained by genalign)"
         load = f"pipe = DiffusionPipeline.from_pretrained(folder{none_kwargs})"

@@ -267,6 +267,8 @@ class FlowLogProbPipeline:
     ) -> None:
         self.pipe = pipe
         self.arch = architecture_for(pipe, architecture)
+        #: the module the velocity is computed with (the transformer; Wan2.2 A14B: both experts)
+        self.transformer = self.arch.denoiser(pipe)
         config = self.arch.scheduler_config(pipe)
         config |= {"dynamics": dynamics, "noise_level": noise_level, "log_prob_reduction": log_prob_reduction}
         config |= {"log_prob_form": log_prob_form}
@@ -292,7 +294,7 @@ class FlowLogProbPipeline:
 
     @property
     def device(self) -> torch.device:
-        return next(self.pipe.transformer.parameters()).device
+        return next(self.transformer.parameters()).device
 
     @torch.no_grad()
     def encode(
@@ -377,7 +379,7 @@ class FlowLogProbPipeline:
         # 4. denoising loop
         trajectory = denoise(
             self.arch,
-            self.pipe.transformer,
+            self.transformer,
             self.scheduler,
             latents,
             cond,

@@ -34,12 +34,14 @@ class ComponentSpec:
 @dataclass(frozen=True)
 class PublishedModel:
     """A checkpoint's components by role (``model`` for a single model; a pipeline's component names otherwise), with
-    the diffusers pipeline class of a pipeline (``_class_name`` of its model_index.json)."""
+    the diffusers pipeline class of a pipeline (``_class_name`` of its model_index.json) and the pipeline's own
+    settings there (``pipeline_config``: Wan2.2's ``boundary_ratio``, ``expand_timesteps``; ``auto`` reads them)."""
 
     components: dict[str, ComponentSpec]
     source: str
     stand_in: str | None = None
     pipeline_class: str | None = None
+    pipeline_config: dict[str, Any] = field(default_factory=dict)
 
 
 def _qwen2(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, **extra: Any) -> dict[str, Any]:
@@ -238,20 +240,31 @@ _FLUX1_DEV = PublishedModel(
 )
 
 
-def _wan(heads: int, ffn: int, layers: int, source: str) -> PublishedModel:
-    transformer = {"patch_size": [1, 2, 2], "num_attention_heads": heads, "attention_head_dim": 128, "in_channels": 16,
-                   "out_channels": 16, "text_dim": 4096, "freq_dim": 256, "ffn_dim": ffn, "num_layers": layers,
-                   "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads", "eps": 1e-6}  # fmt: skip
-    vae = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
-           "temperal_downsample": [False, True, True]}  # fmt: skip
+_WAN21_VAE = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+              "temperal_downsample": [False, True, True]}  # fmt: skip
+#: Wan2.2's VAE (TI2V-5B): 48 latent channels, 2 x 2 patching inside, 16 x 16 pixels and 4 frames per latent
+_WAN22_VAE = {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+              "temperal_downsample": [False, True, True], "is_residual": True, "in_channels": 12, "out_channels": 12,
+              "patch_size": 2, "scale_factor_temporal": 4, "scale_factor_spatial": 16}  # fmt: skip
+
+
+def _wan(heads: int, ffn: int, layers: int, source: str, *, channels: int = 16, vae: dict | None = None,
+         experts: int = 1, pipeline_config: dict | None = None) -> PublishedModel:  # fmt: skip
+    """A ``WanPipeline``; ``experts=2``: Wan2.2 A14B's second transformer (``transformer_2``, the same config)."""
+    transformer = {"patch_size": [1, 2, 2], "num_attention_heads": heads, "attention_head_dim": 128,
+                   "in_channels": channels, "out_channels": channels, "text_dim": 4096, "freq_dim": 256, "ffn_dim": ffn,
+                   "num_layers": layers, "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads", "eps": 1e-6}  # fmt: skip
+    spec = ComponentSpec("diffusers", "WanTransformer3DModel", transformer)
     return PublishedModel(
         {
-            "transformer": ComponentSpec("diffusers", "WanTransformer3DModel", transformer),
+            "transformer": spec,
+            **({"transformer_2": spec} if experts == 2 else {}),
             "text_encoder": ComponentSpec("transformers", "UMT5EncoderModel", _UMT5_XXL),
-            "vae": ComponentSpec("diffusers", "AutoencoderKLWan", vae),
+            "vae": ComponentSpec("diffusers", "AutoencoderKLWan", vae or _WAN21_VAE),
         },
         source=source,
         pipeline_class="WanPipeline",
+        pipeline_config=pipeline_config or {},
     )
 
 
@@ -259,6 +272,21 @@ _WAN21_1_3B = _wan(12, 8960, 30, "Wan-AI/Wan2.1-T2V-1.3B-Diffusers model_index.j
                    "model card: 1.3B parameters")  # fmt: skip
 _WAN21_14B = _wan(40, 13824, 40, "Wan-AI/Wan2.1-T2V-14B-Diffusers model_index.json and component config.json; "
                   "model card: 14B parameters")  # fmt: skip
+_WAN22_A14B = _wan(
+    40, 13824, 40,
+    "Wan-AI/Wan2.2-T2V-A14B-Diffusers model_index.json (boundary_ratio 0.875) and component config.json (transformer "
+    "and transformer_2: the Wan2.1-14B transformer config each); model card: 27B parameters, 14B active per step. "
+    "Planned: the trained expert's activations (one expert runs per step), the other expert's weights frozen (its "
+    "LoRA weights and optimizer state, a few MB at rank 32, are not counted)",
+    experts=2, pipeline_config={"transformer_2": ["diffusers", "WanTransformer3DModel"], "boundary_ratio": 0.875,
+                                "expand_timesteps": False},
+)  # fmt: skip
+_WAN22_TI2V_5B = _wan(
+    24, 14336, 30,
+    "Wan-AI/Wan2.2-TI2V-5B-Diffusers model_index.json (expand_timesteps true) and component config.json; model "
+    "card: 5B parameters, 720p (704 x 1280) at 24 fps with the Wan2.2 VAE (16 x 16 x 4 compression)",
+    channels=48, vae=_WAN22_VAE, pipeline_config={"boundary_ratio": None, "expand_timesteps": True},
+)  # fmt: skip
 
 #: CLIP ViT-H/14 as transformers' CLIPModel (PickScore_v1, laion/CLIP-ViT-H-14-laion2B-s32B-b79K config.json).
 CLIP_VIT_H14 = ComponentSpec(
@@ -306,6 +334,8 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_1_3B,
     "Wan-AI/Wan2.1-T2V-14B-Diffusers": _WAN21_14B,
+    "Wan-AI/Wan2.2-T2V-A14B-Diffusers": _WAN22_A14B,
+    "Wan-AI/Wan2.2-TI2V-5B-Diffusers": _WAN22_TI2V_5B,
 }
 
 

@@ -135,7 +135,8 @@ def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workloa
     del gpu_memory_bytes
     policy_cfg, micro = config.policy, shape.micro_batch
     published = resolve_model_spec(policy_cfg.model)
-    arch = FLOW_ARCHITECTURES.get(architecture_name(policy_cfg.architecture, published.pipeline_class))
+    name = architecture_name(policy_cfg.architecture, published.pipeline_class, published.pipeline_config)
+    arch = FLOW_ARCHITECTURES.get(name)
     spec = published.components["transformer"]
     frozen = build_frozen(policy_cfg, {r: c for r, c in published.components.items() if r != "transformer"})
 

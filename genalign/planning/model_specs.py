@@ -47,7 +47,8 @@ def _pipeline_spec(folder: Path) -> PublishedModel:
         if not config_file.is_file():
             raise FileNotFoundError(f"{folder}: model_index.json names {role!r} but {config_file} is missing.")
         components[role] = ComponentSpec(entry[0], entry[1], _read_json(config_file))
-    return PublishedModel(components, source=f"{folder}/model_index.json", pipeline_class=index.get("_class_name"))
+    return PublishedModel(components, source=f"{folder}/model_index.json", pipeline_class=index.get("_class_name"),
+                          pipeline_config=index)  # fmt: skip
 
 
 def _transformers_spec(folder: Path, field: str) -> PublishedModel:

@@ -114,6 +114,15 @@ class Rollout:
     counts: dict[str, int] = field(default_factory=dict)
     left_padded: frozenset[str] = frozenset()
 
+    #: ``info`` keys that describe the outputs themselves; rewards receive each as a column (one value per sample):
+    #: ``fps``, the frames per second of video outputs ``[F, H, W, 3]``.
+    OUTPUT_INFO_KEYS: ClassVar[tuple[str, ...]] = ("fps",)
+
+    def output_columns(self) -> dict[str, list[Any]]:
+        """The declared descriptions of the outputs (:attr:`OUTPUT_INFO_KEYS`) present in ``info``, as reward
+        columns of ``[N]`` values."""
+        return {key: [self.info[key]] * len(self) for key in self.OUTPUT_INFO_KEYS if key in self.info}
+
     def __post_init__(self) -> None:
         n = len(self.rows)
         checks = {"outputs": len(self.outputs), "group_ids": self.group_ids.shape[0]}

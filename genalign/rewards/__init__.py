@@ -19,6 +19,7 @@ from genalign.rewards import (  # noqa: F401
     token_judges,
     tool_use,
     verification,
+    video,
     vlm,
 )
 from genalign.rewards.base import REWARDS, RewardFn, callable_reference, register_reward, reward_factory

@@ -77,7 +77,7 @@ def evaluate(
         ):
             for start in range(0, len(mine), batch_size):
                 rollout = policy.rollout(mine[start : start + batch_size], 1, mode="eval")
-                values, _ = rewards(rollout.rows, rollout.outputs)
+                values, _ = rewards(rollout.rows, rollout.outputs, **rollout.output_columns())
                 scores.append(values)
                 counts.append(rollout.counts)
                 if progress is not None:

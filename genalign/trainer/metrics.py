@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import torch
 
+from genalign.video_files import is_video, write_video
+
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
 
@@ -71,9 +73,17 @@ class JsonlLog:
 
 
 def dump_samples(
-    directory: Path, step: int, prompts: list[str], outputs: list[Any], rewards: list[float], k: int
+    directory: Path,
+    step: int,
+    prompts: list[str],
+    outputs: list[Any],
+    rewards: list[float],
+    k: int,
+    *,
+    fps: int | None = None,
 ) -> None:
-    """Write the first ``k`` samples of a step: text to ``samples/step-N.jsonl``, images to PNG files beside it."""
+    """Write the first ``k`` samples of a step: text to ``samples/step-N.jsonl``, images to PNG files beside it,
+    videos (``[F, H, W, 3]`` uint8) at ``fps`` to MP4 files (GIF without an encoder: :mod:`genalign.video_files`)."""
     directory.mkdir(parents=True, exist_ok=True)
     records = []
     for i, (prompt, output, reward) in enumerate(zip(prompts[:k], outputs[:k], rewards[:k])):
@@ -84,6 +94,13 @@ def dump_samples(
             name = f"step-{step}-{i}.png"
             output.save(directory / name)
             record["output"] = name
+        elif is_video(output):
+            if fps is None:
+                raise ValueError(
+                    "a video sample needs its frames per second: the policy declares it as rollout.info['fps']"
+                )
+            record["output"] = write_video(output, directory / f"step-{step}-{i}", fps=fps).name
+            record["fps"] = fps
         else:
             record["output"] = repr(type(output))
         records.append(record)

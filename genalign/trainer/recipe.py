@@ -495,8 +495,9 @@ def log_step(run: TrainingRun, step: int, record: dict[str, Any], rollout: Rollo
             batch["combined_reward"].tolist(),
             run_cfg.samples_per_dump,
         )
-        dump_samples(run.out / "samples", step, prompts, rollout.outputs, rewards, count)
-        run.trackers.samples(step, prompts[:count], rollout.outputs[:count], rewards[:count])
+        fps = rollout.info.get("fps")  # declared by a policy whose outputs are videos
+        dump_samples(run.out / "samples", step, prompts, rollout.outputs, rewards, count, fps=fps)
+        run.trackers.samples(step, prompts[:count], rollout.outputs[:count], rewards[:count], fps=fps)
     report_progress(progress, record, step, run_cfg.log_every)
 
 

@@ -154,11 +154,14 @@ class RewardSet:
             errors.append(num_errors)
         return torch.stack(values, dim=1), torch.tensor(errors, dtype=torch.float32)  # [N, K], [K]
 
-    def score_each(self, rows: list[dict[str, Any]], outputs: list[Any]) -> tuple[Tensor, dict[str, str]]:
+    def score_each(
+        self, rows: list[dict[str, Any]], outputs: list[Any], **extra_columns: list[Any]
+    ) -> tuple[Tensor, dict[str, str]]:
         """``[N, K]`` rewards where a reward that raises (e.g. on prompts without the ``answer`` column it reads) is
         NaN for the whole batch instead of stopping the others; returns the failures by metric name too. For
-        ``genalign sample --score``, which scores free-text prompts."""
-        for_ours, for_users = self._arguments(rows, outputs, {})
+        ``genalign sample --score``, which scores free-text prompts; ``extra_columns`` describe the outputs (videos'
+        ``fps``)."""
+        for_ours, for_users = self._arguments(rows, outputs, extra_columns)
         values, failures = [], {}
         for name, fn, own in zip(self.labels, self.fns, self.users_own):
             prompts, completions, columns = for_users if own else for_ours

@@ -98,7 +98,7 @@ def _join(run: TrainingRun, so_far: tuple[Rollout, Tensor, Tensor, list[int]], e
 
 def _rewards(run: TrainingRun, rollout: Rollout) -> tuple[Tensor, list[int]]:
     lengths = rollout.action_mask.sum(1).long().tolist()
-    table, errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths)
+    table, errors = run.rewards(rollout.rows, rollout.outputs, completion_length=lengths, **rollout.output_columns())
     return table, list(errors)
 
 

@@ -196,3 +196,52 @@ CASES |= {
         ("llava_onevision", "llava_onevision", SHAPES_VQA, {}),
     )
 }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Video architectures (Wan2.2 A14B's two experts, Wan2.2 TI2V-5B's per-token timesteps) on their tiny random pipelines,
+# saved once to a temporary folder keyed by the sources that build them (the subprocess runs of the contract test read
+# the same folder).
+def tiny_video_model(architecture: str) -> str:
+    """The folder of ``architecture``'s tiny pipeline, written atomically on first use."""
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import genalign.pipelines.architectures.wan as wan
+    import genalign.pipelines.architectures.wan22 as wan22
+    import genalign.pipelines.tiny_models as tiny_models
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    sources = b"".join(Path(module.__file__).read_bytes() for module in (wan, wan22, tiny_models))
+    folder = (
+        Path(tempfile.gettempdir())
+        / "genalign-tiny-models"
+        / f"{architecture}-{hashlib.sha1(sources).hexdigest()[:12]}"
+    )
+    if not (folder / "model_index.json").exists():
+        partial = folder.with_name(f"{folder.name}.{os.getpid()}")
+        save_tiny_pipeline(architecture, partial)
+        try:
+            partial.rename(folder)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(partial, ignore_errors=True)
+    return str(folder)
+
+
+VIDEO_POLICY = FLOW_POLICY | {"num_frames": 5, "fps": 8, "num_steps": 3, "eval_num_steps": 2, "guidance_scale": 2.0,
+                              "ema_decay": 0.0, "architecture": "auto", "max_sequence_length": 8}  # fmt: skip
+CASES |= {
+    "flow_wan22": ("flow", {
+        "policy": VIDEO_POLICY | {"model": tiny_video_model("wan22"), "height": 16, "width": 16},
+        "data": {"train": SHAPES_T2I},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    "flow_wan22_ti2v": ("flow", {
+        "policy": VIDEO_POLICY | {"model": tiny_video_model("wan22_ti2v"), "height": 32, "width": 32},
+        "data": {"train": SHAPES_T2I},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+}  # fmt: skip

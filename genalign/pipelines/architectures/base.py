@@ -93,6 +93,28 @@ class FlowArchitecture:
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
 
+    # ------------------------------------------------------------------------------ which pipelines, which modules
+    @classmethod
+    def serves(cls, pipeline_class: str | None, pipeline_config: Mapping[str, Any]) -> bool:
+        """Whether ``policy.architecture: auto`` picks this architecture for a pipeline of ``pipeline_class`` whose
+        ``model_index.json`` is ``pipeline_config`` (by default: the class is one of :attr:`pipeline_classes`)."""
+        return pipeline_class in cls.pipeline_classes
+
+    def configure(self, pipeline_config: Mapping[str, Any]) -> FlowArchitecture:
+        """Read the settings a pipeline registers in its own config (``model_index.json``: Wan2.2's ``boundary_ratio``
+        and ``expand_timesteps``); returns ``self``. Nothing by default."""
+        return self
+
+    def denoiser(self, pipe: DiffusionPipeline) -> nn.Module:
+        """The module :meth:`velocity` calls and genalign trains: ``pipe.transformer`` by default."""
+        return pipe.transformer
+
+    def trained_components(self, denoiser: nn.Module) -> dict[str, nn.Module]:
+        """The modules of ``denoiser`` by pipeline component name, each saved as that component's weights (LoRA:
+        ``pytorch_lora_weights.safetensors``, the first component's in the folder itself, the others' in a subfolder
+        of their name)."""
+        return {"transformer": denoiser}
+
     # ------------------------------------------------------------------------------ shapes from configs alone
     @classmethod
     def latent_shape(
@@ -205,19 +227,22 @@ FLOW_ARCHITECTURES: Registry[type[FlowArchitecture]] = Registry("flow-matching a
 
 
 def architecture_for(pipe: DiffusionPipeline, name: str = "auto") -> FlowArchitecture:
-    """The architecture helper of ``pipe``: by registered ``name``, or detected from the pipeline class."""
-    return FLOW_ARCHITECTURES.get(architecture_name(name, type(pipe).__name__))()
+    """The architecture helper of ``pipe``, configured from the pipeline's config: by registered ``name``, or detected
+    from the pipeline class and config."""
+    config = dict(pipe.config)
+    return FLOW_ARCHITECTURES.get(architecture_name(name, type(pipe).__name__, config))().configure(config)
 
 
-def architecture_name(name: str, pipeline_class: str | None) -> str:
-    """``name`` when it is not ``"auto"``, else the registered architecture serving ``pipeline_class``."""
+def architecture_name(name: str, pipeline_class: str | None, pipeline_config: Mapping[str, Any] | None = None) -> str:
+    """``name`` when it is not ``"auto"``, else the registered architecture that serves ``pipeline_class`` with
+    ``pipeline_config`` (its ``model_index.json``; :meth:`FlowArchitecture.serves`)."""
     if name != "auto":
         FLOW_ARCHITECTURES.get(name)  # an unknown name: the registry's error lists the valid ones
         return name
     for candidate in FLOW_ARCHITECTURES.names():
-        if pipeline_class in FLOW_ARCHITECTURES.get(candidate).pipeline_classes:
+        if FLOW_ARCHITECTURES.get(candidate).serves(pipeline_class, pipeline_config or {}):
             return candidate
-    served = (c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
+    served = dict.fromkeys(c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
     raise ValueError(
         f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline; supported: {', '.join(served)}. "
         f"Set policy.architecture to one of {', '.join(FLOW_ARCHITECTURES.names())} for a subclass with another name."

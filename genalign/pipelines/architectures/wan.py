@@ -4,11 +4,27 @@ timestep ``sigma * 1000``, UMT5 prompt embeddings, decoded by ``AutoencoderKLWan
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from genalign.pipelines.architectures.base import FLOW_ARCHITECTURES, FlowArchitecture, config_value, model_dtype
+
+
+def has_component(pipeline_config: Mapping[str, Any], name: str) -> bool:
+    """Whether ``model_index.json`` (or a loaded pipeline's config) names a class for component ``name``."""
+    entry = pipeline_config.get(name)
+    return isinstance(entry, list | tuple) and len(entry) == 2 and entry[1] is not None
+
+
+def wan22_layout(pipeline_config: Mapping[str, Any]) -> str | None:
+    """The Wan2.2 architecture a ``WanPipeline`` config is (``wan22``: two experts; ``wan22_ti2v``: per-token
+    timesteps), None for Wan2.1 (:mod:`genalign.pipelines.architectures.wan22`)."""
+    if has_component(pipeline_config, "transformer_2") or pipeline_config.get("boundary_ratio") is not None:
+        return "wan22"
+    return "wan22_ti2v" if pipeline_config.get("expand_timesteps") else None
 
 
 @FLOW_ARCHITECTURES.register(
@@ -18,6 +34,20 @@ class WanArchitecture(FlowArchitecture):
     name = "wan"
     pipeline_classes = ("WanPipeline",)
     transformer_class = "WanTransformer3DModel"
+
+    @classmethod
+    def serves(cls, pipeline_class, pipeline_config):
+        return pipeline_class in cls.pipeline_classes and wan22_layout(pipeline_config) is None
+
+    def configure(self, pipeline_config):
+        layout = wan22_layout(pipeline_config)
+        if layout is not None:
+            raise ValueError(
+                f"this WanPipeline is a Wan2.2 model (model_index.json: transformer_2 / boundary_ratio / "
+                f"expand_timesteps); policy.architecture=wan would drive it as Wan2.1. Use policy.architecture: "
+                f"{layout} (or auto)."
+            )
+        return self
 
     # ------------------------------------------------------------------------------ shapes from configs alone
     @classmethod

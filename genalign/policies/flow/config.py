@@ -240,6 +240,11 @@ class FlowPolicyConfig:
     height: int = field(default=512, metadata={"help": "Output height in pixels."})
     width: int = field(default=512, metadata={"help": "Output width in pixels."})
     num_frames: int = field(default=1, metadata={"help": "Video frames (Wan: 1 + multiple of 4); 1 for images."})
+    fps: int = field(
+        default=16,
+        metadata={"help": "Frames per second of videos (the model's own rate: Wan 16, Wan2.2 TI2V 24); rewards receive "
+                  "it as the column fps, samples are written and logged at it."},
+    )  # fmt: skip
     num_steps: int = field(default=10, metadata={"help": "Sampling steps of training rollouts (denoising reduction)."})
     eval_num_steps: int = field(default=40, metadata={"help": "Sampling steps of evaluation rollouts."})
     guidance_scale: float = field(
@@ -357,7 +362,7 @@ class FlowPolicyConfig:
                 f"policy.ode_solver={self.ode_solver!r} with policy.tree.enabled: tree rollouts take Euler ODE steps; "
                 "set policy.ode_solver: euler or disable the tree."
             )
-        positive = ("height", "width", "num_frames", "num_steps", "eval_num_steps", "max_sequence_length")
+        positive = ("height", "width", "num_frames", "fps", "num_steps", "eval_num_steps", "max_sequence_length")
         for name in (*positive, "prompt_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 1.")

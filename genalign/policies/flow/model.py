@@ -44,7 +44,7 @@ class FlowModel:
         self.arch = self.sampler.arch
         self.arch.batch_cfg = config.cfg_batching == "batched"
         self.scheduler = self.sampler.scheduler
-        self.transformer: nn.Module = self.sampler.pipe.transformer
+        self.transformer: nn.Module = self.sampler.transformer
         if dtype == torch.float16:  # fp16 VAEs overflow; decoding in float32 costs little
             self.sampler.pipe.vae.to(torch.float32)
         for module in self.sampler.pipe.components.values():
@@ -161,29 +161,35 @@ class FlowModel:
         adapter's peft config (rank, alpha, targets, DoRA, rsLoRA) in the file's ``lora_adapter_metadata`` header
         (diffusers >= 0.35 builds the adapter from it, so the loaded LoRA has the trained scale ``alpha / rank``
         rather than diffusers' fallback ``alpha = rank``); full fine-tuning: the transformer as a diffusers folder
-        ``directory/transformer``."""
+        ``directory/transformer``. A second trained component (Wan2.2's low-noise expert ``transformer_2``) is saved
+        the same way in ``directory/transformer_2`` (its LoRA loads with ``pipe.load_lora_weights(directory /
+        "transformer_2", load_into_transformer_2=True)``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if self.config.lora.rank == 0:
-            self.transformer.save_pretrained(directory / "transformer")
-            return
-        from peft.utils import get_peft_model_state_dict
+        for index, (name, module) in enumerate(self.arch.trained_components(self.transformer).items()):
+            if self.config.lora.rank == 0:
+                module.save_pretrained(directory / name)
+                continue
+            from peft.utils import get_peft_model_state_dict
 
-        (adapter,) = self.transformer.peft_config.values()  # the one adapter added by _add_trainable_weights
-        type(self.sampler.pipe).save_lora_weights(
-            directory,
-            transformer_lora_layers=get_peft_model_state_dict(self.transformer),
-            transformer_lora_adapter_metadata=adapter.to_dict(),
-        )
+            (adapter,) = module.peft_config.values()  # the one adapter added by _add_trainable_weights
+            type(self.sampler.pipe).save_lora_weights(
+                directory if index == 0 else directory / name,
+                transformer_lora_layers=get_peft_model_state_dict(module),
+                transformer_lora_adapter_metadata=adapter.to_dict(),
+            )
 
     def load(self, directory: Path) -> None:
         """Load weights written by :meth:`save` into the current adapter (or the full transformer); files with or
         without the adapter metadata (the weights are the same)."""
         directory = Path(directory)
-        if self.config.lora.rank == 0:
-            loaded = type(self.transformer).from_pretrained(directory / "transformer")
-            self.transformer.load_state_dict(loaded.state_dict())
-            return
+        for index, (name, module) in enumerate(self.arch.trained_components(self.transformer).items()):
+            if self.config.lora.rank == 0:
+                module.load_state_dict(type(module).from_pretrained(directory / name).state_dict())
+                continue
+            self._load_lora(module, directory if index == 0 else directory / name)
+
+    def _load_lora(self, module: nn.Module, directory: Path) -> None:
         from peft.utils import set_peft_model_state_dict
 
         state = self.sampler.pipe.lora_state_dict(directory)
@@ -192,7 +198,7 @@ class FlowModel:
         adapter_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
         if not adapter_state:
             raise ValueError(f"no transformer LoRA weights found in {str(directory)!r}; was it written by save()?")
-        result = set_peft_model_state_dict(self.transformer, adapter_state)
+        result = set_peft_model_state_dict(module, adapter_state)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
             raise ValueError(

@@ -81,6 +81,10 @@ class FlowPolicy(Policy):
         return SDESampling(self.model, training=True, calibrator=self.calibrator, noise_search=search)
 
     # ------------------------------------------------------------------------------------------------ rollout
+    def output_info(self) -> dict[str, Any]:
+        """What describes the outputs (:attr:`Rollout.OUTPUT_INFO_KEYS`): ``fps`` of videos, nothing for images."""
+        return {"fps": self.config.fps} if self.config.num_frames > 1 else {}
+
     @torch.no_grad()
     def rollout(
         self,
@@ -93,10 +97,13 @@ class FlowPolicy(Policy):
         """Sample ``group_size`` outputs per row. ``eval``: ODE sampling with ``eval_num_steps`` (under
         :meth:`evaluation_weights`, the EMA weights)."""
         _check_rows(rows, group_size)
+        described = self.output_info()
         if mode == "eval":
-            return assemble_rollout(rows, group_size, self.evaluation.sample(rows, group_size, self.iteration))
+            sampled = self.evaluation.sample(rows, group_size, self.iteration)
+            return assemble_rollout(rows, group_size, sampled, described)
         probe = {"reward_probe": request.reward_probe} if self.capabilities.rollout_calls_rewards else {}
-        rollout = assemble_rollout(rows, group_size, self.sampling.sample(rows, group_size, self.iteration, **probe))
+        sampled = self.sampling.sample(rows, group_size, self.iteration, **probe)
+        rollout = assemble_rollout(rows, group_size, sampled, described)
         if "step_rewards" in request.structure:
             if request.reward_probe is None:
                 raise ValueError("RolloutRequest asks for step_rewards without a reward_probe to measure them.")

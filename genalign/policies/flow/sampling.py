@@ -47,8 +47,11 @@ class Sampled:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def assemble_rollout(rows: list[dict[str, Any]], group_size: int, sampled: Sampled) -> Rollout:
-    """The rollout skeleton shared by every strategy: rows repeated per group member, group ids, the sample."""
+def assemble_rollout(
+    rows: list[dict[str, Any]], group_size: int, sampled: Sampled, output_info: dict[str, Any] | None = None
+) -> Rollout:
+    """The rollout skeleton shared by every strategy: rows repeated per group member, group ids, the sample;
+    ``output_info`` (what describes the outputs, e.g. videos' ``fps``) joins the sample's ``info``."""
     return Rollout(
         rows=[row for row in rows for _ in range(group_size)],
         outputs=sampled.outputs,
@@ -57,7 +60,7 @@ def assemble_rollout(rows: list[dict[str, Any]], group_size: int, sampled: Sampl
         action_mask=sampled.action_mask,
         structure=sampled.structure,
         per_sample=sampled.per_sample,
-        info=sampled.info,
+        info=sampled.info | (output_info or {}),
     )
 
 
