@@ -110,7 +110,7 @@ def guided_velocity(
         v_cond = arch.velocity(transformer, latents, timestep, cond, guidance=guidance_scale)  # [B, ...]
         with torch.no_grad():
             v_uncond = arch.velocity(transformer, latents, timestep, uncond, guidance=guidance_scale)  # [B, ...]
-    return v_uncond + guidance_scale * (v_cond - v_uncond)
+    return arch.combine_guidance(v_cond, v_uncond, guidance_scale)
 
 
 def denoise(
@@ -329,7 +329,7 @@ class FlowLogProbPipeline:
 
         With dynamic shifting the base sigmas are ``1, 1 - 1/S, ..., 1/S`` as in diffusers' FLUX pipeline.
         """
-        mu = self.arch.schedule_mu(self.pipe, latents)
+        mu = self.arch.schedule_mu(self.pipe, latents, num_steps=num_inference_steps)
         sigmas = None if mu is None else [1.0 - k / num_inference_steps for k in range(num_inference_steps)]
         self.scheduler.set_timesteps(num_inference_steps, device=self.device, sigmas=sigmas, mu=mu)
 
