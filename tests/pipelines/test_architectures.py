@@ -9,6 +9,8 @@ from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import block_counts, with_block_counts
 
 SIZES = {"height": 16, "width": 16, "num_frames": 5}
+#: prompt tokens per architecture: FLUX.2 [dev]'s system message alone takes about 40
+MAX_SEQUENCE_LENGTH = {"flux2": 64}
 
 
 @pytest.fixture(scope="module", params=FLOW_ARCHITECTURES.names())
@@ -30,8 +32,9 @@ def test_config_only_text_embedding_shapes_bound_those_of_encode(tiny):
     the length of their CLIP tokenizers; the tiny tokenizers are shorter): an upper bound."""
     arch, pipe = tiny
     configs = {role: module.config for role, module in pipe.components.items() if hasattr(module, "config")}
-    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=4, batch=2)
-    cond, _ = arch().encode(pipe, ["a red circle", "two dogs"], negative_prompt="", max_sequence_length=4,
+    tokens = MAX_SEQUENCE_LENGTH.get(arch.name, 4)
+    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=tokens, batch=2)
+    cond, _ = arch().encode(pipe, ["a red circle", "two dogs"], negative_prompt="", max_sequence_length=tokens,
                             device=torch.device("cpu"))  # fmt: skip
     assert planned.keys() == cond.keys()
     for keyword, tensor in cond.items():
@@ -49,7 +52,7 @@ def test_latents_for_decode_have_the_vae_layout(tiny):
 def test_block_counts_round_trip_and_find_the_architecture_by_its_transformer_class(tiny):
     arch, pipe = tiny
     spec = ComponentSpec("diffusers", type(pipe.transformer).__name__, dict(pipe.transformer.config))
-    assert architecture_of_transformer(spec.class_name) is arch
+    assert issubclass(arch, architecture_of_transformer(spec.class_name))  # sd35 / flux2_klein share a class
     counts = block_counts(spec)
     assert counts == arch.block_counts(spec.config) and all(n >= 0 for n in counts.values())
     more = {kind: n + 2 for kind, n in counts.items()}
@@ -63,6 +66,6 @@ def test_the_architecture_field_accepts_registered_names_only(tmp_path):
 
     for name in ["auto", *FLOW_ARCHITECTURES.names()]:
         FlowPolicyConfig(model=str(tmp_path), architecture=name).validate()
-    with pytest.raises(ValueError, match=r"policy.architecture='sd35' is not a registered flow architecture; use one "
-                                         r"of auto, flux, sd3, wan\. Did you mean 'sd3'"):  # fmt: skip
-        FlowPolicyConfig(model=str(tmp_path), architecture="sd35").validate()
+    with pytest.raises(ValueError, match=r"policy.architecture='qwenimage' is not a registered flow architecture; use "
+                                         r"one of auto, flux, flux2, .*wan\. Did you mean 'qwen_image'"):  # fmt: skip
+        FlowPolicyConfig(model=str(tmp_path), architecture="qwenimage").validate()
