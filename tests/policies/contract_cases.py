@@ -9,8 +9,15 @@ and tree splits, DiffusionNFT's old model, the samplers' random generators; mult
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
+
+from genalign.pipelines.architectures import FLOW_ARCHITECTURES
 
 ARITHMETIC = {"source": "procedural:arithmetic", "args": {"size": 64, "seed": 0, "digits": 2, "split": "train"}}
 SHAPES_T2I = {
@@ -99,4 +106,53 @@ def case_config(case: str, output_dir: str) -> dict[str, Any]:
     _, sections = CASES[case]
     config = copy.deepcopy(COMMON) | copy.deepcopy(sections)
     config["run"] = copy.deepcopy(COMMON["run"]) | {"output_dir": output_dir}
+    config["policy"]["model"] = model_folder(config["policy"]["model"])
     return config
+
+
+# ---- the flow architecture matrix ------------------------------------------------------------------------------------
+# Every registered flow architecture on its own tiny random pipeline (``save_tiny_pipeline``), at the smallest sizes
+# that still run every part: 16 px, 2 steps, groups of 2, classifier-free guidance on (Qwen-Image's norm-preserving
+# rule, Klein's negative branch), all steps stochastic and trained.
+#: a ``policy.model`` value ``tiny-pipeline:<architecture>``: the tiny pipeline of that architecture, written once per
+#: process into a temporary folder (removed at exit)
+TINY_PIPELINE = "tiny-pipeline:"
+#: prompt tokens per architecture (FLUX.2 [dev]'s system message alone takes about 40)
+_SEQUENCE_LENGTH = {"flux2": 64}
+
+
+def model_folder(model: str) -> str:
+    """``model``, or for ``tiny-pipeline:<architecture>`` the folder of that tiny pipeline (built on first use)."""
+    if not model.startswith(TINY_PIPELINE):
+        return model
+    return str(_tiny_pipeline_folder(model.removeprefix(TINY_PIPELINE)))
+
+
+@functools.cache
+def _tiny_pipeline_folder(architecture: str) -> Path:
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    return save_tiny_pipeline(architecture, _tiny_root() / architecture)
+
+
+@functools.cache
+def _tiny_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="genalign-tiny-pipelines-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
+    policy = {
+        "family": "flow", "model": TINY_PIPELINE + architecture, "architecture": architecture, "height": 16,
+        "width": 16, "num_frames": 5 if architecture == "wan" else 1, "num_steps": 2, "eval_num_steps": 2,
+        "guidance_scale": 2.0, "max_sequence_length": _SEQUENCE_LENGTH.get(architecture, 8),
+        "lora": {"rank": 2, "alpha": 4.0}, "sample_batch_size": 8,
+    }
+    algorithm = {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 4}
+    return "flow", {"policy": policy, "data": {"train": SHAPES_T2I}, "algorithm": algorithm}
+
+
+#: case ids of the architecture matrix (left out where a test runs families, not architectures: sharded training)
+ARCHITECTURE_CASES = [f"flow_arch_{name}" for name in FLOW_ARCHITECTURES.names()]
+CASES |= {f"flow_arch_{name}": _architecture_case(name) for name in FLOW_ARCHITECTURES.names()}

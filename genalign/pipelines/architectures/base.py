@@ -90,6 +90,9 @@ class FlowArchitecture:
     #: Run the conditional and unconditional branches in one call of twice the batch (``policy.cfg_batching``), in
     #: rollouts and in scoring alike, so re-scoring stays exact; False: two calls.
     batch_cfg: bool = False
+    #: True: the pipeline always sets its schedule from the sigmas ``1, 1 - 1/S, ..., 1/S`` (FLUX-style pipelines, with
+    #: or without a dynamic shift); False: from the scheduler's own timesteps unless a dynamic shift applies.
+    linear_sigmas: ClassVar[bool] = False
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
 

@@ -66,6 +66,7 @@ class Flux2Architecture(FlowArchitecture):
     pipeline_classes = ("Flux2Pipeline",)
     transformer_class = "Flux2Transformer2DModel"
     uses_true_cfg = False
+    linear_sigmas = True
     #: text-encoder hidden states stacked into the prompt embeddings (diffusers' ``text_encoder_out_layers``)
     text_layers: tuple[int, ...] = (10, 20, 30)
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj",

@@ -35,6 +35,7 @@ class QwenImageArchitecture(FlowArchitecture):
     name = "qwen_image"
     pipeline_classes = ("QwenImagePipeline",)
     transformer_class = "QwenImageTransformer2DModel"
+    linear_sigmas = True
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 
     def __init__(self) -> None:
