@@ -223,17 +223,32 @@ _QWEN_IMAGE = PublishedModel(
         "transformer": ComponentSpec(
             "diffusers",
             "QwenImageTransformer2DModel",
-            {"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 60, "attention_head_dim": 128,
-             "num_attention_heads": 24, "joint_attention_dim": 3584, "guidance_embeds": False,
-             "axes_dims_rope": [16, 56, 56]},
-        ),  # fmt: skip
+            {
+                "patch_size": 2,
+                "in_channels": 64,
+                "out_channels": 16,
+                "num_layers": 60,
+                "attention_head_dim": 128,
+                "num_attention_heads": 24,
+                "joint_attention_dim": 3584,
+                "guidance_embeds": False,
+                "axes_dims_rope": [16, 56, 56],
+            },
+        ),
         "text_encoder": _QWEN25_VL_7B.components["model"],
         "vae": ComponentSpec(
             "diffusers",
             "AutoencoderKLQwenImage",
-            {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [],
-             "temperal_downsample": [False, True, True], "dropout": 0.0},
-        ),  # fmt: skip
+            {
+                "base_dim": 96,
+                "z_dim": 16,
+                "dim_mult": [1, 2, 4, 4],
+                "num_res_blocks": 2,
+                "attn_scales": [],
+                "temperal_downsample": [False, True, True],
+                "dropout": 0.0,
+            },
+        ),
     },
     source="Qwen/Qwen-Image model_index.json and transformer/, text_encoder/ (Qwen2.5-VL-7B-Instruct), vae/ "
     "config.json; model card: 20B-parameter MMDiT",
@@ -250,11 +265,21 @@ def _flux2_transformer(double: int, single: int, heads: int, text_width: int, gu
     return ComponentSpec(
         "diffusers",
         "Flux2Transformer2DModel",
-        {"patch_size": 1, "in_channels": 128, "num_layers": double, "num_single_layers": single,
-         "attention_head_dim": 128, "num_attention_heads": heads, "joint_attention_dim": 3 * text_width,
-         "timestep_guidance_channels": 256, "mlp_ratio": 3.0, "axes_dims_rope": [32, 32, 32, 32],
-         "rope_theta": 2000, "guidance_embeds": guidance},
-    )  # fmt: skip
+        {
+            "patch_size": 1,
+            "in_channels": 128,
+            "num_layers": double,
+            "num_single_layers": single,
+            "attention_head_dim": 128,
+            "num_attention_heads": heads,
+            "joint_attention_dim": 3 * text_width,
+            "timestep_guidance_channels": 256,
+            "mlp_ratio": 3.0,
+            "axes_dims_rope": [32, 32, 32, 32],
+            "rope_theta": 2000,
+            "guidance_embeds": guidance,
+        },
+    )
 
 
 _FLUX2_DEV = PublishedModel(
@@ -265,18 +290,33 @@ _FLUX2_DEV = PublishedModel(
             "Mistral3ForConditionalGeneration",
             {
                 "model_type": "mistral3",
-                "text_config": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
-                                "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                "head_dim": 128, "vocab_size": 131072, "rope_theta": 1e9,
-                                "tie_word_embeddings": False},
-                "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
-                                  "num_hidden_layers": 24, "num_attention_heads": 16, "head_dim": 64,
-                                  "image_size": 1540, "patch_size": 14},
+                "text_config": {
+                    "model_type": "mistral",
+                    "hidden_size": 5120,
+                    "intermediate_size": 32768,
+                    "num_hidden_layers": 40,
+                    "num_attention_heads": 32,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "vocab_size": 131072,
+                    "rope_theta": 1e9,
+                    "tie_word_embeddings": False,
+                },
+                "vision_config": {
+                    "model_type": "pixtral",
+                    "hidden_size": 1024,
+                    "intermediate_size": 4096,
+                    "num_hidden_layers": 24,
+                    "num_attention_heads": 16,
+                    "head_dim": 64,
+                    "image_size": 1540,
+                    "patch_size": 14,
+                },
                 "spatial_merge_size": 2,
                 "multimodal_projector_bias": False,
                 "image_token_index": 10,
             },
-        ),  # fmt: skip
+        ),
         "vae": ComponentSpec("diffusers", "AutoencoderKLFlux2", _FLUX2_VAE),
     },
     source="black-forest-labs/FLUX.2-dev model_index.json and transformer/, text_encoder/ (Mistral-Small-3.1-24B), "
@@ -289,10 +329,20 @@ _FLUX2_KLEIN_4B = PublishedModel(
         "text_encoder": ComponentSpec(
             "transformers",
             "Qwen3ForCausalLM",
-            {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-             "tie_word_embeddings": True, "rope_theta": 1e6, "rms_norm_eps": 1e-6},
-        ),  # fmt: skip
+            {
+                "model_type": "qwen3",
+                "hidden_size": 2560,
+                "intermediate_size": 9728,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "vocab_size": 151936,
+                "tie_word_embeddings": True,
+                "rope_theta": 1e6,
+                "rms_norm_eps": 1e-6,
+            },
+        ),
         "vae": ComponentSpec("diffusers", "AutoencoderKLFlux2", _FLUX2_VAE),
     },
     source="black-forest-labs/FLUX.2-klein-base-4B model_index.json and transformer/ (5 double, 20 single blocks, "

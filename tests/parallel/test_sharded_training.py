@@ -29,7 +29,9 @@ RESUMED = ["causal_lm", "flow_sde"]
 #: rounding differs at ~1e-4; their single-process exactness is the contract test's); so are the flow architecture
 #: cases, which shard the same flow policy code as flow_sde
 SHARDED_CASES = [
-    case for case, (_, config) in CASES.items() if "multi_turn" not in config["policy"] and case not in ARCHITECTURE_CASES
+    case
+    for case, (_, config) in CASES.items()
+    if "multi_turn" not in config["policy"] and case not in ARCHITECTURE_CASES
 ]
 
 

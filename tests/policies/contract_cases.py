@@ -144,10 +144,18 @@ def _tiny_root() -> Path:
 
 def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
     policy = {
-        "family": "flow", "model": TINY_PIPELINE + architecture, "architecture": architecture, "height": 16,
-        "width": 16, "num_frames": 5 if architecture == "wan" else 1, "num_steps": 2, "eval_num_steps": 2,
-        "guidance_scale": 2.0, "max_sequence_length": _SEQUENCE_LENGTH.get(architecture, 8),
-        "lora": {"rank": 2, "alpha": 4.0}, "sample_batch_size": 8,
+        "family": "flow",
+        "model": TINY_PIPELINE + architecture,
+        "architecture": architecture,
+        "height": 16,
+        "width": 16,
+        "num_frames": 5 if architecture == "wan" else 1,
+        "num_steps": 2,
+        "eval_num_steps": 2,
+        "guidance_scale": 2.0,
+        "max_sequence_length": _SEQUENCE_LENGTH.get(architecture, 8),
+        "lora": {"rank": 2, "alpha": 4.0},
+        "sample_batch_size": 8,
     }
     algorithm = {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 4}
     return "flow", {"policy": policy, "data": {"train": SHAPES_T2I}, "algorithm": algorithm}

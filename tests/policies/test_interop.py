@@ -15,7 +15,6 @@ import torch
 from safetensors import safe_open
 
 from genalign.pipelines.architectures import FLOW_ARCHITECTURES
-
 from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.core import LoRAConfig
 from genalign.policies.lm.export import MODEL_CARD_FILE

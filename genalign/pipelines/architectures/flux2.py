@@ -120,10 +120,17 @@ class Flux2Architecture(FlowArchitecture):
 
         torch.manual_seed(seed)
         return Flux2Transformer2DModel(
-            patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
-            num_attention_heads=2, joint_attention_dim=16 * len(cls.text_layers), timestep_guidance_channels=32,
-            axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds,
-        )  # fmt: skip
+            patch_size=1,
+            in_channels=16,
+            num_layers=1,
+            num_single_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=16 * len(cls.text_layers),
+            timestep_guidance_channels=32,
+            axes_dims_rope=(4, 4, 4, 4),
+            guidance_embeds=guidance_embeds,
+        )
 
     @classmethod
     def tiny_vae(cls, seed: int):
@@ -133,10 +140,16 @@ class Flux2Architecture(FlowArchitecture):
 
         torch.manual_seed(seed)
         vae = AutoencoderKLFlux2(
-            block_out_channels=(4, 4), down_block_types=("DownEncoderBlock2D",) * 2,
-            up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1, latent_channels=4, norm_num_groups=1,
-            use_quant_conv=False, use_post_quant_conv=False, sample_size=32,
-        )  # fmt: skip
+            block_out_channels=(4, 4),
+            down_block_types=("DownEncoderBlock2D",) * 2,
+            up_block_types=("UpDecoderBlock2D",) * 2,
+            layers_per_block=1,
+            latent_channels=4,
+            norm_num_groups=1,
+            use_quant_conv=False,
+            use_post_quant_conv=False,
+            sample_size=32,
+        )
         vae.bn.running_mean.copy_(torch.linspace(-0.5, 0.5, 16))
         vae.bn.running_var.copy_(torch.linspace(0.5, 2.0, 16))
         return vae
@@ -251,9 +264,19 @@ class Flux2KleinArchitecture(Flux2Architecture):
         tokenizer = chat_word_tokenizer(chat_template=CHAT_TEMPLATE)
         torch.manual_seed(seed + 1)
         text_encoder = Qwen3ForCausalLM(
-            Qwen3Config(hidden_size=16, intermediate_size=32, num_hidden_layers=28, num_attention_heads=2,
-                        num_key_value_heads=1, head_dim=8, vocab_size=len(tokenizer), bos_token_id=0,
-                        eos_token_id=2, pad_token_id=1, tie_word_embeddings=True)  # fmt: skip
+            Qwen3Config(
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=28,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                head_dim=8,
+                vocab_size=len(tokenizer),
+                bos_token_id=0,
+                eos_token_id=2,
+                pad_token_id=1,
+                tie_word_embeddings=True,
+            )
         ).eval()
         return Flux2KleinPipeline(
             transformer=cls.tiny_transformer(guidance_embeds=False, seed=seed),

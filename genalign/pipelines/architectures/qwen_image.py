@@ -67,7 +67,7 @@ class QwenImageArchitecture(FlowArchitecture):
     @classmethod
     def latents_for_decode(cls, latents, vae_config, *, height, width):
         """``[B, C, 1, h, w]``: the packed tokens unpacked into one-frame video latents."""
-        batch, tokens, packed = latents.shape
+        batch, _, packed = latents.shape
         scale = qwen_vae_scale_factor(vae_config) * 2
         h, w = 2 * (height // scale), 2 * (width // scale)
         patches = latents.reshape(batch, h // 2, w // 2, packed // 4, 2, 2)
@@ -113,10 +113,15 @@ class QwenImageArchitecture(FlowArchitecture):
             base_dim=4, z_dim=4, dim_mult=[1, 1], num_res_blocks=1, temperal_downsample=[False],
             latents_mean=[0.1, -0.2, 0.3, 0.0], latents_std=[1.5, 0.8, 1.2, 1.0],
         )  # fmt: skip
-        scheduler = FlowMatchEulerDiscreteScheduler(
-            use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
-            max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential",
-        )  # fmt: skip  (Qwen/Qwen-Image scheduler_config.json)
+        scheduler = FlowMatchEulerDiscreteScheduler(  # the schedule settings of Qwen/Qwen-Image's scheduler_config.json
+            use_dynamic_shifting=True,
+            base_shift=0.5,
+            max_shift=0.9,
+            base_image_seq_len=256,
+            max_image_seq_len=8192,
+            shift_terminal=0.02,
+            time_shift_type="exponential",
+        )
         return QwenImagePipeline(
             transformer=transformer,
             vae=vae,
