@@ -350,6 +350,65 @@ _FLUX2_KLEIN_4B = PublishedModel(
     pipeline_class="Flux2KleinPipeline",
 )
 
+_DC_AE_SANA = {
+    "in_channels": 3,
+    "latent_channels": 32,
+    "attention_head_dim": 32,
+    "encoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+    "decoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+    "encoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "decoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "encoder_layers_per_block": [2, 2, 2, 3, 3, 3],
+    "decoder_layers_per_block": [3, 3, 3, 3, 3, 3],
+    "encoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+    "decoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+    "upsample_block_type": "interpolate",
+    "downsample_block_type": "conv",
+    "decoder_norm_types": "rms_norm",
+    "decoder_act_fns": "silu",
+    "scaling_factor": 0.41407,
+}
+_SANA_1600M_1024 = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "SanaTransformer2DModel",
+            {
+                "in_channels": 32,
+                "out_channels": 32,
+                "num_attention_heads": 70,
+                "attention_head_dim": 32,
+                "num_layers": 20,
+                "num_cross_attention_heads": 20,
+                "cross_attention_head_dim": 112,
+                "cross_attention_dim": 2240,
+                "caption_channels": 2304,
+                "mlp_ratio": 2.5,
+                "sample_size": 32,
+                "patch_size": 1,
+            },
+        ),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Gemma2Model",
+            {
+                "model_type": "gemma2",
+                "hidden_size": 2304,
+                "intermediate_size": 9216,
+                "num_hidden_layers": 26,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "vocab_size": 256000,
+            },
+        ),
+        "vae": ComponentSpec("diffusers", "AutoencoderDC", _DC_AE_SANA),
+    },
+    source="Efficient-Large-Model/Sana_1600M_1024px_diffusers model_index.json and transformer/, text_encoder/ "
+    "(gemma-2-2b-it), vae/ (DC-AE f32c32 sana-1.0) config.json; model card: 1.6B-parameter linear DiT",
+    pipeline_class="SanaPipeline",
+)
+
 #: CLIP ViT-H/14 as transformers' CLIPModel (PickScore_v1, laion/CLIP-ViT-H-14-laion2B-s32B-b79K config.json).
 CLIP_VIT_H14 = ComponentSpec(
     "transformers",
@@ -394,6 +453,7 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "black-forest-labs/FLUX.2-dev": _FLUX2_DEV,
     "black-forest-labs/FLUX.2-klein-base-4B": _FLUX2_KLEIN_4B,
     "black-forest-labs/FLUX.2-klein-4B": _FLUX2_KLEIN_4B,
+    "Efficient-Large-Model/Sana_1600M_1024px_diffusers": _SANA_1600M_1024,
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_1_3B,
     "Wan-AI/Wan2.1-T2V-14B-Diffusers": _WAN21_14B,
 }

@@ -59,10 +59,18 @@ def test_flux2_tokens_unpack_to_the_layout_the_pipeline_patchifies_and_ids_match
 
 def test_an_unsupported_pipeline_class_is_named_with_the_supported_list():
     served = [c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes]
-    assert {"QwenImagePipeline", "Flux2Pipeline", "Flux2KleinPipeline", "StableDiffusion3Pipeline"} <= set(served)
+    assert {
+        "QwenImagePipeline",
+        "Flux2Pipeline",
+        "Flux2KleinPipeline",
+        "SanaPipeline",
+        "StableDiffusion3Pipeline",
+    } <= set(served)
     with pytest.raises(ValueError) as error:
-        architecture_name("auto", "SanaPipeline")
+        architecture_name("auto", "StableDiffusionXLPipeline")
     message = str(error.value)
-    assert message.startswith("pipeline class 'SanaPipeline' is not a supported flow-matching pipeline; supported: ")
+    assert message.startswith(
+        "pipeline class 'StableDiffusionXLPipeline' is not a supported flow-matching pipeline; supported: "
+    )
     assert all(name in message for name in served)
     assert "Set policy.architecture to one of " + ", ".join(FLOW_ARCHITECTURES.names()) in message

@@ -112,13 +112,15 @@ def case_config(case: str, output_dir: str) -> dict[str, Any]:
 
 # ---- the flow architecture matrix ------------------------------------------------------------------------------------
 # Every registered flow architecture on its own tiny random pipeline (``save_tiny_pipeline``), at the smallest sizes
-# that still run every part: 16 px, 2 steps, groups of 2, classifier-free guidance on (Qwen-Image's norm-preserving
+# that still run every part: 16 px (Sana 32), 2 steps, groups of 2, classifier-free guidance on (Qwen-Image's norm-preserving
 # rule, Klein's negative branch), all steps stochastic and trained.
 #: a ``policy.model`` value ``tiny-pipeline:<architecture>``: the tiny pipeline of that architecture, written once per
 #: process into a temporary folder (removed at exit)
 TINY_PIPELINE = "tiny-pipeline:"
 #: prompt tokens per architecture (FLUX.2 [dev]'s system message alone takes about 40)
 _SEQUENCE_LENGTH = {"flux2": 64}
+#: image sizes other than 16 px: Sana's pipeline takes multiples of 32 only
+_SIZE = {"sana": 32}
 
 
 def model_folder(model: str) -> str:
@@ -147,8 +149,8 @@ def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
         "family": "flow",
         "model": TINY_PIPELINE + architecture,
         "architecture": architecture,
-        "height": 16,
-        "width": 16,
+        "height": _SIZE.get(architecture, 16),
+        "width": _SIZE.get(architecture, 16),
         "num_frames": 5 if architecture == "wan" else 1,
         "num_steps": 2,
         "eval_num_steps": 2,

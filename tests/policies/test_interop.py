@@ -125,9 +125,14 @@ def test_flow_load_reads_files_with_and_without_adapter_metadata(sd3_dir, tmp_pa
 #: keyword arguments of each diffusers pipeline's ``__call__`` that give genalign's guidance: the CFG scale of SD3, Wan
 #: and FLUX.2 [klein] (their negative prompt defaults to genalign's ""), the embedded guidance of FLUX.1 / FLUX.2 [dev],
 #: Qwen-Image's ``true_cfg_scale``, which needs the negative prompt passed
-DIFFUSERS_GUIDANCE = {"qwen_image": lambda g: {"true_cfg_scale": g, "negative_prompt": ""}}
+DIFFUSERS_GUIDANCE = {
+    "qwen_image": lambda g: {"true_cfg_scale": g, "negative_prompt": ""},
+    "sana": lambda g: {"guidance_scale": g, "use_resolution_binning": False},  # genalign samples the configured size
+}
 #: prompt tokens per architecture (FLUX.2 [dev]'s system message alone takes about 40)
 SEQUENCE_LENGTH = {"flux2": 64}
+#: image sizes other than 16 px: Sana's pipeline takes multiples of 32 only
+SIZE = {"sana": 32}
 
 
 @pytest.mark.parametrize("architecture", FLOW_ARCHITECTURES.names())
@@ -145,9 +150,9 @@ def test_every_flow_architectures_exported_lora_reproduces_genalign_samples_in_p
     from genalign.policies.flow import build_policy as build_flow_policy
 
     base = save_tiny_pipeline(architecture, tmp_path / "base")
-    frames = 5 if architecture == "wan" else 1
+    frames, size = 5 if architecture == "wan" else 1, SIZE.get(architecture, 16)
     length = SEQUENCE_LENGTH.get(architecture, 8)
-    policy = build_flow_policy(FlowPolicyConfig(model=str(base), architecture=architecture, height=16, width=16,
+    policy = build_flow_policy(FlowPolicyConfig(model=str(base), architecture=architecture, height=size, width=size,
                                                 num_frames=frames, max_sequence_length=length,
                                                 lora=flow_lora(rank=4, alpha=8.0)))  # fmt: skip
     generator = torch.Generator().manual_seed(0)
@@ -161,7 +166,7 @@ def test_every_flow_architectures_exported_lora_reproduces_genalign_samples_in_p
     pipe.set_progress_bar_config(disable=True)
     pipe.load_lora_weights(tmp_path / "export")
     prompts, guidance = ["two red circles", "a blue square"], 2.0
-    settings = dict(num_inference_steps=2, height=16, width=16, max_sequence_length=length)
+    settings = dict(num_inference_steps=2, height=size, width=size, max_sequence_length=length)
     settings |= {"num_frames": frames} if architecture == "wan" else {}
     ours = policy.model.sampler(prompts, guidance_scale=guidance, noise_level=0.0,
                                 generator=torch.Generator().manual_seed(7), **settings)  # fmt: skip
