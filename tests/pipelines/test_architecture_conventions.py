@@ -3,6 +3,7 @@ the pipeline's own static helpers: Qwen-Image's norm-preserving guidance and tok
 schedule shift and patchified tokens; and the error an unsupported pipeline class gets."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from genalign.pipelines.architectures import FLOW_ARCHITECTURES, architecture_name
 from genalign.pipelines.architectures.flux2 import Flux2Architecture, empirical_mu, position_ids
 from genalign.pipelines.architectures.qwen_image import QwenImageArchitecture, norm_preserving_guidance
+from genalign.pipelines.architectures.sana import SanaArchitecture
 
 
 def test_qwen_image_guidance_keeps_the_norm_of_the_conditional_velocity():
@@ -55,6 +57,34 @@ def test_flux2_tokens_unpack_to_the_layout_the_pipeline_patchifies_and_ids_match
     image_ids, text_ids = position_ids(3, 5, 7, 2, torch.device("cpu"))
     assert image_ids.equal(Flux2Pipeline._prepare_latent_ids(grid).float())
     assert text_ids.equal(Flux2Pipeline._prepare_text_ids(torch.zeros(2, 7, 1)).float())
+
+
+class _RecordingTransformer(torch.nn.Module):
+    """Returns channels ``0 .. out_channels - 1`` as constant planes and records the timestep it was given."""
+
+    def __init__(self, out_channels: int, timestep_scale: float) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.config = SimpleNamespace(out_channels=out_channels, timestep_scale=timestep_scale)
+
+    def forward(self, latents, *, encoder_hidden_states, encoder_attention_mask, timestep, return_dict):
+        self.timestep = timestep
+        batch, _, h, w = latents.shape
+        planes = torch.arange(self.config.out_channels, dtype=torch.float32).view(1, -1, 1, 1)
+        return (planes.expand(batch, -1, h, w),)
+
+
+def test_sana_scales_the_timestep_and_keeps_the_first_half_of_a_learned_sigma_output():
+    embeds = {"encoder_hidden_states": torch.zeros(2, 3, 8), "encoder_attention_mask": torch.ones(2, 3)}
+    latents = torch.zeros(2, 4, 2, 2)
+    learned_sigma = _RecordingTransformer(out_channels=8, timestep_scale=0.5)
+    velocity = SanaArchitecture().velocity(learned_sigma, latents, torch.tensor([500.0, 250.0]), embeds, guidance=1.0)
+    assert learned_sigma.timestep.tolist() == [250.0, 125.0]  # sigma x 1000 x timestep_scale
+    assert velocity.shape == latents.shape and velocity[:, :, 0, 0].tolist() == [[0.0, 1.0, 2.0, 3.0]] * 2
+    plain = _RecordingTransformer(out_channels=4, timestep_scale=1.0)
+    assert SanaArchitecture().velocity(plain, latents, torch.tensor([500.0, 250.0]), embeds, guidance=1.0).shape == (
+        2, 4, 2, 2,
+    )  # fmt: skip
 
 
 def test_an_unsupported_pipeline_class_is_named_with_the_supported_list():
