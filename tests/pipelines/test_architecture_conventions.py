@@ -59,6 +59,18 @@ def test_flux2_tokens_unpack_to_the_layout_the_pipeline_patchifies_and_ids_match
     assert text_ids.equal(Flux2Pipeline._prepare_text_ids(torch.zeros(2, 7, 1)).float())
 
 
+def test_a_step_distilled_flux2_klein_has_no_unconditional_branch():
+    from diffusers import Flux2KleinPipeline
+
+    base = FLOW_ARCHITECTURES.get("flux2_klein")
+    pipe = base.tiny_pipeline(0)
+    distilled = Flux2KleinPipeline(**pipe.components, is_distilled=True)
+    for candidate, has_uncond in ((pipe, True), (distilled, False)):
+        cond, uncond = base().encode(candidate, ["a red circle"], negative_prompt="", max_sequence_length=12,
+                                     device=torch.device("cpu"))  # fmt: skip
+        assert cond["encoder_hidden_states"].shape[:2] == (1, 12) and (uncond is not None) == has_uncond
+
+
 class _RecordingTransformer(torch.nn.Module):
     """Returns channels ``0 .. out_channels - 1`` as constant planes and records the timestep it was given."""
 

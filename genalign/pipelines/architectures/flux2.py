@@ -7,8 +7,8 @@ stacked along the channels, and a mu-shifted schedule whose ``mu`` depends on th
 * ``flux2`` (FLUX.2 [dev], ``Flux2Pipeline``): Mistral-Small-3.1 text encoder (layers 10, 20, 30, with FLUX.2's system
   message), guidance *embedded* (guidance-distilled: no unconditional branch);
 * ``flux2_klein`` (FLUX.2 [klein], ``Flux2KleinPipeline``): Qwen3 text encoder (layers 9, 18, 27), no guidance
-  embedding, true classifier-free guidance with the empty negative prompt. The step-distilled Klein checkpoints
-  (``is_distilled``) sample without guidance: set ``policy.guidance_scale: 1``.
+  embedding, true classifier-free guidance with the empty negative prompt; the step-distilled Klein checkpoints
+  (``is_distilled``) sample without guidance, whatever the guidance scale, as diffusers does.
 """
 
 from __future__ import annotations
@@ -287,8 +287,11 @@ class Flux2KleinArchitecture(Flux2Architecture):
         )
 
     def encode(self, pipe, prompts, *, negative_prompt, max_sequence_length, device):
-        """Klein's pipeline uses the empty negative prompt; ``negative_prompt`` replaces it."""
+        """Klein's pipeline uses the empty negative prompt; ``negative_prompt`` replaces it. A step-distilled
+        checkpoint (``is_distilled`` in its pipeline config) has no unconditional branch, as in diffusers."""
         cond = self._embeddings(pipe, prompts, max_sequence_length=max_sequence_length, device=device)
+        if pipe.config.get("is_distilled", False):
+            return cond, None
         uncond = self._embeddings(pipe, [negative_prompt] * len(prompts), max_sequence_length=max_sequence_length,
                                   device=device)  # fmt: skip
         return cond, uncond
