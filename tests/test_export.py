@@ -6,12 +6,13 @@ folders load without genalign and generate what genalign generates from the same
   completions (``policy.top_k = 1``) under transformers' greedy ``generate``;
 * flow: ``load_lora_weights`` into the base pipeline, and the merged pipeline folder, give the policy's ODE evaluation
   images for a fixed seed. CFG-free (guidance 1, as the demo), diffusers' ``__call__`` runs the same float32 Euler
-  steps as genalign (tests/policies/test_interop.py), so the images are compared exactly. Measured: the LoRA file's
-  images are bit-identical to genalign's; the merged pipeline's are identical too, its latents differing from the
-  unmerged LoRA's by at most 1.8e-6 (``(W + s B A) x`` rounds differently from ``W x + s B (A x)``), far below one
-  uint8 level (1/255 of the pixel range), so one level is allowed (``MERGED_MAX_LEVELS``) for a pixel on a rounding
-  boundary; the base model's images differ from genalign's by up to 18 levels in 79 % of the pixels, so the
-  comparison sees the trained weights.
+  steps as genalign (tests/policies/test_interop.py). diffusers encodes the four prompts as one batch and genalign
+  each prompt alone (an embedding must not depend on the batch it was encoded in, or a resumed run would not
+  reproduce the uninterrupted one), and the text encoders round differently by batch size: measured, the LoRA file's
+  images differ from genalign's by 1 uint8 level in 1 of 12288 values; the merged pipeline's latents differ from the
+  unmerged LoRA's by at most 1.8e-6 besides (``(W + s B A) x`` rounds differently from ``W x + s B (A x)``), so one
+  level is allowed (``MAX_LEVELS``) for a pixel on a rounding boundary; the base model's images differ from genalign's
+  by up to 18 levels in 79 % of the pixels, so the comparison sees the trained weights.
 
 Errors name the argument, the value and the fix; a failed write leaves ``OUT`` as it was.
 """
@@ -43,8 +44,8 @@ from tests.policies.contract_cases import case_config
 
 torch.set_num_threads(1)
 FLOW_PROMPTS = ["two red circles", "one blue square", "three green triangles", "a red circle above a blue square"]
-#: merged vs unmerged LoRA: the largest difference in uint8 levels the images may show (measured: 0; module docstring)
-MERGED_MAX_LEVELS = 1
+#: the largest difference in uint8 levels diffusers' images may show from genalign's (measured: 1; module docstring)
+MAX_LEVELS = 1
 
 
 def _train(tmp_path_factory, case: str, name: str, policy: dict, lr: float) -> Path:
@@ -196,11 +197,11 @@ def test_flow_export_gives_genalign_ode_images_in_diffusers(flow_run, tmp_path, 
         assert not (out / "pytorch_lora_weights.safetensors").exists()
         pipe = DiffusionPipeline.from_pretrained(out, text_encoder_3=None, tokenizer_3=None)  # SD3 without T5
         assert not any("lora" in name for name, _ in pipe.transformer.named_parameters())
-        assert np.abs(_diffusers_images(pipe, flow_run) - ours).max() <= MERGED_MAX_LEVELS
+        assert np.abs(_diffusers_images(pipe, flow_run) - ours).max() <= MAX_LEVELS
     else:
         assert sorted(p.name for p in out.iterdir()) == ["README.md", "pytorch_lora_weights.safetensors"]
         base.load_lora_weights(out)
-        assert np.array_equal(_diffusers_images(base, flow_run), ours)
+        assert np.abs(_diffusers_images(base, flow_run) - ours).max() <= MAX_LEVELS
     difference = np.abs(untrained - ours)
     assert difference.max() >= 5 and (difference > 0).mean() > 0.3, "training must change the images"
 

@@ -110,7 +110,7 @@ def guided_velocity(
         v_cond = arch.velocity(transformer, latents, timestep, cond, guidance=guidance_scale)  # [B, ...]
         with torch.no_grad():
             v_uncond = arch.velocity(transformer, latents, timestep, uncond, guidance=guidance_scale)  # [B, ...]
-    return v_uncond + guidance_scale * (v_cond - v_uncond)
+    return arch.combine_guidance(v_cond, v_uncond, guidance_scale)
 
 
 def denoise(
@@ -329,10 +329,12 @@ class FlowLogProbPipeline:
     def set_schedule(self, num_inference_steps: int, latents: Tensor) -> None:
         """``scheduler.set_timesteps`` for latents shaped like ``latents`` ``[B, ...]`` (dynamic shift needs the size).
 
-        With dynamic shifting the base sigmas are ``1, 1 - 1/S, ..., 1/S`` as in diffusers' FLUX pipeline.
+        With dynamic shifting, and always for architectures with ``linear_sigmas`` (FLUX.1, FLUX.2, Qwen-Image), the base
+        sigmas are ``1, 1 - 1/S, ..., 1/S`` as in diffusers' FLUX pipeline.
         """
-        mu = self.arch.schedule_mu(self.pipe, latents)
-        sigmas = None if mu is None else [1.0 - k / num_inference_steps for k in range(num_inference_steps)]
+        mu = self.arch.schedule_mu(self.pipe, latents, num_steps=num_inference_steps)
+        linear = mu is not None or self.arch.linear_sigmas
+        sigmas = [1.0 - k / num_inference_steps for k in range(num_inference_steps)] if linear else None
         self.scheduler.set_timesteps(num_inference_steps, device=self.device, sigmas=sigmas, mu=mu)
 
     @torch.no_grad()

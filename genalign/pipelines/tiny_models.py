@@ -84,6 +84,50 @@ def word_tokenizer(*, max_length: int = 16, extra_words: list[str] | None = None
     )
 
 
+#: Chat markers of the Qwen tokenizers (Qwen2.5-VL, Qwen3), kept whole by :func:`chat_word_tokenizer`.
+QWEN_CHAT_MARKERS = ("<|im_start|>", "<|im_end|>")
+
+
+#: A chat template in Qwen's markers for :func:`chat_word_tokenizer`; a message's content is a string or a list of
+#: ``{"type": "text", "text": ...}`` parts (Mistral-3 processors' form).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for part in m['content'] %}{{ part['text'] }}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chat_word_tokenizer(
+    *, chat_template: str | None = None, max_length: int = 1024, padding_side: str = "right"
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of the chat-templated text encoders (Qwen2.5-VL, Qwen3, Mistral): the chat markers
+    :data:`QWEN_CHAT_MARKERS` are single special tokens, every line break is a token, no BOS / EOS is added, and
+    unknown words become ``<unk>`` (one token each), so a template prefix has the token count it has with the real
+    tokenizer when the real one gives one token per word, punctuation mark and line break (Qwen-Image's 34-token
+    system prefix does; its pipeline drops exactly those 34 tokens)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for word in [*QWEN_CHAT_MARKERS, "\n", "system", "user", "assistant", *_WORDS]:
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    # every match is a piece, the rest (spaces) is dropped: words, runs of punctuation, single line breaks
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+|\n"), behavior="removed", invert=True)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=list(QWEN_CHAT_MARKERS),
+        model_max_length=max_length,
+        padding_side=padding_side,
+    )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer
+
+
 def tiny_clip(hidden: int, *, projection: bool, seed: int) -> CLIPTextModel:
     """A CLIP text encoder of width ``hidden`` (with the pooled projection: ``CLIPTextModelWithProjection``)."""
     config = CLIPTextConfig(
@@ -108,6 +152,23 @@ def tiny_t5(d_model: int, *, umt5: bool, seed: int) -> T5EncoderModel:
     kwargs = dict(vocab_size=64, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, pad_token_id=1)
     torch.manual_seed(seed)
     return UMT5EncoderModel(UMT5Config(**kwargs)) if umt5 else T5EncoderModel(T5Config(**kwargs))
+
+
+def tiny_qwen25_vl(hidden: int, *, seed: int):
+    """A Qwen2.5-VL (``Qwen2_5_VLForConditionalGeneration``) of width ``hidden`` with two text layers and a one-block
+    vision tower, over the vocabulary of :func:`chat_word_tokenizer` (Qwen-Image's text encoder)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    vocab = len(chat_word_tokenizer())
+    text = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=2, vocab_size=vocab, rope_theta=1e6, bos_token_id=0, eos_token_id=2,
+                pad_token_id=1, rope_scaling={"type": "default", "rope_type": "default",
+                                              "mrope_section": [1, 1, hidden // 4 - 2]})  # fmt: skip
+    vision = dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=hidden)
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, vocab_size=vocab, bos_token_id=0,
+                              eos_token_id=2, pad_token_id=1)  # fmt: skip
+    torch.manual_seed(seed)
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
 
 
 def tiny_image_vae(latent_channels: int, *, seed: int) -> AutoencoderKL:

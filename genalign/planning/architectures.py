@@ -288,6 +288,197 @@ _WAN22_TI2V_5B = _wan(
     channels=48, vae=_WAN22_VAE, pipeline_config={"boundary_ratio": None, "expand_timesteps": True},
 )  # fmt: skip
 
+_QWEN_IMAGE = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "QwenImageTransformer2DModel",
+            {
+                "patch_size": 2,
+                "in_channels": 64,
+                "out_channels": 16,
+                "num_layers": 60,
+                "attention_head_dim": 128,
+                "num_attention_heads": 24,
+                "joint_attention_dim": 3584,
+                "guidance_embeds": False,
+                "axes_dims_rope": [16, 56, 56],
+            },
+        ),
+        "text_encoder": _QWEN25_VL_7B.components["model"],
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLQwenImage",
+            {
+                "base_dim": 96,
+                "z_dim": 16,
+                "dim_mult": [1, 2, 4, 4],
+                "num_res_blocks": 2,
+                "attn_scales": [],
+                "temperal_downsample": [False, True, True],
+                "dropout": 0.0,
+            },
+        ),
+    },
+    source="Qwen/Qwen-Image model_index.json and transformer/, text_encoder/ (Qwen2.5-VL-7B-Instruct), vae/ "
+    "config.json; model card: 20B-parameter MMDiT",
+    pipeline_class="QwenImagePipeline",
+)
+_FLUX2_VAE = {"in_channels": 3, "out_channels": 3, "latent_channels": 32, "block_out_channels": [128, 256, 512, 512],
+              "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+              "layers_per_block": 2, "norm_num_groups": 32, "patch_size": [2, 2]}  # fmt: skip
+
+
+def _flux2_transformer(double: int, single: int, heads: int, text_width: int, guidance: bool) -> ComponentSpec:
+    """A ``Flux2Transformer2DModel``: 128 patchified latent channels, 128-wide heads, MLP ratio 3, prompt embeddings
+    of three text-encoder layers (``joint_attention_dim = 3 x`` the encoder's width)."""
+    return ComponentSpec(
+        "diffusers",
+        "Flux2Transformer2DModel",
+        {
+            "patch_size": 1,
+            "in_channels": 128,
+            "num_layers": double,
+            "num_single_layers": single,
+            "attention_head_dim": 128,
+            "num_attention_heads": heads,
+            "joint_attention_dim": 3 * text_width,
+            "timestep_guidance_channels": 256,
+            "mlp_ratio": 3.0,
+            "axes_dims_rope": [32, 32, 32, 32],
+            "rope_theta": 2000,
+            "guidance_embeds": guidance,
+        },
+    )
+
+
+_FLUX2_DEV = PublishedModel(
+    {
+        "transformer": _flux2_transformer(8, 48, 48, 5120, guidance=True),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Mistral3ForConditionalGeneration",
+            {
+                "model_type": "mistral3",
+                "text_config": {
+                    "model_type": "mistral",
+                    "hidden_size": 5120,
+                    "intermediate_size": 32768,
+                    "num_hidden_layers": 40,
+                    "num_attention_heads": 32,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "vocab_size": 131072,
+                    "rope_theta": 1e9,
+                    "tie_word_embeddings": False,
+                },
+                "vision_config": {
+                    "model_type": "pixtral",
+                    "hidden_size": 1024,
+                    "intermediate_size": 4096,
+                    "num_hidden_layers": 24,
+                    "num_attention_heads": 16,
+                    "head_dim": 64,
+                    "image_size": 1540,
+                    "patch_size": 14,
+                },
+                "spatial_merge_size": 2,
+                "multimodal_projector_bias": False,
+                "image_token_index": 10,
+            },
+        ),
+        "vae": ComponentSpec("diffusers", "AutoencoderKLFlux2", _FLUX2_VAE),
+    },
+    source="black-forest-labs/FLUX.2-dev model_index.json and transformer/, text_encoder/ (Mistral-Small-3.1-24B), "
+    "vae/ config.json; model card: 32B-parameter rectified-flow transformer, 24B text encoder",
+    pipeline_class="Flux2Pipeline",
+)
+_FLUX2_KLEIN_4B = PublishedModel(
+    {
+        "transformer": _flux2_transformer(5, 20, 24, 2560, guidance=False),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Qwen3ForCausalLM",
+            {
+                "model_type": "qwen3",
+                "hidden_size": 2560,
+                "intermediate_size": 9728,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "vocab_size": 151936,
+                "tie_word_embeddings": True,
+                "rope_theta": 1e6,
+                "rms_norm_eps": 1e-6,
+            },
+        ),
+        "vae": ComponentSpec("diffusers", "AutoencoderKLFlux2", _FLUX2_VAE),
+    },
+    source="black-forest-labs/FLUX.2-klein-base-4B model_index.json and transformer/ (5 double, 20 single blocks, "
+    "24 heads), text_encoder/ (Qwen3-4B), vae/ config.json; model card: 4B-parameter flow transformer",
+    pipeline_class="Flux2KleinPipeline",
+)
+
+_DC_AE_SANA = {
+    "in_channels": 3,
+    "latent_channels": 32,
+    "attention_head_dim": 32,
+    "encoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+    "decoder_block_types": ["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+    "encoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "decoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "encoder_layers_per_block": [2, 2, 2, 3, 3, 3],
+    "decoder_layers_per_block": [3, 3, 3, 3, 3, 3],
+    "encoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+    "decoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+    "upsample_block_type": "interpolate",
+    "downsample_block_type": "conv",
+    "decoder_norm_types": "rms_norm",
+    "decoder_act_fns": "silu",
+    "scaling_factor": 0.41407,
+}
+_SANA_1600M_1024 = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "SanaTransformer2DModel",
+            {
+                "in_channels": 32,
+                "out_channels": 32,
+                "num_attention_heads": 70,
+                "attention_head_dim": 32,
+                "num_layers": 20,
+                "num_cross_attention_heads": 20,
+                "cross_attention_head_dim": 112,
+                "cross_attention_dim": 2240,
+                "caption_channels": 2304,
+                "mlp_ratio": 2.5,
+                "sample_size": 32,
+                "patch_size": 1,
+            },
+        ),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Gemma2Model",
+            {
+                "model_type": "gemma2",
+                "hidden_size": 2304,
+                "intermediate_size": 9216,
+                "num_hidden_layers": 26,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "vocab_size": 256000,
+            },
+        ),
+        "vae": ComponentSpec("diffusers", "AutoencoderDC", _DC_AE_SANA),
+    },
+    source="Efficient-Large-Model/Sana_1600M_1024px_diffusers model_index.json and transformer/, text_encoder/ "
+    "(gemma-2-2b-it), vae/ (DC-AE f32c32 sana-1.0) config.json; model card: 1.6B-parameter linear DiT",
+    pipeline_class="SanaPipeline",
+)
+
 #: CLIP ViT-H/14 as transformers' CLIPModel (PickScore_v1, laion/CLIP-ViT-H-14-laion2B-s32B-b79K config.json).
 CLIP_VIT_H14 = ComponentSpec(
     "transformers",
@@ -332,6 +523,11 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
     "stabilityai/stable-diffusion-3.5-medium": _SD35_MEDIUM,
     "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
+    "Qwen/Qwen-Image": _QWEN_IMAGE,
+    "black-forest-labs/FLUX.2-dev": _FLUX2_DEV,
+    "black-forest-labs/FLUX.2-klein-base-4B": _FLUX2_KLEIN_4B,
+    "black-forest-labs/FLUX.2-klein-4B": _FLUX2_KLEIN_4B,
+    "Efficient-Large-Model/Sana_1600M_1024px_diffusers": _SANA_1600M_1024,
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_1_3B,
     "Wan-AI/Wan2.1-T2V-14B-Diffusers": _WAN21_14B,
     "Wan-AI/Wan2.2-T2V-A14B-Diffusers": _WAN22_A14B,

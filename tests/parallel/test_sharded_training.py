@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests import prepared_python
-from tests.policies.contract_cases import CASES
+from tests.policies.contract_cases import ARCHITECTURE_CASES, CASES
 
 pytestmark = pytest.mark.heavy(cpu_s=95)  # scheduled first (tests/conftest.py)
 
@@ -26,8 +26,13 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 RESUMED = ["causal_lm", "flow_sde"]
 #: cases sharded training is compared on: the multi-turn cases are left out because a multi-turn rollout is padded to
 #: the longest trajectory of the process that sampled it, so one and two processes score different token grids (float
-#: rounding differs at ~1e-4; their single-process exactness is the contract test's)
-SHARDED_CASES = [case for case, (_, config) in CASES.items() if "multi_turn" not in config["policy"]]
+#: rounding differs at ~1e-4; their single-process exactness is the contract test's); so are the flow architecture
+#: cases, which shard the same flow policy code as flow_sde
+SHARDED_CASES = [
+    case
+    for case, (_, config) in CASES.items()
+    if "multi_turn" not in config["policy"] and case not in ARCHITECTURE_CASES
+]
 
 
 def _run(out: Path, cases: list[str], *args: str, processes: int) -> None:

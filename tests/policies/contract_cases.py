@@ -10,8 +10,15 @@ VLM (the crop tool returning an image each turn, of two sizes).
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
+
+from genalign.pipelines.architectures import FLOW_ARCHITECTURES
 
 ARITHMETIC = {"source": "procedural:arithmetic", "args": {"size": 64, "seed": 0, "digits": 2, "split": "train"}}
 SHAPES_T2I = {
@@ -112,6 +119,7 @@ def case_config(case: str, output_dir: str) -> dict[str, Any]:
     _, sections = CASES[case]
     config = copy.deepcopy(COMMON) | copy.deepcopy(sections)
     config["run"] = copy.deepcopy(COMMON["run"]) | {"output_dir": output_dir}
+    config["policy"]["model"] = model_folder(config["policy"]["model"])
     return config
 
 
@@ -198,49 +206,77 @@ CASES |= {
 }  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Video architectures (Wan2.2 A14B's two experts, Wan2.2 TI2V-5B's per-token timesteps) on their tiny random pipelines,
-# saved once to a temporary folder keyed by the sources that build them (the subprocess runs of the contract test read
-# the same folder).
-def tiny_video_model(architecture: str) -> str:
-    """The folder of ``architecture``'s tiny pipeline, written atomically on first use."""
-    import hashlib
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
+# ---- the flow architecture matrix ------------------------------------------------------------------------------------
+# Every registered flow architecture on its own tiny random pipeline (``save_tiny_pipeline``), at the smallest sizes
+# that still run every part: 16 px (Sana 32), 2 steps, groups of 2, classifier-free guidance on (Qwen-Image's norm-preserving
+# rule, Klein's negative branch), all steps stochastic and trained.
+#: a ``policy.model`` value ``tiny-pipeline:<architecture>``: the tiny pipeline of that architecture, written once per
+#: process into a temporary folder (removed at exit)
+TINY_PIPELINE = "tiny-pipeline:"
+#: prompt tokens per architecture (FLUX.2 [dev]'s system message alone takes about 40)
+_SEQUENCE_LENGTH = {"flux2": 64}
+#: image sizes other than 16 px: Sana's pipeline takes multiples of 32 only
+_SIZE = {"sana": 32}
 
-    import genalign.pipelines.architectures.wan as wan
-    import genalign.pipelines.architectures.wan22 as wan22
-    import genalign.pipelines.tiny_models as tiny_models
+
+def model_folder(model: str) -> str:
+    """``model``, or for ``tiny-pipeline:<architecture>`` the folder of that tiny pipeline (built on first use)."""
+    if not model.startswith(TINY_PIPELINE):
+        return model
+    return str(_tiny_pipeline_folder(model.removeprefix(TINY_PIPELINE)))
+
+
+@functools.cache
+def _tiny_pipeline_folder(architecture: str) -> Path:
     from genalign.pipelines.tiny_models import save_tiny_pipeline
 
-    sources = b"".join(Path(module.__file__).read_bytes() for module in (wan, wan22, tiny_models))
-    folder = (
-        Path(tempfile.gettempdir())
-        / "genalign-tiny-models"
-        / f"{architecture}-{hashlib.sha1(sources).hexdigest()[:12]}"
-    )
-    if not (folder / "model_index.json").exists():
-        partial = folder.with_name(f"{folder.name}.{os.getpid()}")
-        save_tiny_pipeline(architecture, partial)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process wrote it first
-            shutil.rmtree(partial, ignore_errors=True)
-    return str(folder)
+    return save_tiny_pipeline(architecture, _tiny_root() / architecture)
 
 
+@functools.cache
+def _tiny_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="genalign-tiny-pipelines-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
+    policy = {
+        "family": "flow",
+        "model": TINY_PIPELINE + architecture,
+        "architecture": architecture,
+        "height": _SIZE.get(architecture, 16),
+        "width": _SIZE.get(architecture, 16),
+        "num_frames": 5 if architecture == "wan" else 1,
+        "num_steps": 2,
+        "eval_num_steps": 2,
+        "guidance_scale": 2.0,
+        "max_sequence_length": _SEQUENCE_LENGTH.get(architecture, 8),
+        "lora": {"rank": 2, "alpha": 4.0},
+        "sample_batch_size": 8,
+    }
+    algorithm = {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 4}
+    return "flow", {"policy": policy, "data": {"train": SHAPES_T2I}, "algorithm": algorithm}
+
+
+#: architectures with cases of their own (video sizes and frame rates above; source images below)
+_OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v"}
+#: case ids of the architecture matrix (left out where a test runs families, not architectures: sharded training)
+ARCHITECTURE_CASES = [f"flow_arch_{name}" for name in FLOW_ARCHITECTURES.names() if name not in _OWN_CASES]
+CASES |= {case: _architecture_case(case.removeprefix("flow_arch_")) for case in ARCHITECTURE_CASES}
+
+
+# ---- video architectures (Wan2.2 A14B's two experts, Wan2.2 TI2V-5B's per-token timesteps) on their tiny pipelines
 VIDEO_POLICY = FLOW_POLICY | {"num_frames": 5, "fps": 8, "num_steps": 3, "eval_num_steps": 2, "guidance_scale": 2.0,
                               "ema_decay": 0.0, "architecture": "auto", "max_sequence_length": 8}  # fmt: skip
 CASES |= {
     "flow_wan22": ("flow", {
-        "policy": VIDEO_POLICY | {"model": tiny_video_model("wan22"), "height": 16, "width": 16},
+        "policy": VIDEO_POLICY | {"model": TINY_PIPELINE + "wan22", "height": 16, "width": 16},
         "data": {"train": SHAPES_T2I},
         "algorithm": FLOW_ALGORITHM,
     }),
     "flow_wan22_ti2v": ("flow", {
-        "policy": VIDEO_POLICY | {"model": tiny_video_model("wan22_ti2v"), "height": 32, "width": 32},
+        "policy": VIDEO_POLICY | {"model": TINY_PIPELINE + "wan22_ti2v", "height": 32, "width": 32},
         "data": {"train": SHAPES_T2I},
         "algorithm": FLOW_ALGORITHM,
     }),

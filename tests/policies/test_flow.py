@@ -224,9 +224,17 @@ def test_prompt_embeddings_are_cached_with_lru_eviction(model_dirs, monkeypatch)
     monkeypatch.setattr(policy.model.sampler, "encode", counting)
     policy.rollout(ROWS, group_size=2)
     policy.rollout(ROWS, group_size=2)
-    assert encoded == [["two red circles", "a blue square"]], "each distinct prompt is encoded once"
+    assert encoded == [["two red circles"], ["a blue square"]], "each distinct prompt is encoded once, on its own"
     policy.rollout(ROWS[1:], group_size=1)
     assert list(policy.model.embeddings) == ["a blue square"]
+
+
+def test_a_prompt_embedding_does_not_depend_on_the_prompts_requested_with_it(model_dirs):
+    """What a resumed run (empty cache) needs to encode bit-identically to the uninterrupted run."""
+    together = build_policy(_config(model_dirs)).model.embeddings(["a blue square", "two red circles", "one dog"])
+    alone = build_policy(_config(model_dirs)).model.embeddings(["two red circles"])
+    for kept, single in zip(together, alone, strict=True):
+        assert all(torch.equal(kept[key][1:2], single[key]) for key in single)
 
 
 def test_bfloat16_weights_keep_float32_log_probs_and_exact_ratio(model_dirs):

@@ -90,6 +90,9 @@ class FlowArchitecture:
     #: Run the conditional and unconditional branches in one call of twice the batch (``policy.cfg_batching``), in
     #: rollouts and in scoring alike, so re-scoring stays exact; False: two calls.
     batch_cfg: bool = False
+    #: True: the pipeline always sets its schedule from the sigmas ``1, 1 - 1/S, ..., 1/S`` (FLUX-style pipelines, with
+    #: or without a dynamic shift); False: from the scheduler's own timesteps unless a dynamic shift applies.
+    linear_sigmas: ClassVar[bool] = False
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
 
@@ -198,8 +201,9 @@ class FlowArchitecture:
         )
         return torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
 
-    def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor) -> float | None:
-        """``mu`` for dynamic shifting, or None when the scheduler config does not use it."""
+    def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor, *, num_steps: int) -> float | None:
+        """``mu`` for dynamic shifting of a ``num_steps``-step schedule, or None when the scheduler config does not use
+        it; by default linear in the image token count (FLUX.2 makes it depend on ``num_steps`` too)."""
         if not pipe.scheduler.config.get("use_dynamic_shifting", False):
             return None
         return calculate_shift(self.image_seq_len(pipe, latents), pipe.scheduler.config)
@@ -213,6 +217,11 @@ class FlowArchitecture:
     ) -> Tensor:
         """Predicted velocity ``[B, ...]`` in float32 for latents ``[B, ...]`` at ``timestep`` ``[B]`` (sigma x 1000)."""
         raise NotImplementedError
+
+    def combine_guidance(self, v_cond: Tensor, v_uncond: Tensor, guidance_scale: float) -> Tensor:
+        """Classifier-free guidance of the conditional and unconditional velocities ``[B, ...]``:
+        ``v_u + w (v_c - v_u)`` by default (an architecture with another published rule overrides it)."""
+        return v_uncond + guidance_scale * (v_cond - v_uncond)
 
     def decode(self, pipe: DiffusionPipeline, latents: Tensor, *, height: int, width: int) -> list[Any]:
         """Decode final latents ``[B, ...]`` into PIL images (or ``[F, H, W, 3]`` uint8 arrays for video)."""

@@ -26,6 +26,7 @@ class FluxArchitecture(FlowArchitecture):
     pipeline_classes = ("FluxPipeline",)
     transformer_class = "FluxTransformer2DModel"
     uses_true_cfg = False
+    linear_sigmas = True
     _grid: tuple[int, int] = (0, 0)
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 

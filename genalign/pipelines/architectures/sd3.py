@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any, ClassVar
 
 import torch
 
@@ -53,6 +54,9 @@ class SD3Architecture(FlowArchitecture):
         config["dual_attention_layers"] = list(range(counts["dual"]))
         return config
 
+    #: transformer config of the tiny pipeline beyond SD3's (SD3.5 adds dual-attention layers and qk-norm)
+    tiny_transformer_extra: ClassVar[dict[str, Any]] = {"num_layers": 1}
+
     @classmethod
     def tiny_pipeline(cls, seed=0):
         """SD3 with one transformer layer, two tiny CLIP encoders and a tiny T5 (images 8-32 px, latent = image size)."""
@@ -65,13 +69,13 @@ class SD3Architecture(FlowArchitecture):
             sample_size=32,
             patch_size=1,
             in_channels=4,
-            num_layers=1,
             attention_head_dim=8,
             num_attention_heads=4,
             caption_projection_dim=32,
             joint_attention_dim=32,
             pooled_projection_dim=32,
             out_channels=4,
+            **cls.tiny_transformer_extra,
         )
         return StableDiffusion3Pipeline(
             transformer=transformer,
@@ -118,3 +122,18 @@ class SD3Architecture(FlowArchitecture):
 
     def decode(self, pipe, latents, *, height, width):
         return decode_images(pipe, latents)
+
+
+@FLOW_ARCHITECTURES.register(
+    "sd35",
+    summary="Stable Diffusion 3.5 (StableDiffusion3Pipeline): SD3's code; a name for SD3.5's tiny pipeline (dual-"
+    "attention MMDiT-X blocks, qk RMS-norm, T5 present). policy.architecture auto resolves SD3.5 folders to sd3.",
+)
+class SD35Architecture(SD3Architecture):
+    """SD3.5 is the SD3 pipeline and transformer class with other config values (``dual_attention_layers``,
+    ``qk_norm: rms_norm``), which :class:`SD3Architecture` already reads; this name only gives it its own tiny
+    pipeline for the architecture matrix. Auto-detection picks ``sd3`` (same behaviour), so no pipeline class here."""
+
+    name = "sd35"
+    pipeline_classes = ()
+    tiny_transformer_extra = {"num_layers": 2, "dual_attention_layers": (0,), "qk_norm": "rms_norm"}

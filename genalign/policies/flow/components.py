@@ -73,8 +73,9 @@ class ParameterAverage:
 
 
 class PromptEmbeddingCache:
-    """Embeddings of prompts, each distinct prompt encoded once and kept in an LRU cache of ``size`` prompts (SD3.5
-    embeddings are a few MB each).
+    """Embeddings of prompts, each distinct prompt encoded once, on its own (its embedding depends on the prompt alone,
+    not on the prompts it was requested with), and kept in an LRU cache of ``size`` prompts (SD3.5 embeddings are a few
+    MB each).
 
     Args:
         encode: ``encode(prompts) -> (cond, uncond | None)`` with ``[B, ...]`` tensors per key.
@@ -92,13 +93,11 @@ class PromptEmbeddingCache:
         """Conditional and unconditional embeddings ``[N, ...]`` of ``prompts`` (in order, repeats allowed)."""
         distinct = list(dict.fromkeys(prompts))
         missing = [p for p in distinct if p not in self.entries]
-        if missing:
-            cond, uncond = self.encode(missing)
-            for i, prompt in enumerate(missing):
-                self.entries[prompt] = (
-                    {k: v[i : i + 1] for k, v in cond.items()},
-                    None if uncond is None else {k: v[i : i + 1] for k, v in uncond.items()},
-                )
+        for prompt in missing:
+            # one prompt per call: the text encoders' batched matmuls round differently with the batch size, so an
+            # embedding encoded among other prompts would differ in its last bits from one encoded alone, and a run
+            # resumed with an empty cache would no longer reproduce the uninterrupted run
+            self.entries[prompt] = self.encode([prompt])
         for prompt in distinct:
             self.entries.move_to_end(prompt)
         pairs = [self.entries[p] for p in prompts]
