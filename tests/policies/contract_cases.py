@@ -99,4 +99,47 @@ def case_config(case: str, output_dir: str) -> dict[str, Any]:
     _, sections = CASES[case]
     config = copy.deepcopy(COMMON) | copy.deepcopy(sections)
     config["run"] = copy.deepcopy(COMMON["run"]) | {"output_dir": output_dir}
+    return resolve_tiny_models(config)
+
+
+# ---- source-conditioned flow architectures: image-to-image, editing, image-to-video ------------------------------------
+#: ``policy.model: "tiny-flow:<architecture>"``: that architecture's tiny random pipeline (``tiny_pipeline``), written
+#: once per process into a temporary folder by :func:`resolve_tiny_models` (no committed weights for test-only models).
+TINY_FLOW_PREFIX = "tiny-flow:"
+_TINY_FLOW_DIRS: dict[str, str] = {}
+SHAPES_EDIT = {"source": "procedural:shapes_edit", "args": {"size": 64, "seed": 0, "split": "train"}}
+TINY_FLOW_POLICY = FLOW_POLICY | {"height": 16, "width": 16, "max_sequence_length": 8}
+CASES |= {
+    "flow_img2img": ("flow", {
+        "policy": FLOW_POLICY | {"architecture": "sd3_img2img", "strength": 0.75},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    "flow_kontext": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_FLOW_PREFIX + "flux_kontext", "architecture": "flux_kontext",
+                                      "guidance_scale": 3.5},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    "flow_i2v": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_FLOW_PREFIX + "wan_i2v", "architecture": "wan_i2v", "num_frames": 5,
+                                      "guidance_scale": 2.0},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+}  # fmt: skip
+
+
+def resolve_tiny_models(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with a ``tiny-flow:<architecture>`` model replaced by the folder of that tiny pipeline."""
+    model = config["policy"].get("model", "")
+    if model.startswith(TINY_FLOW_PREFIX):
+        import tempfile
+
+        from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+        name = model[len(TINY_FLOW_PREFIX) :]
+        if name not in _TINY_FLOW_DIRS:
+            _TINY_FLOW_DIRS[name] = str(save_tiny_pipeline(name, tempfile.mkdtemp(prefix=f"genalign-tiny-{name}-")))
+        config["policy"]["model"] = _TINY_FLOW_DIRS[name]
     return config
