@@ -397,7 +397,9 @@ class FlowLogProbPipeline:
         sources = None
         if source_images is not None:
             if len(source_images) != len(prompts):
-                raise ValueError(f"source_images has {len(source_images)} images for {len(prompts)} prompts; give one each.")
+                raise ValueError(
+                    f"source_images has {len(source_images)} images for {len(prompts)} prompts; give one each."
+                )
             sources = self.encode_sources(source_images, height=height, width=width, num_frames=num_frames)
             cond, uncond = join_sources(cond, sources), join_sources(uncond, sources)
         # 2. initial latents and 3. timesteps

@@ -55,7 +55,9 @@ def _policy(model_dir, name):
 
 
 @pytest.mark.parametrize("name", list(MODES))
-def test_the_exported_lora_loads_into_the_plain_diffusers_pipeline_and_reproduces_the_sample(name, model_dirs, tmp_path):
+def test_the_exported_lora_loads_into_the_plain_diffusers_pipeline_and_reproduces_the_sample(
+    name, model_dirs, tmp_path
+):
     from diffusers import DiffusionPipeline
 
     from genalign.export.flow import write_flow

@@ -220,7 +220,14 @@ class FlowArchitecture:
         return torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
 
     def encode_sources(
-        self, pipe: DiffusionPipeline, images: list[Any], *, height: int, width: int, num_frames: int, device: torch.device
+        self,
+        pipe: DiffusionPipeline,
+        images: list[Any],
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        device: torch.device,
     ) -> SourceConditioning:
         """Conditioning tensors ``{name: [B, ...]}`` (float32) of ``B`` RGB source images, resized to ``height`` x
         ``width``; deterministic (the VAE's mode, never a sample), so a source always gives the same tensors."""

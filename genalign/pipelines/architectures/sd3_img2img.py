@@ -27,7 +27,9 @@ class SD3Img2ImgArchitecture(SD3Architecture):
     @classmethod
     def source_shapes(cls, transformer_config, vae_config, *, height, width, num_frames, batch):
         scale = vae_scale_factor(vae_config)
-        return {SOURCE_LATENTS: (batch, config_value(transformer_config, "in_channels"), height // scale, width // scale)}
+        return {
+            SOURCE_LATENTS: (batch, config_value(transformer_config, "in_channels"), height // scale, width // scale)
+        }
 
     @classmethod
     def tiny_pipeline(cls, seed=0):
