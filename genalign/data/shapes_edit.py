@@ -95,6 +95,13 @@ def _draw_edit(rng: np.random.Generator, edit: str, size: int, max_shapes: int) 
     }
 
 
+def edit_split(drawn: dict[str, Any], *, eval_fraction: float = 0.2) -> Split:
+    """The split of an edit drawn by :func:`sample_edit`: :func:`~genalign.data.procedural.split_of` of its instruction
+    and its source scene together."""
+    key = f"{drawn['instruction']} | {describe(drawn['source'])} | {drawn['source'].shapes}"
+    return split_of(key, eval_fraction=eval_fraction)
+
+
 @PROCEDURAL_TASKS.register("shapes_edit", source="genalign")
 def shapes_edit_rows(
     size: int,
@@ -130,8 +137,7 @@ def shapes_edit_rows(
     rows: list[dict[str, Any]] = []
     for _ in range(1000 * (size + 10)):
         drawn = sample_edit(rng, edits[int(rng.integers(len(edits)))], size=canvas, max_shapes=max_shapes)
-        key = f"{drawn['instruction']} | {describe(drawn['source'])} | {drawn['source'].shapes}"
-        if split_of(key, eval_fraction=eval_fraction) != split:
+        if edit_split(drawn, eval_fraction=eval_fraction) != split:
             continue
         rows.append({
             "prompt": drawn["instruction"],
