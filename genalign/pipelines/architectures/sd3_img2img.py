@@ -1,7 +1,12 @@
 """Stable Diffusion 3 / 3.5 image-to-image (``StableDiffusion3Img2ImgPipeline``): the SD3 transformer and text
 encoders, trajectories that start from the source image's latents noised to ``policy.strength`` on a schedule that
 starts there (SDEdit; diffusers' ``get_timesteps``: ``t_start = S - int(S * strength)``, the first ``t_start`` steps
-skipped), so a rollout has ``S - t_start`` denoising steps."""
+skipped), so a rollout has ``S - t_start`` denoising steps.
+
+Reading chosen: the source latents are the VAE posterior's *mode* (as diffusers' FLUX Kontext and Wan I2V pipelines
+encode), where diffusers' SD3 img2img draws a *sample* from it with the call's generator; a fixed tensor per source
+keeps the conditioning a function of the row. Given those latents as its ``image``, diffusers' pipeline reproduces
+genalign's trajectory bit for bit (tests/pipelines/test_conditioning.py)."""
 
 from __future__ import annotations
 
