@@ -22,7 +22,13 @@ import torch
 from diffusers.pipelines.pipeline_utils import DiffusionPipeline
 from torch import Tensor, nn
 
-from genalign.pipelines.architectures.base import FlowArchitecture, PromptEmbeddings, architecture_for
+from genalign.pipelines.architectures.base import (
+    FlowArchitecture,
+    PromptEmbeddings,
+    SourceConditioning,
+    architecture_for,
+    join_sources,
+)
 from genalign.schedulers.flow_sde import FlowSDEScheduler
 from genalign.schedulers.ode_solvers import ODE_SOLVERS, OdeSolverName
 from genalign.schedulers.sde_dynamics import LogProbForm, LogProbReduction
@@ -253,6 +259,8 @@ class FlowLogProbPipeline:
         architecture: ``"auto"`` (from the pipeline class) or a name of :data:`~genalign.pipelines.architectures.FLOW_ARCHITECTURES`.
         dynamics, noise_level, log_prob_reduction, log_prob_form: defaults of the :class:`FlowSDEScheduler` built from the
             pipeline's own sigma schedule.
+        strength: image-to-image only (``arch.source_role == "initial_latents"``): how far the source is noised; the
+            schedule of ``S`` steps skips its first ``S - int(S * strength)`` (diffusers' ``get_timesteps``).
     """
 
     def __init__(
@@ -264,11 +272,20 @@ class FlowLogProbPipeline:
         noise_level: float = 0.7,
         log_prob_reduction: LogProbReduction = "mean",
         log_prob_form: LogProbForm = "gaussian",
+        strength: float = 1.0,
     ) -> None:
         self.pipe = pipe
         self.arch = architecture_for(pipe, architecture)
         #: the module the velocity is computed with (the transformer; Wan2.2 A14B: both experts)
         self.transformer = self.arch.denoiser(pipe)
+        if strength != 1.0 and self.arch.source_role != "initial_latents":
+            raise ValueError(
+                f"strength={strength} applies to image-to-image architectures only; {self.arch.name!r} starts from "
+                "noise: set policy.strength to 1.0 or use architecture sd3_img2img."
+            )
+        if not 0.0 < strength <= 1.0:
+            raise ValueError(f"strength={strength} must be in (0, 1] (1 = start from pure noise).")
+        self.strength = strength
         config = self.arch.scheduler_config(pipe)
         config |= {"dynamics": dynamics, "noise_level": noise_level, "log_prob_reduction": log_prob_reduction}
         config |= {"log_prob_form": log_prob_form}
@@ -336,6 +353,16 @@ class FlowLogProbPipeline:
         linear = mu is not None or self.arch.linear_sigmas
         sigmas = [1.0 - k / num_inference_steps for k in range(num_inference_steps)] if linear else None
         self.scheduler.set_timesteps(num_inference_steps, device=self.device, sigmas=sigmas, mu=mu)
+        skipped = skipped_steps(num_inference_steps, self.strength)
+        if skipped:
+            self.scheduler.skip_first(skipped)
+
+    @torch.no_grad()
+    def encode_sources(self, images: list[Any], *, height: int, width: int, num_frames: int) -> SourceConditioning:
+        """The architecture's conditioning ``{name: [B, ...]}`` of ``B`` RGB source images."""
+        return self.arch.encode_sources(
+            self.pipe, images, height=height, width=width, num_frames=num_frames, device=self.device
+        )
 
     @torch.no_grad()
     def decode(self, latents: Tensor, *, height: int, width: int) -> list[Any]:
@@ -358,16 +385,27 @@ class FlowLogProbPipeline:
         generator: torch.Generator | None = None,
         record_latents: bool = False,
         ode_solver: OdeSolver = "euler",
+        source_images: list[Any] | None = None,
     ) -> FlowGenerationOutput:
         """Generate one output per prompt with per-step log-probabilities (numbered stages as in diffusers).
 
-        ``sde_mask`` ``[N, S]`` selects stochastic steps (default: all); ``noise_level`` 0 gives plain ODE sampling.
+        ``sde_mask`` ``[N, S']`` selects stochastic steps (default: all; ``S' = S`` except for image-to-image, which
+        skips the first steps); ``noise_level`` 0 gives plain ODE sampling. ``source_images``: one RGB image per prompt
+        for architectures that take one (image-to-image, editing, image-to-video).
         """
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ValueError(f"prompts must be a non-empty list of strings, got {prompts!r}.")
         generator = generator or torch.Generator(self.device).manual_seed(0)
-        # 1. encode the prompts
+        # 1. encode the prompts and the source images
         cond, uncond = self.encode(prompts, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length)
+        sources = None
+        if source_images is not None:
+            if len(source_images) != len(prompts):
+                raise ValueError(
+                    f"source_images has {len(source_images)} images for {len(prompts)} prompts; give one each."
+                )
+            sources = self.encode_sources(source_images, height=height, width=width, num_frames=num_frames)
+            cond, uncond = join_sources(cond, sources), join_sources(uncond, sources)
         # 2. initial latents and 3. timesteps
         latents = self.prepare(
             len(prompts),
@@ -377,7 +415,9 @@ class FlowLogProbPipeline:
             num_inference_steps=num_inference_steps,
             generator=generator,
         )
-        mask = torch.ones(len(prompts), num_inference_steps, dtype=torch.bool) if sde_mask is None else sde_mask
+        latents = self.arch.start_latents(self.scheduler, latents, sources)
+        steps = len(self.scheduler.timesteps)
+        mask = torch.ones(len(prompts), steps, dtype=torch.bool) if sde_mask is None else sde_mask
         # 4. denoising loop
         trajectory = denoise(
             self.arch,
@@ -398,6 +438,18 @@ class FlowLogProbPipeline:
         return FlowGenerationOutput(
             outputs=self.decode(trajectory.final, height=height, width=width), trajectory=trajectory
         )
+
+
+def skipped_steps(num_inference_steps: int, strength: float) -> int:
+    """Steps an image-to-image schedule of ``num_inference_steps`` skips at ``strength`` (diffusers' ``get_timesteps``:
+    ``t_start = int(max(S - min(S * strength, S), 0))``); a ValueError when none would remain."""
+    skipped = int(max(num_inference_steps - min(num_inference_steps * strength, num_inference_steps), 0))
+    if skipped >= num_inference_steps:
+        raise ValueError(
+            f"strength={strength} with {num_inference_steps} steps leaves no denoising step; raise policy.strength "
+            f"to at least {1 / num_inference_steps:.3g} or use more steps."
+        )
+    return skipped
 
 
 def _absent_components(folder: Path) -> dict[str, None]:

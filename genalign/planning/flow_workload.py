@@ -64,12 +64,17 @@ def latent_shape(arch: type[FlowArchitecture], transformer: nn.Module, vae: nn.M
 
 
 def text_embeddings(arch: type[FlowArchitecture], transformer, frozen: dict[str, nn.Module], policy_cfg, batch: int):
-    """Meta prompt embeddings ``{keyword: [batch, ...]}`` of the shapes the pipeline's ``encode_prompt`` returns."""
+    """Meta prompt embeddings ``{keyword: [batch, ...]}`` of the shapes the pipeline's ``encode_prompt`` returns, and the
+    source conditioning of an architecture that takes source images (``arch.source_shapes``)."""
     dtype = next(transformer.parameters()).dtype
     configs = {role: module.config for role, module in frozen.items()}
     shapes = arch.text_embedding_shapes(
         transformer.config, configs, max_sequence_length=policy_cfg.max_sequence_length, batch=batch
     )
+    shapes |= arch.source_shapes(
+        transformer.config, configs["vae"], height=policy_cfg.height, width=policy_cfg.width,
+        num_frames=policy_cfg.num_frames, batch=batch,
+    )  # fmt: skip
     return {keyword: torch.zeros(shape, dtype=dtype, device=META) for keyword, shape in shapes.items()}
 
 

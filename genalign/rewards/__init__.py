@@ -7,6 +7,7 @@ from genalign.rewards import (  # noqa: F401
     code_execution,
     environment,
     image,
+    image_edit,
     judge,
     labels,
     necessary_tools,

@@ -139,6 +139,15 @@ class FlowSDEScheduler(SchedulerMixin, ConfigMixin):
         self._step_index = None
         self._begin_index = None
 
+    def skip_first(self, steps: int) -> None:
+        """Drop the first ``steps`` steps of the current schedule, which then starts at the old ``sigmas[steps]``
+        (image-to-image: diffusers' ``get_timesteps`` with ``t_start = steps``)."""
+        if not 0 <= steps < len(self.timesteps):
+            raise ValueError(f"cannot skip {steps} of {len(self.timesteps)} steps; at least one step must remain.")
+        self.timesteps = self.timesteps[steps:]  # [S - steps]
+        self.sigmas = self.sigmas[steps:]  # [S - steps + 1]
+        self.num_inference_steps = len(self.timesteps)
+
     @property
     def step_index(self) -> int | None:
         return self._step_index

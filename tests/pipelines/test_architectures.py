@@ -1,6 +1,8 @@
 """Every registered flow architecture against its own tiny pipeline: the planner's config-only shapes equal what the
 loaded pipeline makes, and the block counts round-trip through a config with other counts."""
 
+import re
+
 import pytest
 import torch
 
@@ -52,9 +54,8 @@ def test_latents_for_decode_have_the_vae_layout(tiny):
 def test_block_counts_round_trip_and_find_the_architecture_by_its_transformer_class(tiny):
     arch, pipe = tiny
     spec = ComponentSpec("diffusers", type(pipe.transformer).__name__, dict(pipe.transformer.config))
-    assert arch.transformer_class == spec.class_name
-    found = architecture_of_transformer(spec.class_name)  # the first of those sharing it (Wan2.1 and Wan2.2 do)
-    assert found.block_counts(spec.config) == arch.block_counts(spec.config)
+    found = architecture_of_transformer(spec.class_name)  # a variant (sd3_img2img ...) finds the one it extends
+    assert found is arch or issubclass(arch, found)
     counts = block_counts(spec)
     assert counts == arch.block_counts(spec.config) and all(n >= 0 for n in counts.values())
     more = {kind: n + 2 for kind, n in counts.items()}
@@ -68,6 +69,8 @@ def test_the_architecture_field_accepts_registered_names_only(tmp_path):
 
     for name in ["auto", *FLOW_ARCHITECTURES.names()]:
         FlowPolicyConfig(model=str(tmp_path), architecture=name).validate()
-    with pytest.raises(ValueError, match=r"policy.architecture='qwenimage' is not a registered flow architecture; use "
-                                         r"one of auto, flux, flux2, .*\. Did you mean 'qwen_image'"):  # fmt: skip
+    names = ", ".join(["auto", *FLOW_ARCHITECTURES.names()])
+    assert names.startswith("auto, flux, ") and ", sd3, " in names
+    with pytest.raises(ValueError, match=re.escape(f"policy.architecture='qwenimage' is not a registered flow "
+                                                   f"architecture; use one of {names}. Did you mean 'qwen_image'")):  # fmt: skip
         FlowPolicyConfig(model=str(tmp_path), architecture="qwenimage").validate()

@@ -281,3 +281,27 @@ CASES |= {
         "algorithm": FLOW_ALGORITHM,
     }),
 }  # fmt: skip
+
+
+# ---- source-conditioned flow architectures: image-to-image, editing, image-to-video, on the editing task's rows
+SHAPES_EDIT = {"source": "procedural:shapes_edit", "args": {"size": 64, "seed": 0, "split": "train"}}
+TINY_FLOW_POLICY = FLOW_POLICY | {"height": 16, "width": 16, "max_sequence_length": 8}
+CASES |= {
+    "flow_img2img": ("flow", {
+        "policy": FLOW_POLICY | {"architecture": "sd3_img2img", "strength": 0.75},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    "flow_kontext": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + "flux_kontext", "architecture": "flux_kontext",
+                                      "guidance_scale": 3.5},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    "flow_i2v": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + "wan_i2v", "architecture": "wan_i2v", "num_frames": 5,
+                                      "guidance_scale": 2.0},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+}  # fmt: skip

@@ -8,7 +8,12 @@ loop (:mod:`genalign.pipelines.flow`), the flow policy, the planner (:mod:`genal
 * shapes from configs alone (no loaded pipeline), shared by :meth:`~FlowArchitecture.initial_latents` and the planner:
   the latent shape, the prompt-embedding shapes, the latents the VAE decodes;
 * the transformer's blocks of each kind and a config with other block counts (the planner's shallow traces);
-* LoRA target modules, the pipeline and transformer classes it serves, and a tiny random pipeline for tests.
+* LoRA target modules, the pipeline and transformer classes it serves, and a tiny random pipeline for tests;
+* optionally, source images (image-to-image, editing, image-to-video): :attr:`~FlowArchitecture.source_role` says what a
+  row's source image is to the model, :meth:`~FlowArchitecture.encode_sources` turns the images into conditioning
+  tensors (stored with the trajectory, so re-scoring sees the very tensors the rollout saw) and
+  :meth:`~FlowArchitecture.start_latents` starts image-to-image trajectories from the noised source. The defaults
+  describe a text-only architecture.
 
 Adding an architecture is one file in this package (every module here is imported when the package is, so its
 ``@FLOW_ARCHITECTURES.register`` runs); ``policy.architecture`` accepts every registered name.
@@ -29,6 +34,9 @@ if TYPE_CHECKING:
 
 #: Text conditioning of a batch, keyed by the transformer's keyword names (``encoder_hidden_states`` ...), each ``[B, ...]``.
 PromptEmbeddings = dict[str, Tensor]
+#: Conditioning of a batch's source images, keyed by names :meth:`FlowArchitecture.velocity` reads, each ``[B, ...]``;
+#: joined to both guidance branches' prompt embeddings (the source conditions both, as in diffusers' pipelines).
+SourceConditioning = dict[str, Tensor]
 #: A model config: a diffusers ``FrozenDict`` / plain dict, or a transformers ``PretrainedConfig``.
 ModelConfig = Any
 
@@ -41,6 +49,11 @@ def select_embeddings(embeddings: PromptEmbeddings | None, rows: slice | Tensor)
 def repeat_embeddings(embeddings: PromptEmbeddings | None, repeats: int) -> PromptEmbeddings | None:
     """Every row of ``embeddings`` repeated ``repeats`` times, consecutively (None stays None)."""
     return None if embeddings is None else {k: v.repeat_interleave(repeats, dim=0) for k, v in embeddings.items()}
+
+
+def join_sources(embeddings: PromptEmbeddings | None, sources: SourceConditioning | None) -> PromptEmbeddings | None:
+    """``embeddings`` with the source conditioning added (None stays None: no unconditional branch)."""
+    return None if embeddings is None else {**embeddings, **(sources or {})}
 
 
 def config_value(config: ModelConfig, key: str) -> Any:
@@ -69,6 +82,17 @@ def decode_images(pipe: DiffusionPipeline, latents: Tensor) -> list[Any]:
     return pipe.image_processor.postprocess(images.float(), output_type="pil")
 
 
+def encode_images(pipe: DiffusionPipeline, images: list[Any], *, height: int, width: int) -> Tensor:
+    """Latents ``[B, C, h, w]`` (float32, scaled as the transformer sees them) of ``B`` RGB images resized to ``height`` x
+    ``width``, through an ``AutoencoderKL``'s *mode* (diffusers' FLUX Kontext convention, ``sample_mode="argmax"``):
+    deterministic, so a source image always gives the same latents."""
+    vae = pipe.vae
+    pixels = pipe.image_processor.preprocess(images, height=height, width=width)  # [B, 3, H, W] in [-1, 1]
+    device = next(vae.parameters()).device
+    latents = vae.encode(pixels.to(device=device, dtype=vae.dtype)).latent_dist.mode()
+    return ((latents - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
+
+
 def model_dtype(module: nn.Module) -> torch.dtype:
     """The dtype the transformer computes in: diffusers' ``ModelMixin.dtype``, which skips the parameters kept in
     float32 (``_keep_in_fp32_modules``; Wan's first parameter, ``scale_shift_table``, is one of them)."""
@@ -95,6 +119,10 @@ class FlowArchitecture:
     linear_sigmas: ClassVar[bool] = False
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
+    #: What a row's source image is to the model: None (text conditioning only), ``"initial_latents"``
+    #: (image-to-image: trajectories start from the noised source, ``policy.strength``), ``"tokens"`` (editing: source
+    #: latents as extra sequence tokens) or ``"first_frame"`` (image-to-video: first-frame latents and a mask).
+    source_role: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------------------ which pipelines, which modules
     @classmethod
@@ -146,6 +174,21 @@ class FlowArchitecture:
         """Shapes ``{keyword: (batch, ...)}`` of the prompt embeddings :meth:`encode` returns for one branch;
         ``encoder_configs``: the configs of the pipeline's other components by role (``text_encoder``, ``vae`` ...)."""
         raise NotImplementedError
+
+    @classmethod
+    def source_shapes(
+        cls,
+        transformer_config: ModelConfig,
+        vae_config: ModelConfig,
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        batch: int,
+    ) -> dict[str, tuple[int, ...]]:
+        """Shapes ``{name: (batch, ...)}`` of the conditioning :meth:`encode_sources` returns (the planner's velocity
+        inputs beside the prompt embeddings); none for a text-only architecture."""
+        return {}
 
     @classmethod
     def latents_for_decode(cls, latents: Tensor, vae_config: ModelConfig, *, height: int, width: int) -> Tensor:
@@ -200,6 +243,28 @@ class FlowArchitecture:
             batch=batch_size,
         )
         return torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
+
+    def encode_sources(
+        self,
+        pipe: DiffusionPipeline,
+        images: list[Any],
+        *,
+        height: int,
+        width: int,
+        num_frames: int,
+        device: torch.device,
+    ) -> SourceConditioning:
+        """Conditioning tensors ``{name: [B, ...]}`` (float32) of ``B`` RGB source images, resized to ``height`` x
+        ``width``; deterministic (the VAE's mode, never a sample), so a source always gives the same tensors."""
+        raise ValueError(
+            f"flow architecture {self.name!r} takes no source images (its source_role is None); use an architecture "
+            "that does (sd3_img2img, flux_kontext, wan_i2v) or drop policy.source_column."
+        )
+
+    def start_latents(self, scheduler: Any, noise: Tensor, sources: SourceConditioning | None) -> Tensor:
+        """The first state ``[B, ...]`` of a trajectory from Gaussian ``noise`` ``[B, ...]`` on ``scheduler``'s current
+        schedule: the noise itself, except for image-to-image (``source_role == "initial_latents"``)."""
+        return noise
 
     def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor, *, num_steps: int) -> float | None:
         """``mu`` for dynamic shifting of a ``num_steps``-step schedule, or None when the scheduler config does not use

@@ -237,6 +237,20 @@ class FlowPolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "Weights dtype; latents and log-probs stay float32."}
     )
+    source_column: str = field(
+        default="image",
+        metadata={
+            "help": "Row column of the source image (path, PIL image or {'bytes', 'path'}) for architectures that take "
+            "one: image-to-image (sd3_img2img), editing (flux_kontext), image-to-video first frame (wan_i2v)."
+        },
+    )
+    strength: float = field(
+        default=1.0,
+        metadata={
+            "help": "Image-to-image (sd3_img2img): how far the source is noised, in (0, 1]; a schedule of num_steps "
+            "skips its first num_steps - int(num_steps * strength) steps (diffusers' img2img). 1 = from pure noise."
+        },
+    )
     height: int = field(default=512, metadata={"help": "Output height in pixels."})
     width: int = field(default=512, metadata={"help": "Output width in pixels."})
     num_frames: int = field(default=1, metadata={"help": "Video frames (Wan: 1 + multiple of 4); 1 for images."})
@@ -370,6 +384,7 @@ class FlowPolicyConfig:
             raise ValueError(f"policy.sample_batch_size={self.sample_batch_size} must be >= 0 (0 = whole batch).")
         if self.noise_level < 0:
             raise ValueError(f"policy.noise_level={self.noise_level} must be >= 0.")
+        self._validate_sources()
         self.lora.validate(FLOW_LORA)
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"policy.ema_decay={self.ema_decay} must be in [0, 1) (0 disables EMA).")
@@ -387,6 +402,18 @@ class FlowPolicyConfig:
             raise ValueError(
                 f"policy.tree.enabled with policy.likelihood_free.method={self.likelihood_free.method!r}: tree "
                 "rollouts need SDE log-probs; disable one of them."
+            )
+
+    def _validate_sources(self) -> None:
+        if not isinstance(self.source_column, str) or not self.source_column:
+            raise ValueError(f"policy.source_column={self.source_column!r} must name a row column (default 'image').")
+        if not 0.0 < self.strength <= 1.0:
+            raise ValueError(f"policy.strength={self.strength} must be in (0, 1] (1 = start from pure noise).")
+        if self.strength < 1.0 and (self.tree.enabled or self.noise_search.enabled or self.noise_calibration.enabled):
+            raise ValueError(
+                f"policy.strength={self.strength} (image-to-image) runs a shortened schedule from the noised source; "
+                "tree rollouts, noise search and noise calibration plan the whole schedule from pure noise: disable "
+                "policy.tree / policy.noise_search / policy.noise_calibration or set policy.strength: 1.0."
             )
 
     def _validate_architecture(self) -> None:

@@ -26,7 +26,7 @@ def step_rewards(model: FlowModel, rollout: Rollout, reward_probe: RewardProbe) 
     cond, uncond = stored.stored_embeddings(data, model.device)
     guidance = float(rollout.info.get("guidance_scale", model.config.guidance_scale))
     num_steps = rollout.num_actions
-    model.sampler.set_schedule(num_steps, latents[:, 0])
+    model.set_rollout_schedule(rollout.info, num_steps, latents[:, 0])
     trained = rollout.action_mask.bool()  # [N, S]
     needed = sorted({t for step in trained.any(0).nonzero().flatten().tolist() for t in (step, step + 1)})
     rewards = torch.full((len(rollout), num_steps + 1), float("nan"))  # [N, S + 1]

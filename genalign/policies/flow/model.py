@@ -13,11 +13,17 @@ import torch
 from torch import Tensor, nn
 
 from genalign.assets import model_location
-from genalign.pipelines.architectures.base import PromptEmbeddings, select_embeddings
-from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise
+from genalign.pipelines.architectures.base import (
+    PromptEmbeddings,
+    SourceConditioning,
+    repeat_embeddings,
+    select_embeddings,
+)
+from genalign.pipelines.flow import FlowLogProbPipeline, FlowTrajectory, concat_trajectories, denoise, skipped_steps
 from genalign.policies.base import DTYPES
 from genalign.policies.flow.components import ParameterAverage, PromptEmbeddingCache
 from genalign.policies.flow.config import FlowPolicyConfig
+from genalign.policies.flow.sources import source_images
 
 
 class FlowModel:
@@ -40,8 +46,14 @@ class FlowModel:
             noise_level=config.noise_level,
             log_prob_reduction=config.log_prob_reduction,
             log_prob_form=config.log_prob_form,
+            strength=config.strength,
         )
         self.arch = self.sampler.arch
+        if self.arch.source_role is not None and config.noise_search.enabled:
+            raise ValueError(
+                f"policy.noise_search with the source-conditioned architecture {self.arch.name!r}: the search ranks "
+                "noises without the source images; disable policy.noise_search."
+            )
         self.arch.batch_cfg = config.cfg_batching == "batched"
         self.scheduler = self.sampler.scheduler
         self.transformer: nn.Module = self.sampler.transformer
@@ -98,6 +110,31 @@ class FlowModel:
         if not self.arch.uses_true_cfg or guidance == 1.0:
             uncond = None
         return cond, uncond
+
+    def sources(self, rows: list[dict[str, Any]], repeats: int) -> SourceConditioning | None:
+        """The conditioning ``{name: [len(rows) * repeats, ...]}`` of the rows' source images (``policy.source_column``),
+        each row's ``repeats`` times consecutively; None for a text-only architecture."""
+        if self.arch.source_role is None:
+            return None
+        cfg = self.config
+        encoded = self.sampler.encode_sources(
+            source_images(rows, cfg.source_column), height=cfg.height, width=cfg.width, num_frames=cfg.num_frames
+        )
+        return repeat_embeddings(encoded, repeats)
+
+    def start_latents(self, noise: Tensor, sources: SourceConditioning | None) -> Tensor:
+        """First states ``[N, ...]`` from ``noise`` on the current schedule (image-to-image: the noised sources)."""
+        return self.arch.start_latents(self.scheduler, noise, sources)
+
+    def denoising_steps(self, num_steps: int) -> int:
+        """Steps a rollout of a ``num_steps`` schedule takes: all of them, but for image-to-image
+        (``policy.strength < 1``) the ones left after :func:`~genalign.pipelines.flow.skipped_steps`."""
+        return num_steps - skipped_steps(num_steps, self.config.strength)
+
+    def set_rollout_schedule(self, info: dict[str, Any], num_actions: int, latents: Tensor) -> None:
+        """The schedule a training rollout was sampled on (its ``info["schedule_steps"]``, else ``num_actions``
+        steps), for latents shaped like ``latents`` ``[n, ...]``, even after an evaluation changed it."""
+        self.sampler.set_schedule(int(info.get("schedule_steps", num_actions)), latents)
 
     def initial_latents(self, count: int, num_steps: int) -> Tensor:
         """``count`` initial noises ``[count, ...]`` from ``generator``; sets the schedule of ``num_steps`` steps."""

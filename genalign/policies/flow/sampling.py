@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from genalign.pipelines.architectures.base import repeat_embeddings, select_embeddings
+from genalign.pipelines.architectures.base import join_sources, repeat_embeddings, select_embeddings
 from genalign.pipelines.flow import concat_trajectories
 from genalign.pipelines.flow_tree import denoise_tree
 from genalign.policies.base import RewardProbe, Rollout
@@ -117,8 +117,10 @@ class SDESampling:
         model, cfg, training = self.model, self.model.config, self.training
         prompts = [row["prompt"] for row in rows for _ in range(group_size)]
         n = len(prompts)
-        num_steps = cfg.num_steps if training else cfg.eval_num_steps
+        schedule_steps = cfg.num_steps if training else cfg.eval_num_steps
+        num_steps = model.denoising_steps(schedule_steps)  # fewer for image-to-image (policy.strength < 1)
         guidance = cfg.guidance_scale if training or cfg.eval_guidance_scale is None else cfg.eval_guidance_scale
+        sources = model.sources(rows, group_size)  # [N, ...] each, or None
         if training:
             generator = model.mask_generator
             masks = select_train_steps(cfg.train_steps, num_steps=num_steps, num_samples=n, iteration=iteration,
@@ -128,22 +130,24 @@ class SDESampling:
             sde = torch.zeros(n, num_steps, dtype=torch.bool)
             trained = sde.clone()
         levels = self.calibrator.levels if training and self.calibrator is not None else None  # [S] or None
-        latents, search_info = self._initial_latents(rows, group_size, num_steps, guidance, reward_probe)
+        latents, search_info = self._initial_latents(rows, group_size, schedule_steps, guidance, reward_probe)
+        latents = model.start_latents(latents, sources)
         cond, uncond = model.prompt_embeddings(prompts, guidance)
         trajectory, outputs = model.denoise_in_chunks(
-            latents, cond, uncond, sde, prompts=prompts, guidance=guidance, record_latents=training,
+            latents, join_sources(cond, sources), join_sources(uncond, sources), sde, prompts=prompts,
+            guidance=guidance, record_latents=training,
             noise_level=None if levels is None else levels.to(model.device),
             ode_solver=None if training else cfg.eval_ode_solver,
         )  # fmt: skip
         action_mask = (trained.to(trajectory.stochastic.device) & trajectory.stochastic).float()  # [N, T]
         sampled = Sampled(outputs, trajectory.log_probs * action_mask, action_mask)  # old_logp on the model's device
         sampled.info = {"nfe_per_sample": num_steps * (1 if uncond is None else 2), "num_steps": num_steps,
-                        "guidance_scale": guidance} | search_info  # fmt: skip
+                        "schedule_steps": schedule_steps, "guidance_scale": guidance} | search_info  # fmt: skip
         if training:
             sde = sde.to(model.device)
             level = cfg.noise_level if levels is None else levels.to(model.device)[None, :]  # float or [1, S]
             sampled.per_sample = {stored.LATENTS: trajectory.latents, stored.NOISE_LEVEL: sde.float() * level}
-            sampled.per_sample |= stored.store_embeddings(cond, uncond)  # [N, T + 1, ...], [N, T], [N, ...]
+            sampled.per_sample |= stored.store_embeddings(cond, uncond, sources)  # [N, ...] each
             sampled.structure = {"step_std": step_std(model, sde, levels)}
         return sampled
 
@@ -165,14 +169,16 @@ class TreeSampling:
         n, num_steps = len(rows) * group_size, cfg.num_steps
         tree_prompts = [row["prompt"] for row in rows]
         cond, uncond = model.prompt_embeddings(tree_prompts, cfg.guidance_scale)
+        sources = model.sources(rows, 1)  # [B, ...] each, or None
+        tree_cond, tree_uncond = join_sources(cond, sources), join_sources(uncond, sources)
         roots = model.initial_latents(len(rows), num_steps)  # [B, ...]
         trees_per_chunk = max(1, (cfg.sample_batch_size or n) // plan.num_leaves)
         pieces, outputs = [], []
         for start in range(0, len(rows), trees_per_chunk):
             part = slice(start, min(start + trees_per_chunk, len(rows)))
             piece = denoise_tree(
-                model.arch, model.transformer, model.scheduler, roots[part], select_embeddings(cond, part),
-                select_embeddings(uncond, part), plan=plan, guidance_scale=cfg.guidance_scale,
+                model.arch, model.transformer, model.scheduler, roots[part], select_embeddings(tree_cond, part),
+                select_embeddings(tree_uncond, part), plan=plan, guidance_scale=cfg.guidance_scale,
                 noise_level=cfg.noise_level, generator=model.generator, record_latents=True,
                 prompts=tree_prompts[part],
             )  # fmt: skip
@@ -185,8 +191,10 @@ class TreeSampling:
         per_sample: dict[str, Any] = {stored.LATENTS: trajectory.latents}  # [N, T + 1, ...]
         per_sample[stored.NOISE_LEVEL] = stochastic.float() * cfg.noise_level  # [N, T]
         per_sample |= stored.store_embeddings(
-            repeat_embeddings(cond, group_size), repeat_embeddings(uncond, group_size)
-        )  # every leaf of a tree has its tree's prompt
+            repeat_embeddings(cond, group_size),
+            repeat_embeddings(uncond, group_size),
+            repeat_embeddings(sources, group_size),
+        )  # every leaf of a tree has its tree's prompt and source
         cfg_passes = 1 if uncond is None else 2
         info = {
             "nfe_per_sample": sum(piece.network_evaluations for piece in pieces) * cfg_passes / n,
@@ -211,25 +219,28 @@ class FlowMatchingSampling:
         lf = cfg.likelihood_free
         prompts = [row["prompt"] for row in rows for _ in range(group_size)]
         n = len(prompts)
+        steps = model.denoising_steps(cfg.num_steps)  # fewer for image-to-image (policy.strength < 1)
         if lf.deterministic_rollout:
-            sde = torch.zeros(n, cfg.num_steps, dtype=torch.bool)
+            sde = torch.zeros(n, steps, dtype=torch.bool)
         else:
-            sde = select_train_steps(cfg.train_steps, num_steps=cfg.num_steps, num_samples=n, iteration=iteration,
+            sde = select_train_steps(cfg.train_steps, num_steps=steps, num_samples=n, iteration=iteration,
                                      generator=model.mask_generator).sde  # fmt: skip
         cond, uncond = model.prompt_embeddings(prompts, cfg.guidance_scale)
+        sources = model.sources(rows, group_size)  # [N, ...] each, or None
         share = group_size > 1 and cfg.group_initial_noise == "shared"
         latents = model.initial_latents(n // group_size if share else n, cfg.num_steps)
         if share:
             latents = latents.repeat_interleave(group_size, dim=0)
         trajectory, outputs = model.denoise_in_chunks(
-            latents, cond, uncond, sde, prompts=prompts, guidance=cfg.guidance_scale, record_latents=False
-        )
+            model.start_latents(latents, sources), join_sources(cond, sources), join_sources(uncond, sources), sde,
+            prompts=prompts, guidance=cfg.guidance_scale, record_latents=False,
+        )  # fmt: skip
         clean = trajectory.final.float()  # [N, ...]
         sigmas, noise = flow_matching_points(
             clean.cpu(), lf.num_timesteps, sampling=lf.timestep_sampling, generator=model.point_generator
         )
         per_sample = {stored.CLEAN: clean, stored.SIGMAS: sigmas.to(model.device), stored.NOISE: noise.to(model.device)}
-        per_sample |= stored.store_embeddings(cond, None)
+        per_sample |= stored.store_embeddings(cond, None, sources)
         action_mask = torch.ones(n, lf.num_timesteps, device=model.device)  # [N, K]
         old_logp = torch.zeros_like(action_mask)
         if lf.method == "elbo":  # V-GRPO: the proxy at sampling time, in the chunks the update scores
@@ -238,5 +249,5 @@ class FlowMatchingSampling:
             chunk = cfg.sample_batch_size or n
             errors = [self.scorer.points(draft.select(range(s, min(s + chunk, n))))[0] for s in range(0, n, chunk)]
             old_logp = torch.cat(errors).mul(-lf.elbo_scale)  # [N, K]
-        info = {"nfe_per_sample": cfg.num_steps * (1 if uncond is None else 2), "num_steps": cfg.num_steps}
+        info = {"nfe_per_sample": steps * (1 if uncond is None else 2), "num_steps": steps}
         return Sampled(outputs, old_logp, action_mask, per_sample, {}, info)

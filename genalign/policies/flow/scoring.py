@@ -57,7 +57,7 @@ class SDEStepScorer:
         model, data = self.model, rollout.per_sample
         latents = stored.require(data, stored.LATENTS).to(model.device)  # [n, T + 1, ...]
         cond, uncond = stored.stored_embeddings(data, model.device)
-        model.sampler.set_schedule(rollout.num_actions, latents[:, 0])  # the rollout's schedule, even after an eval
+        model.set_rollout_schedule(rollout.info, rollout.num_actions, latents[:, 0])
         log_probs, entropy, kl, ref_logp = self.transitions(
             latents,
             rollout.action_mask.bool().to(model.device),

@@ -1,0 +1,148 @@
+"""Source-image conditioning of the flow family: image-to-image (``sd3_img2img``), editing (``flux_kontext``) and
+image-to-video (``wan_i2v``). Each mode's exported LoRA loads into the plain diffusers pipeline of that mode and
+reproduces genalign's ODE sample bit for bit; the image-to-image schedule and start state are checked against
+hand-computed values; the conditioning the planner assumes is the conditioning the architecture makes; rollouts store
+the conditioning, so re-scoring does not read the rows' images again."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from genalign.data.images import ImageLoadError
+from genalign.pipelines.architectures import FLOW_ARCHITECTURES
+from genalign.pipelines.flow import FlowLogProbPipeline, skipped_steps
+from genalign.policies.flow import FlowPolicyConfig, flow_lora
+from genalign.policies.flow import build_policy as build_flow_policy
+from genalign.policies.flow.config import TreeRolloutConfig
+
+torch.set_num_threads(1)
+SOURCE = Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8))
+PROMPTS = ["make the red circle blue", "add a green square"]
+#: architecture -> (policy options, diffusers __call__ options beyond the shared ones)
+MODES = {
+    "sd3_img2img": ({"strength": 0.6, "guidance_scale": 1.0}, {"strength": 0.6}),
+    "flux_kontext": ({"guidance_scale": 3.5}, {"_auto_resize": False, "max_area": 16 * 16}),
+    "wan_i2v": ({"guidance_scale": 3.0, "num_frames": 5}, {"num_frames": 5}),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("conditioned_flow")
+    return {name: save_tiny_pipeline(name, root / name) for name in MODES}
+
+
+def _policy(model_dir, name):
+    options, _ = MODES[name]
+    config = FlowPolicyConfig(model=str(model_dir), architecture=name, height=16, width=16, num_steps=4,
+                              eval_num_steps=4, max_sequence_length=8, lora=flow_lora(rank=4, alpha=16.0),
+                              **options)  # fmt: skip
+    policy = build_flow_policy(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # trained-looking adapters: B != 0
+        for param in policy.trainable_parameters():
+            param.add_(0.2 * torch.randn(param.shape, generator=generator))
+    return policy
+
+
+@pytest.mark.parametrize("name", list(MODES))
+def test_the_exported_lora_loads_into_the_plain_diffusers_pipeline_and_reproduces_the_sample(
+    name, model_dirs, tmp_path
+):
+    from diffusers import DiffusionPipeline
+
+    from genalign.export.flow import write_flow
+
+    policy = _policy(model_dirs[name], name)
+    options, call_options = MODES[name]
+    write_flow(policy, tmp_path / "export", merge_lora=False, dtype=None)
+    pipe = DiffusionPipeline.from_pretrained(model_dirs[name])
+    assert type(pipe).__name__ in FLOW_ARCHITECTURES.get(name).pipeline_classes
+    pipe.set_progress_bar_config(disable=True)
+    pipe.load_lora_weights(tmp_path / "export")
+    sources = [SOURCE, SOURCE.transpose(Image.Transpose.FLIP_LEFT_RIGHT)]
+    settings = dict(num_inference_steps=4, guidance_scale=options["guidance_scale"], height=16, width=16,
+                    max_sequence_length=8)  # fmt: skip
+    frames = {"num_frames": options["num_frames"]} if "num_frames" in options else {}
+    for prompt, source in zip(PROMPTS, sources):
+        ours = policy.model.sampler([prompt], source_images=[source], noise_level=0.0,
+                                    generator=torch.Generator().manual_seed(7), **settings, **frames)  # fmt: skip
+        image = source
+        if name == "sd3_img2img":  # diffusers samples the VAE posterior; genalign takes its mode (the latents given)
+            image = policy.model.sampler.encode_sources([source], height=16, width=16, num_frames=1)["source_latents"]
+        theirs = pipe(prompt=[prompt], image=image, generator=torch.Generator().manual_seed(7), output_type="latent",
+                      **settings, **call_options)  # fmt: skip
+        latents = theirs.images if hasattr(theirs, "images") else theirs.frames
+        assert torch.equal(latents, ours.trajectory.final), name
+    base = DiffusionPipeline.from_pretrained(model_dirs[name])
+    base.set_progress_bar_config(disable=True)
+    plain = base(prompt=[prompt], image=image, generator=torch.Generator().manual_seed(7), output_type="latent",
+                 **settings, **call_options)  # fmt: skip
+    plain = plain.images if hasattr(plain, "images") else plain.frames
+    assert (plain - ours.trajectory.final).abs().max() > 1e-3, "the LoRA must change the sample"
+
+
+def test_image_to_image_skips_the_first_steps_and_starts_from_the_noised_source(model_dirs):
+    """diffusers' get_timesteps: S=10, strength 0.75 -> init 7.5, t_start = int(2.5) = 2; strength 1 skips none."""
+    assert [skipped_steps(10, s) for s in (1.0, 0.75, 0.5, 0.05)] == [0, 2, 5, 9]
+    with pytest.raises(ValueError, match="leaves no denoising step"):
+        skipped_steps(4, 0.0)
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(model_dirs["sd3_img2img"])
+    sampler = FlowLogProbPipeline(pipe, strength=0.75)
+    out = sampler(["a red circle"], num_inference_steps=8, guidance_scale=1.0, height=16, width=16,
+                  max_sequence_length=8, noise_level=0.0, source_images=[SOURCE], record_latents=True,
+                  generator=torch.Generator().manual_seed(3))  # fmt: skip
+    full = FlowLogProbPipeline(pipe)
+    full.set_schedule(8, out.trajectory.latents[:, 0])
+    assert torch.equal(sampler.scheduler.sigmas, full.scheduler.sigmas[2:]) and out.log_probs.shape == (1, 6)
+    source = sampler.encode_sources([SOURCE], height=16, width=16, num_frames=1)["source_latents"]
+    noise = torch.randn(source.shape, generator=torch.Generator().manual_seed(3))
+    sigma = float(full.scheduler.sigmas[2])
+    torch.testing.assert_close(out.trajectory.latents[:, 0], sigma * noise + (1 - sigma) * source, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(MODES))
+def test_the_planner_shapes_of_the_source_conditioning_are_those_the_architecture_makes(name):
+    arch = FLOW_ARCHITECTURES.get(name)
+    pipe = arch.tiny_pipeline(0)
+    frames = MODES[name][0].get("num_frames", 1)
+    made = arch().encode_sources(pipe, [SOURCE] * 3, height=16, width=16, num_frames=frames, device=torch.device("cpu"))
+    planned = arch.source_shapes(pipe.transformer.config, pipe.vae.config, height=16, width=16, num_frames=frames,
+                                 batch=3)  # fmt: skip
+    assert planned == {key: tuple(value.shape) for key, value in made.items()} and arch.source_role is not None
+
+
+def test_rollouts_store_the_conditioning_and_scores_do_not_read_the_rows_again(model_dirs):
+    policy = _policy(model_dirs["flux_kontext"], "flux_kontext")
+    rows = [{"prompt": p, "image": s} for p, s in zip(PROMPTS, [SOURCE, SOURCE.rotate(90)])]
+    rollout = policy.rollout(rows, 2)
+    stored = rollout.per_sample["source.source_tokens"]  # [4, 64, 4]: one per sample, group members alike
+    assert stored.shape == (4, 64, 4) and torch.equal(stored[0], stored[1]) and not torch.equal(stored[1], stored[2])
+    for row in rows:
+        row["image"] = Image.new("RGB", (16, 16))  # the score must not see this
+    assert torch.equal(policy.score(rollout).logp, rollout.old_logp)
+
+
+def test_a_row_without_its_source_image_and_a_text_only_architecture_name_the_fix(model_dirs, tmp_path):
+    policy = _policy(model_dirs["wan_i2v"], "wan_i2v")
+    with pytest.raises(ImageLoadError, match=r"row 0 has no source image in column 'image'.*policy.source_column"):
+        policy.rollout([{"prompt": "a red circle", "picture": SOURCE}], 1)
+    with pytest.raises(ValueError, match=r"'sd3' takes no source images.*sd3_img2img, flux_kontext, wan_i2v"):
+        FLOW_ARCHITECTURES.get("sd3")().encode_sources(None, [SOURCE], height=16, width=16, num_frames=1,
+                                                       device=torch.device("cpu"))  # fmt: skip
+    with pytest.raises(ValueError, match=r"strength=0.5 applies to image-to-image architectures only"):
+        FlowLogProbPipeline(FLOW_ARCHITECTURES.get("flux_kontext").tiny_pipeline(0), strength=0.5)
+    with pytest.raises(ValueError, match=r"policy.strength=0.5 .*tree rollouts"):
+        tree = TreeRolloutConfig(enabled=True, split_steps=[0])
+        FlowPolicyConfig(model=str(tmp_path), strength=0.5, tree=tree).validate()
