@@ -18,7 +18,7 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     replay_buffer,
     residuals,
     reward_goals,
-    temperature,
     sentence_edits,
+    temperature,
     value_budget,
 )

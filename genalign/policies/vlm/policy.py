@@ -41,8 +41,8 @@ from genalign.policies.lm.probes import block_ids, judge_tokens
 from genalign.policies.lm.reference import ReferencePolicy, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.tokenizer import load_processor
-from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.architectures import SampleMedia, architecture_of
+from genalign.policies.vlm.attention import modality_attention
 from genalign.policies.vlm.config import VLMPolicyConfig
 from genalign.policies.vlm.inputs import (
     EncodedPrompt,
