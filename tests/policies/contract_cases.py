@@ -305,3 +305,5 @@ CASES |= {
         "algorithm": FLOW_ALGORITHM,
     }),
 }  # fmt: skip
+#: the video and source-image flow cases run the flow policy's sharded code like flow_sde: left out of sharded training
+ARCHITECTURE_CASES += ["flow_wan22", "flow_wan22_ti2v", "flow_img2img", "flow_kontext", "flow_i2v"]
