@@ -113,6 +113,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("ranked-list rewards (order-invariant coverage, NDCG utility)", (303,),
             "genalign.rewards.ranking:RankingUtility", "rewards: [list_coverage, ranking_utility]",
             ("list_coverage", "ranking_utility")),
+    Feature("Routing Replay (the rollout's MoE expert choices replayed in every scoring pass)", (294,),
+            "genalign.policies.lm.routing_replay:replaying", "policy.routing_replay (causal_lm, Qwen3-MoE)",
+            ("routing_replay",)),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip
