@@ -107,8 +107,9 @@ class _ListReward:
 
 @register_reward("list_coverage", source="[303] F-GRPO (order-invariant coverage reward)")
 class ListCoverage(_ListReward):
-    """Order-invariant coverage of the relevant items by the listed ones: ``|L ∩ R| / |R|`` (recall of the set), or
-    ``|L ∩ R| / max(|R|, |L|)`` with ``penalize_extra`` so that listing the whole pool does not pay.
+    """Order-invariant coverage of the relevant items by the listed ones: ``|L ∩ R| / max(|R|, |L|)`` by default, so
+    that listing the whole pool does not pay (plain recall would reward it with 1 under RL), or the recall
+    ``|L ∩ R| / |R|`` with ``penalize_extra: false`` (for lists whose length the task fixes).
 
     Reading chosen: the abstract names an "order-invariant coverage reward" without its form; genalign takes the
     recall of the relevant set, optionally divided by the longer of the two lists (a missing marker scores 0, a row
@@ -125,7 +126,7 @@ class ListCoverage(_ListReward):
         marker: str | None = None,
         part: Part = "whole",
         lowercase: bool = True,
-        penalize_extra: bool = False,
+        penalize_extra: bool = True,
     ) -> None:
         super().__init__(column=column, separator=separator, marker=marker, part=part, lowercase=lowercase)
         self.penalize_extra = penalize_extra

@@ -17,7 +17,7 @@ def reward(name: str, completion: str, relevant=None, **args) -> float | None:
 
 
 def test_coverage_is_the_recall_of_the_relevant_set_whatever_the_order():
-    assert reward("list_coverage", "a, b, c, d") == pytest.approx(2 / 3)
+    assert reward("list_coverage", "a, b, c, d", penalize_extra=False) == pytest.approx(2 / 3)
     assert reward("list_coverage", "d\nB, a, b") == pytest.approx(2 / 3)  # order, case and repeats do not matter
     assert reward("list_coverage", "a, b, c, d", penalize_extra=True) == pytest.approx(2 / 4)  # 4 listed > 3 relevant
     assert reward("list_coverage", "", relevant=[[]]) is None  # no relevant item: not applicable
@@ -38,13 +38,23 @@ def test_utility_is_ndcg_of_the_ranked_list():
 
 def test_each_phase_reads_its_part_of_the_completion():
     text = "a, b, d, x RANK d, a"
-    assert reward("list_coverage", text, marker="RANK", part="before") == pytest.approx(1.0)
+    assert reward("list_coverage", text, marker="RANK", part="before", penalize_extra=False) == pytest.approx(1.0)
     assert reward("list_coverage", text, marker="RANK", part="after") == pytest.approx(1 / 3)
     ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
     assert reward("ranking_utility", text, marker="RANK", part="after") == pytest.approx(1 / ideal)
     assert reward("ranking_utility", "b, d", marker="RANK", part="after") == 0.0  # marker missing: 0
     with pytest.raises(ValueError, match="set a marker"):
         reward("list_coverage", text, part="after")
-    assert reward("list_coverage", "12, 7", relevant=[7]) == 1.0  # one number: a single relevant item
+    assert (
+        reward("list_coverage", "12, 7", relevant=[7], penalize_extra=False) == 1.0
+    )  # one number: a single relevant item
     with pytest.raises(ValueError, match="column 'relevant' holds True"):
         reward("list_coverage", text, relevant=[True])
+
+
+def test_listing_the_whole_pool_does_not_forge_coverage():
+    """Plain recall pays 1 for a completion that lists every candidate; the default divides by the longer list."""
+    pool = ", ".join("abcdefghix")  # every candidate, the relevant b, d, x among them
+    assert reward("list_coverage", pool, penalize_extra=False) == pytest.approx(1.0)  # the forgery plain recall pays
+    assert reward("list_coverage", pool) == pytest.approx(3 / 10)  # the default: 3 relevant hits of 10 listed
+    assert reward("list_coverage", pool) < reward("list_coverage", "b, d") == pytest.approx(2 / 3)
