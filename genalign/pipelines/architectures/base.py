@@ -21,6 +21,7 @@ Adding an architecture is one file in this package (every module here is importe
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -117,6 +118,9 @@ class FlowArchitecture:
     #: True: the pipeline always sets its schedule from the sigmas ``1, 1 - 1/S, ..., 1/S`` (FLUX-style pipelines, with
     #: or without a dynamic shift); False: from the scheduler's own timesteps unless a dynamic shift applies.
     linear_sigmas: ClassVar[bool] = False
+    #: Kind of block -> the transformer config key counting it (``{"blocks": "num_layers"}``), read by the default
+    #: :meth:`block_counts` and :meth:`with_block_counts`; an architecture whose kinds share a key overrides both.
+    block_config_keys: ClassVar[dict[str, str]] = {}
     #: Default names of the attention projections that receive LoRA adapters.
     lora_target_modules: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
     #: What a row's source image is to the model: None (text conditioning only), ``"initial_latents"``
@@ -197,13 +201,18 @@ class FlowArchitecture:
 
     @classmethod
     def block_counts(cls, config: dict[str, Any]) -> dict[str, int]:
-        """Blocks of each kind of a transformer config (every block of a kind saves the same activations)."""
-        raise NotImplementedError
+        """Blocks of each kind of a transformer config (every block of a kind saves the same activations); by default
+        read from the config keys of :attr:`block_config_keys`."""
+        if not cls.block_config_keys:
+            raise NotImplementedError(f"{cls.__name__} declares no block_config_keys and no block_counts")
+        return {kind: config[key] for kind, key in cls.block_config_keys.items()}
 
     @classmethod
     def with_block_counts(cls, config: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
         """A copy of the transformer ``config`` with ``counts`` blocks of each kind (keys of :meth:`block_counts`)."""
-        raise NotImplementedError
+        if not cls.block_config_keys:
+            raise NotImplementedError(f"{cls.__name__} declares no block_config_keys and no with_block_counts")
+        return copy.deepcopy(config) | {key: counts[kind] for kind, key in cls.block_config_keys.items()}
 
     @classmethod
     def tiny_pipeline(cls, seed: int = 0) -> DiffusionPipeline:

@@ -4,8 +4,6 @@ guidance-distilled: no unconditional branch), CLIP-L pooled + T5 prompt embeddin
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from genalign.pipelines.architectures.base import (
@@ -25,6 +23,7 @@ class FluxArchitecture(FlowArchitecture):
     name = "flux"
     pipeline_classes = ("FluxPipeline",)
     transformer_class = "FluxTransformer2DModel"
+    block_config_keys = {"double": "num_layers", "single": "num_single_layers"}
     uses_true_cfg = False
     linear_sigmas = True
     _grid: tuple[int, int] = (0, 0)
@@ -64,16 +63,6 @@ class FluxArchitecture(FlowArchitecture):
         scale = vae_scale_factor(vae_config)
         h, w = cls.latent_hw(vae_config, height=height, width=width)
         return FluxPipeline._unpack_latents(latents, h * scale, w * scale, scale)  # [B, C, h, w]
-
-    @classmethod
-    def block_counts(cls, config):
-        return {"double": config["num_layers"], "single": config["num_single_layers"]}
-
-    @classmethod
-    def with_block_counts(cls, config, counts):
-        config = copy.deepcopy(config)
-        config["num_layers"], config["num_single_layers"] = counts["double"], counts["single"]
-        return config
 
     @classmethod
     def tiny_pipeline(cls, seed=0):

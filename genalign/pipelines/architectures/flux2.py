@@ -13,8 +13,6 @@ stacked along the channels, and a mu-shifted schedule whose ``mu`` depends on th
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from genalign.pipelines.architectures.base import (
@@ -65,6 +63,7 @@ class Flux2Architecture(FlowArchitecture):
     name = "flux2"
     pipeline_classes = ("Flux2Pipeline",)
     transformer_class = "Flux2Transformer2DModel"
+    block_config_keys = {"double": "num_layers", "single": "num_single_layers"}
     uses_true_cfg = False
     linear_sigmas = True
     #: text-encoder hidden states stacked into the prompt embeddings (diffusers' ``text_encoder_out_layers``)
@@ -102,16 +101,6 @@ class Flux2Architecture(FlowArchitecture):
         scale = vae_scale_factor(vae_config) * 2
         grid = latents.transpose(1, 2).reshape(batch, channels, height // scale, width // scale)
         return channels_to_patches(grid)
-
-    @classmethod
-    def block_counts(cls, config):
-        return {"double": config["num_layers"], "single": config["num_single_layers"]}
-
-    @classmethod
-    def with_block_counts(cls, config, counts):
-        config = copy.deepcopy(config)
-        config["num_layers"], config["num_single_layers"] = counts["double"], counts["single"]
-        return config
 
     @classmethod
     def tiny_transformer(cls, *, guidance_embeds: bool, seed: int):

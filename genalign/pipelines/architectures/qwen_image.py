@@ -6,8 +6,6 @@ classifier-free guidance (diffusers' ``QwenImagePipeline``)."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from genalign.pipelines.architectures.base import FLOW_ARCHITECTURES, FlowArchitecture, config_value, model_dtype
@@ -35,6 +33,7 @@ class QwenImageArchitecture(FlowArchitecture):
     name = "qwen_image"
     pipeline_classes = ("QwenImagePipeline",)
     transformer_class = "QwenImageTransformer2DModel"
+    block_config_keys = {"blocks": "num_layers"}
     linear_sigmas = True
     lora_target_modules = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 
@@ -72,16 +71,6 @@ class QwenImageArchitecture(FlowArchitecture):
         h, w = 2 * (height // scale), 2 * (width // scale)
         patches = latents.reshape(batch, h // 2, w // 2, packed // 4, 2, 2)
         return patches.permute(0, 3, 1, 4, 2, 5).reshape(batch, packed // 4, 1, h, w)
-
-    @classmethod
-    def block_counts(cls, config):
-        return {"blocks": config["num_layers"]}
-
-    @classmethod
-    def with_block_counts(cls, config, counts):
-        config = copy.deepcopy(config)
-        config["num_layers"] = counts["blocks"]
-        return config
 
     @classmethod
     def tiny_pipeline(cls, seed=0):

@@ -12,7 +12,6 @@ Wan's UniPC. diffusers' resolution binning (``use_resolution_binning``) is not a
 
 from __future__ import annotations
 
-import copy
 import inspect
 
 import torch
@@ -34,6 +33,7 @@ class SanaArchitecture(FlowArchitecture):
     name = "sana"
     pipeline_classes = ("SanaPipeline",)
     transformer_class = "SanaTransformer2DModel"
+    block_config_keys = {"blocks": "num_layers"}
 
     # ------------------------------------------------------------------------------ shapes from configs alone
     @classmethod
@@ -49,16 +49,6 @@ class SanaArchitecture(FlowArchitecture):
             ),
             "encoder_attention_mask": (batch, max_sequence_length),
         }  # fmt: skip
-
-    @classmethod
-    def block_counts(cls, config):
-        return {"blocks": config["num_layers"]}
-
-    @classmethod
-    def with_block_counts(cls, config, counts):
-        config = copy.deepcopy(config)
-        config["num_layers"] = counts["blocks"]
-        return config
 
     @classmethod
     def tiny_pipeline(cls, seed=0):

@@ -3,7 +3,6 @@ timestep ``sigma * 1000``, UMT5 prompt embeddings, decoded by ``AutoencoderKLWan
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ class WanArchitecture(FlowArchitecture):
     name = "wan"
     pipeline_classes = ("WanPipeline",)
     transformer_class = "WanTransformer3DModel"
+    block_config_keys = {"blocks": "num_layers"}
 
     @classmethod
     def serves(cls, pipeline_class, pipeline_config):
@@ -62,16 +62,6 @@ class WanArchitecture(FlowArchitecture):
     @classmethod
     def text_embedding_shapes(cls, transformer_config, encoder_configs, *, max_sequence_length, batch):
         return {"encoder_hidden_states": (batch, max_sequence_length, config_value(transformer_config, "text_dim"))}
-
-    @classmethod
-    def block_counts(cls, config):
-        return {"blocks": config["num_layers"]}
-
-    @classmethod
-    def with_block_counts(cls, config, counts):
-        config = copy.deepcopy(config)
-        config["num_layers"] = counts["blocks"]
-        return config
 
     @classmethod
     def tiny_pipeline(cls, seed=0):
