@@ -4,8 +4,9 @@
   (:func:`genalign.policies.lm.lora.add_lora`, for a VLM inside the configured scope), the vision tower frozen as
   configured, gradient checkpointing enabled as the policy enables it.
 * Update: one micro-batch of ``[prompt | completion]`` at the longest lengths the config allows (``max_prompt_tokens``
-  + ``max_new_tokens``; a VLM's prompt holds one image at ``max_pixels`` plus :data:`VLM_PROMPT_TEXT_TOKENS` text
-  tokens), through the backbone and the chunked log-prob head the policy scores with
+  + ``max_new_tokens``; a VLM's prompt holds one image at ``max_pixels``, counted as the architecture's processor
+  writes it (:meth:`~genalign.policies.vlm.architectures.base.VLMArchitecture.planned_image_tokens`), plus
+  :data:`VLM_PROMPT_TEXT_TOKENS` text tokens), through the backbone and the chunked log-prob head the policy scores with
   (:func:`~genalign.policies.lm.logprobs.backbone_hidden_states`, ``_head_logprobs``), then backward.
 * Reference: the no-grad pass of the same micro-batch under the reference weights, when a KL term asks for it.
 * Rollout: the KV cache of the generation batch (``static``/``hf`` engines: every local sample at once for causal
@@ -110,9 +111,11 @@ def _score_pass(model: nn.Module, policy_cfg, batch: int, prompt: int, completio
 def _prompt_tokens(policy_cfg, model: nn.Module, *, vlm: bool) -> int:
     if not vlm:
         return policy_cfg.max_prompt_tokens or 512
-    vision = model.config.vision_config
-    pixels_per_token = (vision.patch_size * vision.spatial_merge_size) ** 2
-    return VLM_PROMPT_TEXT_TOKENS + policy_cfg.max_pixels // pixels_per_token
+    from genalign.policies.vlm.architectures import architecture_of
+
+    return VLM_PROMPT_TEXT_TOKENS + architecture_of(model.config).planned_image_tokens(
+        model.config, policy_cfg.max_pixels
+    )
 
 
 def kv_cache_bytes(model: nn.Module, batch: int, length: int) -> int:

@@ -177,3 +177,27 @@ def test_frame_reordering_is_refused_where_no_patch_grid_locates_the_frames():
     rollout = policy.rollout(mixed_rows()[2:], 1)
     with pytest.raises(ValueError, match=r"logp_frames_shuffled reorders the patches of Qwen-VL images; the gemma3"):
         policy.score(rollout, ScoreRequest.of("logp_frames_shuffled"))
+
+
+@pytest.mark.parametrize("model_type", TINY)
+def test_planned_image_tokens_count_what_the_processor_writes_for_one_image(model_type):
+    """``genalign plan``'s image budget equals the tokens the tiny model's processor adds for one square image
+    (48 px: a multiple of Qwen's 12-pixel merged patch; Idefics3 tiles by its processor config, Gemma 3 writes its
+    fixed soft tokens and separators, LLaVA-OneVision its base view, tiles and row ends)."""
+    from PIL import Image
+    from transformers import AutoConfig, AutoProcessor
+
+    folder = tiny_model_dir(model_type)
+    config, processor = AutoConfig.from_pretrained(folder), AutoProcessor.from_pretrained(folder)
+    architecture = architecture_of(config)
+    side = 48
+
+    def prompt_tokens(content: list[dict], images: list) -> int:
+        text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        kwargs = architecture.image_kwargs(side * side, side * side) if images else {}
+        return processor(text=[text], images=images or None, return_tensors="pt", **kwargs)["input_ids"].shape[1]
+
+    written = prompt_tokens([{"type": "image"}, {"type": "text", "text": "hi"}], [Image.new("RGB", (side, side))])
+    written -= prompt_tokens([{"type": "text", "text": "hi"}], [])
+    processor_config = processor.image_processor.to_dict() if model_type == "idefics3" else None
+    assert architecture.planned_image_tokens(config, side * side, processor_config) == written

@@ -80,6 +80,12 @@ class VLMArchitecture(ABC):
     def images_per_sample(self, samples: Sequence[SampleMedia]) -> list[int]:
         """The number of images of each sample."""
 
+    @abstractmethod
+    def planned_image_tokens(self, model_config: Any, max_pixels: int, processor_config: Any = None) -> int:
+        """Prompt tokens (placeholders, tags and separators) of one square image of ``max_pixels`` pixels as the
+        processor writes it: the planner's image budget (``genalign plan``), from the model config and, where the
+        processor's own resizing decides, its preprocessor config (``None``: the published processor's defaults)."""
+
     def blank_images(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """The forward inputs with every image and video replaced by a blank one of the processor's mean colour
         (normalised pixels 0)."""

@@ -47,6 +47,12 @@ class Gemma3(VLMArchitecture):
     def images_per_sample(self, samples: Sequence[SampleMedia]) -> list[int]:
         return [int(s["pixel_values"].shape[0]) for s in samples]
 
+    def planned_image_tokens(self, model_config: Any, max_pixels: int, processor_config: Any = None) -> int:
+        """Every image is resized to the tower's square input whatever ``max_pixels`` is, and written as
+        ``"\\n\\n" <start_of_image> mm_tokens_per_image x <image_soft_token> <end_of_image> "\\n\\n"``: the soft
+        tokens, the two boundaries and at most four newline tokens (two where the tokenizer has a ``"\\n\\n"`` token)."""
+        return int(model_config.mm_tokens_per_image) + 6
+
 
 GEMMA3 = Gemma3(
     name="gemma3",

@@ -25,6 +25,9 @@ from torch import Tensor
 
 from genalign.policies.vlm.architectures.base import SampleMedia, VLMArchitecture
 
+#: tiles per side of the published Idefics3 and SmolVLM processors (longest edge 4 x the tile side)
+PUBLISHED_TILES_PER_SIDE = 4
+
 #: the row / column tags of image tiles (up to 6 x 6 tiles), the global-view tag and the image boundary token
 TILE_TOKENS = (
     "<fake_token_around_image>",
@@ -75,6 +78,22 @@ class Idefics3(VLMArchitecture):
 
     def images_per_sample(self, samples: Sequence[SampleMedia]) -> list[int]:
         return [int(s["pixel_values"].shape[0]) for s in samples]
+
+    def planned_image_tokens(self, model_config: Any, max_pixels: int, processor_config: Any = None) -> int:
+        """The processor resizes every image to its ``size.longest_edge`` whatever ``max_pixels`` is, and cuts a
+        square image into ``t x t`` tiles of ``max_image_size.longest_edge`` (``t`` from ``processor_config``, a
+        preprocessor config dict; without one the published processors' ``t = 4``) plus the global view: each tile
+        is its boundary and row/column tags and ``image_seq_len = (side / patch)^2 / scale_factor^2`` image tokens,
+        each tile row ends in a newline, and the global view is a newline, its two tags, the image tokens and a
+        closing boundary."""
+        vision = model_config.vision_config
+        per_view = (vision.image_size // vision.patch_size) ** 2 // model_config.scale_factor**2
+        tiles = PUBLISHED_TILES_PER_SIDE
+        if processor_config is not None:
+            tiles = processor_config["size"]["longest_edge"] // processor_config["max_image_size"]["longest_edge"]
+        if tiles <= 1:
+            return per_view + 3
+        return tiles * tiles * (per_view + 2) + tiles + per_view + 4
 
     def blank_images(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         pixels = inputs["pixel_values"]  # [B, N, 3, H, W]

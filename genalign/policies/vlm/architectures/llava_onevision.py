@@ -14,6 +14,7 @@ laid out in), not the anyres canvas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,21 @@ class LlavaOneVision(VLMArchitecture):
 
     def images_per_sample(self, samples: Sequence[SampleMedia]) -> list[int]:
         return [int(s["pixel_values"].shape[0]) for s in samples]
+
+    def planned_image_tokens(self, model_config: Any, max_pixels: int, processor_config: Any = None) -> int:
+        """A square image of ``max_pixels``: the base view's ``p^2`` features (``p = image_size / patch_size``), its
+        ``n x n`` tiles' ``(n p)^2`` features (``n`` up to the largest grid pinpoint) and one row-end feature per
+        feature row; beyond ``anyres_max_M`` (``M p^2`` tile features) the tile features are downsampled to that
+        budget, as the model does."""
+        side = model_config.vision_config.image_size
+        per_side = side // model_config.vision_config.patch_size
+        largest = max(max(pinpoint) for pinpoint in model_config.image_grid_pinpoints) // side
+        tiles = min(max(math.ceil(math.sqrt(max_pixels) / side), 1), largest)
+        rows = tiles * per_side
+        budget = int(model_config.vision_aspect_ratio.removeprefix("anyres_max_") or 0) * per_side**2
+        if budget and rows * rows > budget:
+            rows = int(math.sqrt(budget))
+        return per_side**2 + rows * rows + rows
 
 
 LLAVA_ONEVISION = LlavaOneVision(

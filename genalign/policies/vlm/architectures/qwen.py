@@ -97,6 +97,12 @@ class QwenVL(VLMArchitecture):
     def image_factor(self, processor: Any) -> int:
         return int(processor.image_processor.patch_size) * int(processor.image_processor.merge_size)
 
+    def planned_image_tokens(self, model_config: Any, max_pixels: int, processor_config: Any = None) -> int:
+        """One token per merged patch: ``max_pixels / (patch_size * spatial_merge_size)^2``, plus the two boundary
+        tokens."""
+        vision = model_config.vision_config
+        return max_pixels // (vision.patch_size * vision.spatial_merge_size) ** 2 + 2
+
     def image_input_sizes(self, media: SampleMedia, processor: Any) -> list[tuple[int, int]]:
         patch = int(processor.image_processor.patch_size)
         return [(int(w) * patch, int(h) * patch) for _, h, w in media["image_grid_thw"].tolist()]
