@@ -41,6 +41,7 @@ from genalign.environments.calculator import CalculatorError, calculator, evalua
 from genalign.environments.evidence import EvidenceZoom, box_coverage
 from genalign.environments.execution import abandoned_calls, run_tool_calls
 from genalign.environments.images import ImageZoom, crop_box, crop_image_tool
+from genalign.environments.llm_judge import llm_roles
 from genalign.environments.parsing import parse_tool_calls
 from genalign.environments.python_tool import python_tool
 from genalign.environments.routing import EnvironmentSet, Episode, environment_factory
@@ -97,6 +98,7 @@ __all__ = [
     "evaluate",
     "first_observation",
     "function_schema",
+    "llm_roles",
     "parse_tool_calls",
     "python_tool",
     "register_environment",

@@ -7,8 +7,9 @@ the rollout (the tokens the model sampled between two environment answers), neve
 so a policy cannot create, split or merge segments by writing role markers or fake tool answers.
 
 A judge is a callable registered in :data:`SEGMENT_JUDGES` (configured by ``policy.multi_turn.segment_judge``, a
-name or ``{name, **args}``, like rewards): ``judge(segments) -> roles``, one :data:`ROLES` index per segment of one
-episode. The default, ``tool_outcomes``, is rule-based and needs no model: it reads what the *environment* recorded
+name or ``{name, **args}``, like rewards): ``judge(segments, counts) -> roles``, one :data:`ROLES` index per segment
+of one episode; a judge that falls back on part of an episode (an LLM judge's unparsable reply) adds to ``counts``
+(a ``Counter``, reported with the rollout's counters). The default, ``tool_outcomes``, is rule-based and needs no model: it reads what the *environment* recorded
 of each turn (the tool calls it ran and their outcomes, the per-turn reward, whether the episode ended there), which
 the model cannot write; the turn's text is given to judges that read it (an LLM judge), never to this one.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +52,8 @@ class TurnSegment:
     ended: bool = False
 
 
-SegmentJudge = Callable[[Sequence[TurnSegment]], list[int]]
+#: ``judge(segments, counts=None) -> roles`` (module docstring)
+SegmentJudge = Callable[..., list[int]]
 
 #: name -> factory ``(**args) -> SegmentJudge``
 SEGMENT_JUDGES: Registry[Callable[..., SegmentJudge]] = Registry("segment judge")
@@ -83,7 +86,7 @@ def tool_outcomes(*, end_is_decisive: bool = True) -> SegmentJudge:
     download and cannot be forged by the policy's text (an LLM judge registered here receives the text).
     """
 
-    def judge(segments: Sequence[TurnSegment]) -> list[int]:
+    def judge(segments: Sequence[TurnSegment], counts: Counter | None = None) -> list[int]:
         roles, best, previous = [], 0.0, None
         calls_seen: set[str] = set()
         answers_seen: set[str] = set()

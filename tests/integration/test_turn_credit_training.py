@@ -192,6 +192,30 @@ def test_triage_adds_each_turns_role_reward_in_training(model_path, tmp_path, mo
         torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
 
 
+def test_triage_with_the_llm_segment_judge_trains(model_path, tmp_path, monkeypatch):
+    """TRIAGE [8] with its LLM judge (``llm_roles``, a fake endpoint that calls every turn infrastructure): the judge
+    may demote the rule roles but not lift a regression, so every role is infrastructure (3) or regression (4), and
+    the gradient is −(A_i + r_role)·m/L as with the rule-based judge."""
+    from tests.environments.test_llm_judge import _Judge
+
+    server = _Judge()
+    try:
+        judge = {"name": "llm_roles", "base_url": server.url, "model": "judge", "retries": 0}
+        records = train_recording(model_path, tmp_path, monkeypatch, {"credit": ["triage"]}, {"segment_judge": judge})
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    assert server.requests and all("TURN:" in request for request in server.requests)
+    constants = {3: -0.1, 4: -0.3}
+    for grad, batch in records:
+        mask, turns = batch.mask.double().cpu(), batch["turn_ids"].cpu()
+        roles, outcome = batch["turn_roles"].cpu(), batch["sample_advantages"].double().cpu()
+        assert set(roles[:, :2].flatten().tolist()) <= {3, 4}
+        process = torch.tensor([[constants[int(r)] for r in row[:2]] for row in roles], dtype=torch.float64)
+        expected = -(outcome[:, None] + process.gather(1, turns.clamp(max=1))) * mask / mask.sum()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-7)
+
+
 def test_t2po_rollout_control_trains(model_path, tmp_path, monkeypatch):
     """T²PO [171]: turn resampling (Scripted answers every turn alike and ends after 3 turns, so turn 1 repeats turn
     0's answer and is resampled once, the bound) and the thinking intervention, with the credit side's gate; the

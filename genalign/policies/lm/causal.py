@@ -137,6 +137,8 @@ class CausalLMPolicy(TokenLMPolicy):
             raise ValueError(f"policy.routing_replay=true needs a mixture-of-experts model: {reason}; set it to false.")
         if config.multi_turn.enabled:
             self.environments = config.multi_turn.environment_set()
+            #: the role judge of each model turn (``turn_roles``), built once
+            self.segment_judge = config.multi_turn.judge()
             self.chat_renderer = ChatRenderer(tokenizer, config.system_prompt)
             self.chat_renderer.check()
             #: the last failures of environment code (counted in rollout info), for inspection

@@ -405,13 +405,13 @@ def _answer(policy: Any, family: TurnFamily, t: Trajectory, counts: Counter) -> 
 def _turn_roles(policy: Any, trajectories: Sequence[Trajectory], width: int, counts: Counter) -> Tensor:
     """``[N, K]`` long: 1 + the segment judge's role of each accepted turn (:mod:`genalign.environments.judges`), 0
     where a sample has no such turn or the judge failed on it (counted as ``judge_errors``)."""
-    judge = policy.config.multi_turn.judge()
+    judge = policy.segment_judge
     roles = torch.zeros(len(trajectories), width, dtype=torch.long)  # [N, K]
     for i, trajectory in enumerate(trajectories):
         if not trajectory.segments:
             continue
         try:
-            judged = [int(role) for role in judge(trajectory.segments)]
+            judged = [int(role) for role in judge(trajectory.segments, counts)]
         except Exception as err:  # a judge is configured code: counted, the sample gets no role
             counts["judge_errors"] += 1
             policy.environment_failures.append(f"judge: {type(err).__name__}: {err}")

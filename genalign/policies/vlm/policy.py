@@ -125,6 +125,8 @@ class VLMPolicy(TokenLMPolicy):
             )
         if config.multi_turn.enabled:  # turns rendered with the processor's template, which renders image blocks
             self.environments = config.multi_turn.environment_set()
+            #: the role judge of each model turn (``turn_roles``), built once
+            self.segment_judge = config.multi_turn.judge()
             self.chat_renderer = ChatRenderer(self.tokenizer, chat=processor)
             self.chat_renderer.check()
             #: the last failures of environment code (counted in rollout info), for inspection
