@@ -5,15 +5,15 @@ back to the rule-based roles (unparsable replies, failed requests: counted), and
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from genalign.environments.judges import DECISIVE, EXPLORATION, INFRASTRUCTURE, REGRESSION, segment_judge
 from genalign.environments.llm_judge import parse_role
 from tests.environments.test_judges import CALL, OTHER, UNKNOWN, segment
+from tests.misbehaving_http import send_json, serve
 
 #: what the fake judge replies when the turn holds the key (it obeys an injected instruction: the worst case)
 REPLIES = {
@@ -40,18 +40,12 @@ class _Judge:
                 user = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["messages"][-1]["content"]
                 outer.requests.append(user)
                 turn = user.split("TURN:\n<<<\n", 1)[1].split("\n>>>", 1)[0]
-                reply = next((r for key, r in REPLIES.items() if key in turn), None)
-                status = 500 if "FAIL" in turn else 200
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply or "3"}}]}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply = next((r for key, r in REPLIES.items() if key in turn), "3")
+                answer = {"choices": [{"message": {"role": "assistant", "content": reply}}]}
+                send_json(self, 500 if "FAIL" in turn else 200, answer)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        self.server, address = serve(Handler)
+        self.url = address + "/v1"
 
 
 @pytest.fixture(scope="module")
