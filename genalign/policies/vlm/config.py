@@ -69,7 +69,7 @@ class VLMPolicyConfig:
         default="video",
         metadata={
             "help": "Row column holding the video(s) of the prompt (a file path, a list of frames, an array "
-            "[F, H, W, 3]); architectures with native video only (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."
+            "[F, H, W, 3]); architectures with native video only (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision)."
         },
     )
     video_fps: float = field(

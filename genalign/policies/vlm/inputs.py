@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from genalign.data.images import RowImages, load_row_images
-from genalign.policies.vlm.architectures import SampleMedia, VLMArchitecture
+from genalign.policies.vlm.architectures import SampleMedia, VLMArchitecture, native_video_model_types
 from genalign.policies.vlm.architectures.qwen import concat_by_grid, split_by_grid
 from genalign.policies.vlm.config import VLMPolicyConfig
 from genalign.policies.vlm.video import RowVideo, load_row_videos
@@ -228,7 +228,7 @@ def load_media(row: dict[str, Any], index: int, config: VLMPolicyConfig, image_f
     if value is not None and not video:
         raise ValueError(
             f"row {index} has a video in column {config.video_column!r} but this architecture takes no native video "
-            "(supported: Qwen2-VL, Qwen2.5-VL, Qwen3-VL); give the frames as a list of images in "
+            f"(supported: {', '.join(native_video_model_types())}); give the frames as a list of images in "
             f"policy.image_column={config.image_column!r} instead"
         )
     videos = load_row_videos(
@@ -266,26 +266,6 @@ def _row_chats(
     return texts, loaded
 
 
-def video_inputs(videos: list[RowVideo], config: VLMPolicyConfig) -> dict[str, Any]:
-    """The processor arguments of ``videos`` (all rows' videos in order): the resized frames, no resampling by the
-    processor, a pixel budget that keeps every frame's size, and the frames' indices and rate (Qwen3-VL writes
-    their timestamps into the prompt)."""
-    from transformers.video_utils import VideoMetadata
-
-    longest = max(len(v.indices) + len(v.indices) % 2 for v in videos) * config.max_pixels
-    return {
-        "videos": [v.model_frames for v in videos],
-        "do_sample_frames": False,
-        "videos_kwargs": {
-            "size": {"shortest_edge": config.min_pixels, "longest_edge": longest},
-            "video_metadata": [
-                VideoMetadata(total_num_frames=len(v.indices), fps=v.fps, frames_indices=list(range(len(v.indices))))
-                for v in videos
-            ],
-        },
-    }
-
-
 def encode_prompts(
     rows: list[dict[str, Any]], processor, config: VLMPolicyConfig, architecture: VLMArchitecture
 ) -> list[EncodedPrompt]:
@@ -302,14 +282,15 @@ def encode_prompts(
         padding=True,
         padding_side="left",
         return_tensors="pt",
-        **(video_inputs(videos, config) if videos else {}),
+        **(architecture.video_kwargs(videos, config.min_pixels, config.max_pixels) if videos else {}),
     )
     mask = encoded["attention_mask"].bool()  # [R, P]
     token_types = next((encoded[k] for k in ("mm_token_type_ids", "token_type_ids") if k in encoded), None)
     if token_types is not None:
         mm_types = token_types.long()  # [R, P]
     else:
-        mm_types = mm_token_types(encoded["input_ids"], processor.image_token_id)  # [R, P]
+        video_token_id = processor.video_token_id if architecture.video_keys else None
+        mm_types = mm_token_types(encoded["input_ids"], processor.image_token_id, video_token_id)  # [R, P]
     media = architecture.split(encoded, [len(i) for i in images], [len(m.videos) for m in loaded])
     return [
         EncodedPrompt(
@@ -340,5 +321,4 @@ __all__ = [
     "mm_token_types",
     "right_pad",
     "split_images",
-    "video_inputs",
 ]

@@ -1,5 +1,5 @@
-"""Native video for Qwen-VL: decoding and frame sampling, the processor's video path through rollout and scoring,
-and a tiny Qwen3-VL trained on the shapes_video task by a reward that reads the frames it receives."""
+"""Native video for Qwen-VL and LLaVA-OneVision: decoding and frame sampling, the processor's video path through
+rollout and scoring, and tiny models trained on the shapes_video task by a reward that reads the frames it receives."""
 
 from __future__ import annotations
 
@@ -119,6 +119,33 @@ def test_a_video_goes_through_the_processors_video_path_with_its_timestamps(qwen
     assert not torch.equal(blank, whole), "blanking the video changes the log-probs"
 
 
+def test_llava_onevision_takes_a_video_as_stacked_frames_and_pooled_tokens():
+    """4 frames resized to the tower's 32 x 32 input: ``pixel_values_videos`` ``[1, 4, 3, 32, 32]`` per sample; each
+    frame's 4 x 4 features pooled 2 x 2 give 4 tokens, plus one row-end token: 17 ``<video>`` tokens."""
+    config = VLMPolicyConfig(
+        model=tiny_model_dir("llava_onevision"), max_new_tokens=4, temperature=3.0, max_frames=4, **LIMITS
+    )
+    policy = build_policy(config, "cpu")
+    rollout = policy.rollout(shapes_video_rows(2, 0, kinds=["frames"]), 2)
+    ps = rollout.per_sample
+    assert all(v.shape == (1, 4, 3, 32, 32) for v in ps["pixel_values_videos"])
+    assert all(p.shape[0] == 0 for p in ps["pixel_values"])
+    ids = ps["prompt_ids"][0][ps["prompt_mask"][0] > 0]
+    types = ps["mm_token_type_ids"][0][ps["prompt_mask"][0] > 0]
+    video_token = policy.hf_model.config.video_token_index
+    assert (ids == video_token).sum() == 17 and torch.equal(types == 2, ids == video_token)
+    with torch.no_grad():
+        whole = policy.score(rollout, ScoreRequest()).logp
+        parts = [policy.score(rollout.select(range(a, b)), ScoreRequest()).logp for a, b in ((0, 1), (1, 4))]
+        blank = policy.score(rollout, ScoreRequest.of("logp_without_image")).features["logp_without_image"]
+    assert torch.equal(torch.cat(parts), whole), "a micro-batch gets each sample's own frames"
+    assert not torch.equal(blank, whole), "blanking the video changes the log-probs"
+    short = dict(shapes_video_rows(1, 1, kinds=["frames"])[0])
+    short["video"] = dict(short["video"], frames=short["video"]["frames"][:2])
+    with pytest.raises(ValueError, match=r"stacks the videos of a batch, but they have \[2, 4\] frames"):
+        policy.rollout([shapes_video_rows(1, 0, kinds=["frames"])[0], short], 1)
+
+
 def test_an_architecture_without_native_video_rejects_a_video_row():
     policy = build_policy(VLMPolicyConfig(model=tiny_model_dir("gemma3"), max_new_tokens=2, **LIMITS), "cpu")
     with pytest.raises(ValueError, match=r"row 0 has a video in column 'video' but this architecture takes no native"):
@@ -130,7 +157,8 @@ def frames_with(frames: np.ndarray, label: str) -> int:
     return sum(any(shape.label == label for shape in detect(frame)) for frame in frames)
 
 
-def test_a_tiny_qwen3_vl_trains_on_native_video_with_a_reward_that_reads_the_frames(tmp_path):
+@pytest.mark.parametrize("model_type", ["qwen3_vl", "llava_onevision"])
+def test_a_tiny_vlm_trains_on_native_video_with_a_reward_that_reads_the_frames(tmp_path, model_type):
     """The reward answers the question itself from the frames it receives (the shapes detector counts the frames
     showing the asked shape): those frames must be the clip's, at the policy's rate."""
     from genalign.trainer.recipe import train
@@ -148,7 +176,7 @@ def test_a_tiny_qwen3_vl_trains_on_native_video_with_a_reward_that_reads_the_fra
 
     data = {"source": "procedural:shapes_video", "args": {"size": 16, "seed": 0, "kinds": ["frames"]}}
     config = {
-        "policy": {"family": "vlm", "model": tiny_model_dir("qwen3_vl"), "max_new_tokens": 4, "temperature": 3.0,
+        "policy": {"family": "vlm", "model": tiny_model_dir(model_type), "max_new_tokens": 4, "temperature": 3.0,
                    "freeze_vision_tower": True, "max_frames": 4, **LIMITS},
         "data": {"train": data},
         "algorithm": {"group_size": 2, "prompts_per_step": 2, "micro_batch_size": 2},

@@ -11,7 +11,7 @@ qwen2_vl, qwen2_5_vl,     :mod:`~.qwen` (flat patches + grids)     yes (``pixel_
 qwen3_vl                                                           ``video_grid_thw``)
 gemma3                    :mod:`~.gemma3` (fixed-size images)      no
 idefics3, smolvlm         :mod:`~.idefics3` (padded sub-images)    no
-llava_onevision           :mod:`~.llava_onevision` (anyres tiles)  no
+llava_onevision           :mod:`~.llava_onevision` (anyres tiles)  yes (``pixel_values_videos``)
 ========================  =======================================  =====================================
 
 Adding an architecture: a module with its :class:`VLMArchitecture` instance, listed in :data:`ARCHITECTURES`.
@@ -54,6 +54,11 @@ def architecture_of(model_config: Any) -> VLMArchitecture:
     return ARCHITECTURES[model_type]
 
 
+def native_video_model_types() -> list[str]:
+    """The ``model_type``\\ s whose architecture takes native video (sorted)."""
+    return sorted(name for name, architecture in ARCHITECTURES.items() if architecture.video_keys)
+
+
 #: ``model_type`` -> the builder of its tiny random model (each architecture module's ``build_tiny``)
 TINY_MODELS: dict[str, Callable[[str, Path], Path]] = {
     **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl"), qwen.build_tiny),
@@ -78,4 +83,12 @@ def build_tiny_model(model_type: str, folder: str | Path) -> Path:
     return TINY_MODELS[model_type](model_type, Path(folder))
 
 
-__all__ = ["ARCHITECTURES", "TINY_MODELS", "SampleMedia", "VLMArchitecture", "architecture_of", "build_tiny_model"]
+__all__ = [
+    "ARCHITECTURES",
+    "TINY_MODELS",
+    "SampleMedia",
+    "VLMArchitecture",
+    "architecture_of",
+    "build_tiny_model",
+    "native_video_model_types",
+]

@@ -68,6 +68,11 @@ class VLMArchitecture(ABC):
         architecture whose processor resizes images to its own fixed sizes."""
         return {}
 
+    def video_kwargs(self, videos: Sequence[Any], min_pixels: int, max_pixels: int) -> dict[str, Any]:
+        """Processor arguments for ``videos`` (every row's :class:`~genalign.policies.vlm.video.RowVideo`, in order),
+        frames already sampled and resized: the frames themselves and no resampling by the processor."""
+        return {"videos": [v.model_frames for v in videos], "do_sample_frames": False}
+
     def image_factor(self, processor: Any) -> int:
         """Images are resized to sides multiple of this before the processor sees them."""
         return 1

@@ -6,7 +6,10 @@ image count of every sample that has images). The model recomputes image ``j``'s
 grid pinpoints (a sample with several images uses the base view only) and drops the padding tiles, so the padding
 never reaches it. Each image is written as its run of ``<image>`` tokens (base view, tiles and row-end embeddings).
 A sample keeps its images' ``[k_i, P, 3, S, S]`` stacks, sizes and count; a micro-batch pads the stacks to the largest
-``P`` again. Positions are the 1-D ones ``generate`` derives from the attention mask.
+``P`` again. Native video: the video processor resizes every frame to ``S x S`` and returns ``pixel_values_videos``
+``[V, F, 3, S, S]``; the model pools each frame's features 2 x 2 and writes the video as one run of ``<video>`` tokens.
+A sample keeps its videos' ``[v_i, F, 3, S, S]`` rows; a micro-batch stacks them again, so every video of a
+micro-batch has the same frame count ``F`` (clips with fewer frames than the others are refused, naming the fix). Positions are the 1-D ones ``generate`` derives from the attention mask.
 
 Reading chosen: ``image_input_sizes`` gives the tile size ``(S, S)`` of each image (the view the model's features are
 laid out in), not the anyres canvas.
@@ -26,6 +29,17 @@ from torch import Tensor
 from genalign.policies.vlm.architectures.base import SampleMedia, VLMArchitecture
 
 KEYS = ("pixel_values", "image_sizes", "batch_num_images")
+VIDEO_KEY = "pixel_values_videos"
+
+
+def _same_frame_counts(counts: Sequence[int]) -> None:
+    """The videos of one processor call or micro-batch are stacked: every one must have the same frame count."""
+    if len(set(counts)) > 1:
+        raise ValueError(
+            f"LLaVA-OneVision stacks the videos of a batch, but they have {sorted(set(counts))} frames; give clips of "
+            "at least policy.max_frames frames at policy.video_fps, or lower policy.max_frames so every clip has that "
+            "many"
+        )
 
 
 @dataclass(frozen=True)
@@ -35,18 +49,43 @@ class LlavaOneVision(VLMArchitecture):
     def split(
         self, encoded: Any, images_per_sample: Sequence[int], videos_per_sample: Sequence[int]
     ) -> list[SampleMedia]:
+        videos = self._split_videos(encoded, videos_per_sample)
         if "pixel_values" not in encoded:
             empty = {"pixel_values": torch.zeros(0, 1, 3, 1, 1), "image_sizes": torch.zeros(0, 2, dtype=torch.long)}
-            return [empty | {"batch_num_images": torch.zeros(0, dtype=torch.long)} for _ in images_per_sample]
+            return [empty | {"batch_num_images": torch.zeros(0, dtype=torch.long)} | v for v in videos]
         counts = list(images_per_sample)
         pixels = torch.split(encoded["pixel_values"], counts)  # per sample [k_i, P, 3, S, S]
         sizes = torch.split(encoded["image_sizes"].long(), counts)  # per sample [k_i, 2]
         return [
             {"pixel_values": p, "image_sizes": s, "batch_num_images": torch.tensor([n] if n else [], dtype=torch.long)}
-            for p, s, n in zip(pixels, sizes, counts, strict=True)
+            | v
+            for p, s, n, v in zip(pixels, sizes, counts, videos, strict=True)
         ]
 
+    @staticmethod
+    def _split_videos(encoded: Any, videos_per_sample: Sequence[int]) -> list[SampleMedia]:
+        """Each sample's ``{VIDEO_KEY: [v_i, F, 3, S, S]}`` (``[0, 1, 3, 1, 1]`` without videos)."""
+        if VIDEO_KEY not in encoded:
+            return [{VIDEO_KEY: torch.zeros(0, 1, 3, 1, 1)} for _ in videos_per_sample]
+        return [{VIDEO_KEY: block} for block in torch.split(encoded[VIDEO_KEY], list(videos_per_sample))]
+
     def concat(self, samples: Sequence[SampleMedia]) -> dict[str, Tensor]:
+        return self._concat_images(samples) | self._concat_videos(samples)
+
+    def video_kwargs(self, videos: Sequence[Any], min_pixels: int, max_pixels: int) -> dict[str, Any]:
+        _same_frame_counts([len(v.model_frames) for v in videos])
+        return super().video_kwargs(videos, min_pixels, max_pixels)
+
+    @staticmethod
+    def _concat_videos(samples: Sequence[SampleMedia]) -> dict[str, Tensor]:
+        videos = [s[VIDEO_KEY] for s in samples if VIDEO_KEY in s and s[VIDEO_KEY].shape[0]]  # [v_i, F, 3, S, S]
+        if not videos:
+            return {}
+        _same_frame_counts([int(v.shape[1]) for v in videos])
+        return {VIDEO_KEY: torch.cat(videos)}
+
+    @staticmethod
+    def _concat_images(samples: Sequence[SampleMedia]) -> dict[str, Tensor]:
         present = [s for s in samples if s["pixel_values"].shape[0]]
         if not present:
             return {}
@@ -88,6 +127,7 @@ LLAVA_ONEVISION = LlavaOneVision(
     name="llava-onevision",
     model_types=("llava_onevision",),
     image_keys=KEYS,
+    video_keys=(VIDEO_KEY,),
     placeholder_attributes=("image_token_index", "video_token_index", "image_token_id", "video_token_id"),
 )
 

@@ -94,6 +94,24 @@ class QwenVL(VLMArchitecture):
     def image_kwargs(self, min_pixels: int, max_pixels: int) -> dict[str, Any]:
         return {"images_kwargs": {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}}
 
+    def video_kwargs(self, videos: Sequence[Any], min_pixels: int, max_pixels: int) -> dict[str, Any]:
+        """The frames, a pixel budget that keeps every frame's size, and the frames' indices and rate (Qwen3-VL writes
+        their timestamps into the prompt)."""
+        from transformers.video_utils import VideoMetadata
+
+        longest = max(len(v.indices) + len(v.indices) % 2 for v in videos) * max_pixels
+        return super().video_kwargs(videos, min_pixels, max_pixels) | {
+            "videos_kwargs": {
+                "size": {"shortest_edge": min_pixels, "longest_edge": longest},
+                "video_metadata": [
+                    VideoMetadata(
+                        total_num_frames=len(v.indices), fps=v.fps, frames_indices=list(range(len(v.indices)))
+                    )
+                    for v in videos
+                ],
+            },
+        }
+
     def image_factor(self, processor: Any) -> int:
         return int(processor.image_processor.patch_size) * int(processor.image_processor.merge_size)
 
