@@ -32,18 +32,22 @@ class TeacherStage:
     teacher: Teacher
     wanted: frozenset[str]
     judges: bool = True  # some configured option reads a teacher signal (else the teacher only writes)
+    writes: bool = False  # some sample source has the teacher write (its counters are logged every step)
     _counts: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int
-    ) -> TeacherStage | None:
+        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int, *,
+        writes: bool = False,
+    ) -> TeacherStage | None:  # fmt: skip
         """The stage of ``algorithm.teacher`` (None without one) for options that need the signals ``needs``
-        (``algorithm.needs()``); a model teacher is loaded now. ``batch_size``: samples per teacher pass."""
+        (``algorithm.needs()``) and, with ``writes``, sample sources that have it write; a model teacher is loaded
+        now. ``batch_size``: samples per teacher pass."""
         if teacher is None:
             return None
         read = alg.names_by("teacher", needs)
-        return cls(build_teacher(teacher, policy, batch_size=batch_size), read | {"teacher_scored"}, bool(read))
+        built = build_teacher(teacher, policy, batch_size=batch_size)
+        return cls(built, read | {"teacher_scored"}, judges=bool(read), writes=writes)
 
     def judge(self, rollout: Rollout, *, passes_everywhere: PassCount = same_count) -> dict[str, Tensor]:
         """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``passes_everywhere``: in sharded training the
@@ -79,7 +83,8 @@ class TeacherStage:
     def take_metrics(self, reduce: Callable[[dict[str, float]], dict[str, float]]) -> dict[str, float]:
         """The step's counters summed over processes by ``reduce`` (the trainer's ``sum_counters``), with the
         reverse-KL sum turned into its mean per scored action."""
-        counts, self._counts = {**self._counts, **self.teacher.take_metrics()}, {}
+        written = dict.fromkeys(("teacher/written_samples", "teacher/written_tokens"), 0.0) if self.writes else {}
+        counts, self._counts = {**written, **self._counts, **self.teacher.take_metrics()}, {}
         summed = reduce(counts)
         total, actions = summed.pop("teacher/reverse_kl_sum", 0.0), summed.pop("teacher/scored_actions", 0.0)
         if self.judges:

@@ -67,8 +67,10 @@ def test_a_self_teacher_writes_seeing_its_privileged_context(policy):
 
 
 def test_a_teacher_that_only_writes_judges_nothing_and_counts_what_it_wrote(policy, models):
-    stage = TeacherStage.build(TeacherConfig(source="model", model=str(models[1])), frozenset(), policy, batch_size=4)
+    config = TeacherConfig(source="model", model=str(models[1]))
+    stage = TeacherStage.build(config, frozenset(), policy, batch_size=4, writes=True)
     assert not stage.judges
+    assert stage.take_metrics(lambda counts: counts) == {"teacher/written_samples": 0.0, "teacher/written_tokens": 0.0}
     assert stage.judge(policy.rollout(ROWS, 1)) == {}
     written = stage.write(ROWS, [[], []], [2, 2])
     metrics = stage.take_metrics(lambda counts: counts)
