@@ -80,11 +80,16 @@ class LocalTeacher(Teacher):
     def write(
         self, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
     ) -> list[tuple[list[int], Tensor]]:
-        """:meth:`Teacher.write` under the teacher's weights, after the prompts with the privileged ``context`` when
-        there is one (the teacher writes seeing what the student does not: the self-context teacher of [72])."""
+        """:meth:`Teacher.write` under the teacher's weights, in engine calls of ``batch_size`` samples, after the
+        prompts with the privileged ``context`` when there is one (the teacher writes seeing what the student does
+        not: the self-context teacher of [72])."""
         if self.context is not None:
             rows = context_rows(rows, self.context, "algorithm.teacher.context")
-        return self.run(lambda module: self.host.write_with(module, rows, starts, caps))
+        written: list[tuple[list[int], Tensor]] = []
+        for block in self.batches(len(rows)):
+            part = ([rows[i] for i in block], [starts[i] for i in block], [caps[i] for i in block])
+            written += self.run(lambda module, part=part: self.host.write_with(module, *part))
+        return written
 
     def _scores(self, view: Rollout, request: ScoreRequest, passes_everywhere: PassCount) -> tuple[Tensor, dict]:
         """``[n, T]`` float32 log-probs and the requested features of ``view``, in passes of ``batch_size``."""

@@ -39,7 +39,7 @@ def policy(models):
 def test_a_teacher_model_writes_after_the_start_with_its_own_sampling_logprobs(policy, models):
     from transformers import AutoModelForCausalLM
 
-    teacher = build_teacher(TeacherConfig(source="model", model=str(models[1])), policy, batch_size=4)
+    teacher = build_teacher(TeacherConfig(source="model", model=str(models[1])), policy, batch_size=1)  # 2 calls
     starts = [[], [17, 18]]
     written = teacher.write(ROWS, starts, [None, 3])
     teacher_model = AutoModelForCausalLM.from_pretrained(str(models[1]))
