@@ -1,6 +1,7 @@
 """Samples the teacher writes, through the trainer on the LM demo (``builtin:arith-lm``, tiny sizes, in this process):
 each rule that has the teacher write trains a step; the explorer rollouts of ``small_to_large`` reach the update with
-the teacher's sampling log-probs as behaviour log-probs (a self-teacher that sees the answer: not the student's)."""
+the teacher's sampling log-probs as behaviour log-probs (a self-teacher that sees the answer: not the student's); the
+dense bridge [88] warms up on teacher rollouts, then distils on the student's samples."""
 
 from __future__ import annotations
 
@@ -70,3 +71,18 @@ def test_explorer_rollouts_reach_the_update_with_the_teachers_log_probs(tmp_path
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert checked == [4] and records[0]["sampling/small_to_large/explorer_samples"] == 4.0
     assert records[0]["sampling/frac_kept"] == pytest.approx(16 / 20)  # the explorer's replace 4 of the 16 drawn
+
+
+def test_the_dense_bridge_warms_up_on_teacher_rollouts_then_distils_on_the_students(tmp_path):
+    """[88]: step 1 is the forward-KL warm-up (the teacher writes every group, which it replaces: group_size 4
+    rollouts per prompt), step 2 trains OPD on the student's own samples; the teacher judges throughout."""
+    recipe.train(demo_config([
+        MODEL_TEACHER, "algorithm.regularizer=expert_nll", "algorithm.credit=[{name: opd, reward_weight: 0.0}]",
+        "algorithm.sample_sources=[{name: teacher_sft, rollouts: 4, max_pass_rate: 1.0, verified: false, "
+        "until_step: 1}]",
+    ], tmp_path))  # fmt: skip
+    warm, distil = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert warm["teacher/written_samples"] == 16 and warm["sampling/teacher_sft/taught_prompts"] == 4
+    assert warm["sampling/frac_kept"] == pytest.approx(16 / 32)  # the student's 16 samples left their groups
+    assert distil["teacher/written_samples"] == 0 and distil["sampling/frac_kept"] == 1.0
+    assert math.isfinite(warm["teacher/reverse_kl"]) and math.isfinite(distil["teacher/reverse_kl"])
