@@ -66,6 +66,22 @@ def test_a_self_teacher_writes_seeing_its_privileged_context(policy):
         assert not torch.allclose(logp, plain, atol=1e-3)  # the context changed what the teacher wrote with
 
 
+def test_a_base_weights_teacher_writes_with_the_reference_not_the_trained_weights(models):
+    from transformers import AutoModelForCausalLM
+
+    policy = build_policy(CausalLMPolicyConfig(model=str(models[0]), max_new_tokens=4, temperature=0.8))
+    with torch.no_grad():
+        for parameter in policy.model.parameters():
+            parameter.add_(0.05)  # training moved the current weights
+    written = build_teacher(TeacherConfig(source="self", weights="base"), policy, batch_size=4).write(
+        ROWS, [[], []], [None, None]
+    )
+    base = AutoModelForCausalLM.from_pretrained(str(models[0]))
+    for row, (ids, logp) in zip(ROWS, written, strict=True):
+        expected, _ = full_logits(base, row["prompt"], ids, policy.tokenizer, 0.8)
+        torch.testing.assert_close(logp, expected, atol=1e-5, rtol=0)
+
+
 def test_a_teacher_that_only_writes_judges_nothing_and_counts_what_it_wrote(policy, models):
     config = TeacherConfig(source="model", model=str(models[1]))
     stage = TeacherStage.build(config, frozenset(), policy, batch_size=4, writes=True)

@@ -4,6 +4,7 @@ posteriors ([72]/[88] teacher_sft, [133] tgpo, [196] mentor, [202] hapo, [313] s
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -96,6 +97,9 @@ def test_hapo_injects_on_failure_when_the_teacher_draw_beats_the_students_and_up
     # student: 1 success of 4 drawn; teacher: 1 of 1 injected; counts decayed by 0.5 first
     assert rule.student == [0.5 * 1 + 1, 0.5 * 9 + 3] and rule.teacher == [0.5 * 9 + 1, 0.5 * 1 + 0]
     assert decision.stats["injected"] == 1.0 and decision.stats["gated"] == 1.0
+    restored = SAMPLE_SOURCES.get("hapo")()
+    restored.load_state_dict(json.loads(json.dumps(rule.state_dict())))  # JSON-able, checkpointed
+    assert (restored.student, restored.teacher) == (rule.student, rule.teacher)
     rule.load_state_dict({"student": [50.0, 1.0], "teacher": [1.0, 50.0]})  # a strong student: the gate closes
     assert rule.forced_samples(drawn) == []
     failed = SAMPLE_SOURCES.get("hapo")()
