@@ -5,6 +5,7 @@ dense bridge [88] warms up on teacher rollouts, then distils on the student's sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,7 +17,7 @@ from genalign.teachers.build import build_teacher
 from genalign.trainer import recipe
 from tests.integration.test_method_catalogue import demo_config
 
-pytestmark = pytest.mark.heavy(cpu_s=15)  # scheduled first (tests/conftest.py)
+pytestmark = pytest.mark.heavy(cpu_s=25)  # scheduled first (tests/conftest.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODEL_TEACHER = "algorithm.teacher={source: model, model: 'builtin:arith-lm'}"
@@ -86,3 +87,25 @@ def test_the_dense_bridge_warms_up_on_teacher_rollouts_then_distils_on_the_stude
     assert warm["sampling/frac_kept"] == pytest.approx(16 / 32)  # the student's 16 samples left their groups
     assert distil["teacher/written_samples"] == 0 and distil["sampling/frac_kept"] == 1.0
     assert math.isfinite(warm["teacher/reverse_kl"]) and math.isfinite(distil["teacher/reverse_kl"])
+
+
+def test_a_killed_run_whose_teacher_writes_resumes_exactly(tmp_path, monkeypatch):
+    """HAPO's posteriors are checkpointed and the teacher samples with the policy's generator (restored): the resumed
+    steps log what the uninterrupted run logged, teacher-written samples included."""
+    from tests.experimental.sampling.test_replay_training import train_killed_in_step
+
+    def config(out):
+        return demo_config([HINTED_TEACHER, "algorithm.clip=off_policy", "run.max_steps=2", "run.save_every=1",
+                            "algorithm.sample_sources=[{name: hapo, decay: 1.0}, {name: tgpo, guided: 1}]"], out)  # fmt: skip
+
+    recipe.train(config(tmp_path / "straight"))
+    expected = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(expected[1])["teacher/written_samples"] > 0, "no writing after the checkpoint of step 1"
+    crashed = tmp_path / "crashed"
+    train_killed_in_step(monkeypatch, config(crashed), step=2)
+    resumed = config(crashed)
+    recipe.train(dataclasses.replace(resumed, run=dataclasses.replace(resumed.run, resume="latest")))
+    strip = [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in expected]
+    got = [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+           for line in (crashed / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    assert got == strip
