@@ -276,9 +276,12 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
 
 
 def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: dict[str, list[str]]) -> None:
-    """The options that read teacher signals have a teacher that supplies them, a teacher has a reader, and the
-    policy family hosts that kind of teacher (its ``capabilities.teachers``; the refusal gives its reason)."""
+    """The options that read teacher signals have a teacher that supplies them, the sample sources that have the
+    teacher write (``teacher_writes``) a local one, a teacher has a reader or a writer's use, and the policy family
+    hosts that kind of teacher (its ``capabilities.teachers``, ``generate`` for a writing one; the refusal gives its
+    reason)."""
     needed = sorted(signals_by("teacher", wanted))
+    writers = _teacher_writers(cfg)
     teacher = cfg.teacher
     if teacher is None:
         if needed:
@@ -287,12 +290,24 @@ def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: 
                 "(e.g. {source: model, model: PATH} with the policy's tokenizer, or {source: self, weights: current, "
                 "context: '\\nReference answer: {answer}\\n'}; see genalign.teachers)."
             )
+        if writers:
+            raise ConfigError(
+                f"algorithm.sample_sources rule {writers[0]!r} adds samples the teacher writes, but algorithm.teacher "
+                "is not set; set it to a model of the policy's family with its tokenizer ({source: model, model: "
+                "PATH}) or to the policy's own weights with privileged context ({source: self, weights: current, "
+                "context: '\\nReference answer: {answer}\\n'})."
+            )
         return
-    if not needed:
+    if writers and teacher.source == "remote":
         raise ConfigError(
-            f"algorithm.teacher (source {teacher.source!r}) is set, but no configured option reads a teacher signal, so "
-            "it would score every sample for nothing; add a distillation credit rule (e.g. algorithm.credit: [opd]) "
-            "or remove algorithm.teacher."
+            f"algorithm.sample_sources rule {writers[0]!r} adds samples the teacher writes, but a remote teacher only "
+            "scores token ids (genalign.teachers.remote); use source model or self."
+        )
+    if not needed and not writers:
+        raise ConfigError(
+            f"algorithm.teacher (source {teacher.source!r}) is set, but no configured option reads a teacher signal, "
+            "and no sample source has it write, so it would score every sample for nothing; add a distillation credit "
+            "rule (e.g. algorithm.credit: [opd]) or remove algorithm.teacher."
         )
     if teacher.family is not None and teacher.family != family:
         raise ConfigError(
@@ -301,6 +316,7 @@ def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: 
             f"the policy's family; remove algorithm.teacher.family or give a {family} model."
         )
     kinds = teacher.kinds() | ({"reference"} if teacher.source == "self" and teacher.weights == "base" else set())
+    kinds |= {"generate"} if writers else set()
     unhosted = sorted(kinds - capabilities.teachers)
     if unhosted == ["reference"]:
         raise ConfigError(
@@ -324,6 +340,15 @@ def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: 
                if name == "teacher_contrast_logp" and teacher.source != "remote"
                else f"is not supplied by a {teacher.source!r} teacher (it supplies {sorted(teacher.supplies())})")  # fmt: skip
         raise ConfigError(f"{', '.join(wanted[name])} needs {name!r}, which {why}; choose another teacher or option.")
+
+
+def _teacher_writers(cfg: AlgorithmConfig) -> list[str]:
+    """The configured sample sources that add samples the teacher writes (``teacher_writes``)."""
+    if not cfg.sample_sources:
+        return []
+    from genalign.sampling import build_rules
+
+    return [name for name, rule in build_rules(cfg.sample_sources) if rule.teacher_writes]
 
 
 def _check_remote_teacher_sees_the_prompts(cfg: AlgorithmConfig) -> None:

@@ -256,6 +256,16 @@ class TeacherHost(Protocol):
         instead, rendered like the policy's prompts and never truncated; the actions are unchanged (``context``)."""
         ...
 
+    def write_with(
+        self, module: nn.Module, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
+    ) -> list[tuple[list[int], Tensor]]:
+        """Completions written by ``module`` (``generate``): after the prompt of ``rows[i]`` (rendered like the
+        policy's prompts, never truncated) and the action ids ``starts[i]``, at most ``caps[i]`` actions (None: up to
+        the policy's completion limit less the start) sampled with the policy's training sampling settings; returns
+        the written ids and their sampling log-probs ``[k_i]`` (float32, CPU), empty where the start has ended or
+        left no room."""
+        ...
+
 
 def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
     """Key-by-key sums of :attr:`Rollout.counts` dicts (a key missing from a part counts 0), in sorted key order."""

@@ -101,7 +101,8 @@ class Forced:
     Attributes:
         position: the stream position (group) it joins; it must be a prompt of the current step.
         tokens: ``[T]`` long action ids of the completion (the policy's tokenizer; ending with the end token when the
-            completion ended), or None when ``text`` is given.
+            completion ended), or None when ``text`` is given; with ``teacher_writes`` the start the teacher
+            continues (empty: the teacher writes the whole completion).
         text: the completion as text (a reference solution), tokenized by the policy, which appends the end token.
         behaviour_logp: ``[T]`` float log-probs of the policy that produced it (replay: the importance weights and the
             off-policy clip [323] use them), or None for text no policy sampled (a reference solution), which is
@@ -112,6 +113,12 @@ class Forced:
             sampling settings (a *forced continuation*: an exit cue after part of a reasoning path [14], a prefix of a
             historical policy's completion [134]); the sampled tokens' behaviour log-probs are recorded as in a
             rollout. A start that already ends (its end token) is not continued.
+        teacher_writes: the teacher (``algorithm.teacher``) writes after ``tokens`` first, sampling with the policy's
+            training sampling settings (:meth:`~genalign.teachers.base.Teacher.write`); its tokens keep the teacher's
+            sampling log-probs as behaviour log-probs (off-policy tokens: the off-policy clip [323] weighs them by
+            ``πθ/π_teacher``). Then, with ``continues``, the policy samples the rest. Only rules that set
+            ``teacher_writes`` (:class:`RuleDefaults`) add such samples.
+        teacher_tokens: the most tokens the teacher writes (None: until it ends or reaches ``max_new_tokens``).
     """
 
     position: int
@@ -120,10 +127,14 @@ class Forced:
     kind: str = "replay"
     text: str | None = None
     continues: bool = False
+    teacher_writes: bool = False
+    teacher_tokens: int | None = None
 
     def __post_init__(self) -> None:
         assert (self.tokens is None) != (self.text is None), "give the completion as tokens or as text"
         assert not (self.continues and self.tokens is None), "a forced continuation starts from tokens"
+        assert not (self.teacher_writes and self.tokens is None), "the teacher continues tokens (maybe none)"
+        assert self.teacher_tokens is None or (self.teacher_writes and self.teacher_tokens >= 1), "teacher_tokens >= 1"
 
 
 class SampleRule(Protocol):
@@ -177,6 +188,7 @@ class RuleDefaults:
     needs_tokens: bool = False  # the rule reads Outcome.tokens / behaviour_logp (token families only)
     forces: bool = False  # the rule adds samples with forced_samples (families with forced_completions only)
     needs_guidance: frozenset[str] = frozenset()  # guidance keys the rule attaches to rows (GUIDANCE_KEY)
+    teacher_writes: bool = False  # some of its forced samples are written by algorithm.teacher (Forced.teacher_writes)
 
     def choose(self, pool: list[Candidate], wanted: int, generator: torch.Generator) -> list[Candidate]:
         return pool

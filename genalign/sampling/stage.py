@@ -169,6 +169,11 @@ class SampleSourceStage:
         """Some rule adds samples without sampling them (:meth:`forced_samples`)."""
         return any(rule.forces for _, rule in self.rules)
 
+    @property
+    def teacher_writes(self) -> bool:
+        """Some rule adds samples the teacher writes (:attr:`Forced.teacher_writes`; needs ``algorithm.teacher``)."""
+        return any(rule.teacher_writes for _, rule in self.rules)
+
     def view(self, rollout: Any, rewards: Tensor, forced: Tensor) -> LocalSamples:
         """This process's samples as the rules see them: a rollout (``genalign.policies.base.Rollout``), its weighted
         reward sums ``[n]`` and forced flags ``[n]``; the rollout signals the rules read (``truncated``, and
@@ -262,6 +267,9 @@ class SampleSourceStage:
                     raise ValueError(
                         f"sample source {name!r} added a sample to prompt {item.position}, not in this step"
                     )
+                if item.teacher_writes and not rule.teacher_writes:
+                    raise ValueError(f"sample source {name!r} asked the teacher to write without declaring "
+                                     "teacher_writes (the config check of algorithm.teacher reads it)")  # fmt: skip
             forced += added
         kinds: dict[str, float] = {}
         for item in forced:

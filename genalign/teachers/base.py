@@ -4,14 +4,17 @@ A teacher's :meth:`Teacher.judge` takes this process's training rollout and the 
 configured options need (:mod:`genalign.algorithms.signals`, producer ``teacher``) and returns them, each ``[n]`` or
 ``[n, T]`` (0 on padding and on the samples it could not score, which ``teacher_scored`` marks). It works in passes of
 ``batch_size`` samples; a teacher that runs the policy's own modules (a self-teacher) makes as many passes as the
-busiest process when the trainer asks (sharded modules gather their parameters in every pass). A teacher holds no
-state that changes during training (no optimizer, no random generator), so a resumed run sees the same judgements.
+busiest process when the trainer asks (sharded modules gather their parameters in every pass). A model or self teacher also
+writes (:meth:`Teacher.write`): it continues given starts after the prompts for the sample sources that add samples
+the teacher writes (:attr:`genalign.sampling.base.Forced.teacher_writes`). A teacher holds no state that changes
+during training (no optimizer, no random generator), so a resumed run sees the same judgements.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor
 
@@ -53,6 +56,15 @@ class Teacher(ABC):
         self, rollout: Rollout, wanted: frozenset[str], *, passes_everywhere: PassCount = same_count
     ) -> dict[str, Tensor]:
         """The teacher signals ``wanted`` of ``rollout``'s samples (module docstring)."""
+
+    def write(
+        self, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
+    ) -> list[tuple[list[int], Tensor]]:
+        """The teacher's continuations of ``starts[i]`` (action ids, maybe none) after ``rows[i]``'s prompt, at most
+        ``caps[i]`` actions each (None: to the completion limit), sampled with the policy's training sampling
+        settings: the written ids and their sampling log-probs ``[k_i]`` (:meth:`TeacherHost.write_with`). Only
+        teachers that run in this process write (config load refuses the others)."""
+        raise NotImplementedError(f"a {self.config.source!r} teacher does not write completions")
 
     def take_metrics(self) -> dict[str, float]:
         """Counters since the previous call (e.g. a remote teacher's failures), as ``teacher/<key>``."""

@@ -2,7 +2,9 @@
 (``source: self``), scored through the family's chunked head pass (:meth:`TeacherHost.score_with`), so no
 ``[n, T, V]`` logits exist and the teacher's per-action log-probs come from the same code path as the policy's and its
 reference's. With a ``context``, the prompts are re-rendered with the privileged context first
-(:meth:`TeacherHost.with_prompts`, :mod:`genalign.teachers.context`); the actions are the student's.
+(:meth:`TeacherHost.with_prompts`, :mod:`genalign.teachers.context`); the actions are the student's. The teacher
+writes (:meth:`LocalTeacher.write`) through the family's rollout engine run on its module
+(:meth:`TeacherHost.write_with`), after the prompts with the same context.
 """
 
 from __future__ import annotations
@@ -74,6 +76,20 @@ class LocalTeacher(Teacher):
             contrast, _ = self._scores(self.host.with_prompts(rollout, rows), ScoreRequest(), passes_everywhere)
             values["teacher_contrast_logp"] = contrast * mask  # [n, T]
         return values
+
+    def write(
+        self, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
+    ) -> list[tuple[list[int], Tensor]]:
+        """:meth:`Teacher.write` under the teacher's weights, in engine calls of ``batch_size`` samples, after the
+        prompts with the privileged ``context`` when there is one (the teacher writes seeing what the student does
+        not: the self-context teacher of [72])."""
+        if self.context is not None:
+            rows = context_rows(rows, self.context, "algorithm.teacher.context")
+        written: list[tuple[list[int], Tensor]] = []
+        for block in self.batches(len(rows)):
+            part = ([rows[i] for i in block], [starts[i] for i in block], [caps[i] for i in block])
+            written += self.run(lambda module, part=part: self.host.write_with(module, *part))
+        return written
 
     def _scores(self, view: Rollout, request: ScoreRequest, passes_everywhere: PassCount) -> tuple[Tensor, dict]:
         """``[n, T]`` float32 log-probs and the requested features of ``view``, in passes of ``batch_size``."""

@@ -5,13 +5,16 @@ The trainer holds the stage and passes its values on by name without reading the
 The stage asks for the teacher signals the configured options need (producer ``teacher``) plus ``teacher_scored``,
 and counts for the step: ``teacher/scored_samples``, ``teacher/skipped_samples`` (a remote teacher's failures: they
 get no teacher term) and ``teacher/reverse_kl``, the mean over the scored actions of ``log π_behaviour − log
-π_teacher`` (the per-token reverse KL on-policy distillation minimises, [93]), plus the teacher's own counters.
+π_teacher`` (the per-token reverse KL on-policy distillation minimises, [93]), plus the teacher's own counters. A
+teacher that only writes (no option reads a teacher signal; sample sources with ``teacher_writes``) judges nothing;
+its writing is counted as ``teacher/written_samples`` and ``teacher/written_tokens``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
@@ -28,23 +31,30 @@ class TeacherStage:
 
     teacher: Teacher
     wanted: frozenset[str]
+    judges: bool = True  # some configured option reads a teacher signal (else the teacher only writes)
+    writes: bool = False  # some sample source has the teacher write (its counters are logged every step)
     _counts: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int
-    ) -> TeacherStage | None:
+        cls, teacher: TeacherConfig | None, needs: frozenset[str], policy: Policy, batch_size: int, *,
+        writes: bool = False,
+    ) -> TeacherStage | None:  # fmt: skip
         """The stage of ``algorithm.teacher`` (None without one) for options that need the signals ``needs``
-        (``algorithm.needs()``); a model teacher is loaded now. ``batch_size``: samples per teacher pass."""
+        (``algorithm.needs()``) and, with ``writes``, sample sources that have it write; a model teacher is loaded
+        now. ``batch_size``: samples per teacher pass."""
         if teacher is None:
             return None
-        wanted = alg.names_by("teacher", needs) | {"teacher_scored"}
-        return cls(build_teacher(teacher, policy, batch_size=batch_size), wanted)
+        read = alg.names_by("teacher", needs)
+        built = build_teacher(teacher, policy, batch_size=batch_size)
+        return cls(built, read | {"teacher_scored"}, judges=bool(read), writes=writes)
 
     def judge(self, rollout: Rollout, *, passes_everywhere: PassCount = same_count) -> dict[str, Tensor]:
         """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``passes_everywhere``: in sharded training the
         trainer's all-reduce max, so that a teacher that runs the policy's modules makes as many passes as the
         busiest process."""
+        if not self.judges:  # a teacher that only writes (sample sources with teacher_writes)
+            return {}
         passes = passes_everywhere if self.teacher.shares_policy_modules else same_count
         values = self.teacher.judge(rollout, self.wanted, passes_everywhere=passes)
         scored = values["teacher_scored"]  # [n]
@@ -59,13 +69,26 @@ class TeacherStage:
             self._counts[key] = self._counts.get(key, 0.0) + value
         return values
 
+    def write(
+        self, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
+    ) -> list[tuple[list[int], Tensor]]:
+        """The teacher's continuations (:meth:`Teacher.write`), counted as ``teacher/written_samples`` and
+        ``teacher/written_tokens``."""
+        written = self.teacher.write(rows, starts, caps)
+        for key, value in {"teacher/written_samples": float(len(written)),
+                           "teacher/written_tokens": float(sum(len(ids) for ids, _ in written))}.items():  # fmt: skip
+            self._counts[key] = self._counts.get(key, 0.0) + value
+        return written
+
     def take_metrics(self, reduce: Callable[[dict[str, float]], dict[str, float]]) -> dict[str, float]:
         """The step's counters summed over processes by ``reduce`` (the trainer's ``sum_counters``), with the
         reverse-KL sum turned into its mean per scored action."""
-        counts, self._counts = {**self._counts, **self.teacher.take_metrics()}, {}
+        written = dict.fromkeys(("teacher/written_samples", "teacher/written_tokens"), 0.0) if self.writes else {}
+        counts, self._counts = {**written, **self._counts, **self.teacher.take_metrics()}, {}
         summed = reduce(counts)
         total, actions = summed.pop("teacher/reverse_kl_sum", 0.0), summed.pop("teacher/scored_actions", 0.0)
-        summed["teacher/reverse_kl"] = total / actions if actions else float("nan")
+        if self.judges:
+            summed["teacher/reverse_kl"] = total / actions if actions else float("nan")
         return summed
 
 

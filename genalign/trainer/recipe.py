@@ -317,7 +317,9 @@ def _build_run(
         eval_log=JsonlLog(out / EVAL_FILE),
         trackers=Trackers(accelerator, run_cfg.trackers if rank == 0 else []),
         rollouts=AsyncRollout(seed_step) if cfg.async_rollout.enabled else None,
-        teacher=TeacherStage.build(cfg.teacher, cfg.needs(), policy, batch_size=cfg.micro_batch_size),
+        teacher=TeacherStage.build(
+            cfg.teacher, cfg.needs(), policy, batch_size=cfg.micro_batch_size, writes=sources.teacher_writes
+        ),
     )
 
 

@@ -5,14 +5,16 @@ Round 0 is the step's rollout. After each round the stage sees every sample so f
 and may ask for more samples of some prompts (adaptive budgets); each process samples the prompts it owns, as rows
 repeated once per extra sample, with the guidance the rules gave for that round. After the last round the rules may
 add samples without sampling them (replayed completions with their behaviour log-probs, reference solutions scored by
-the current policy, given starts the policy continues); each is built by :meth:`Policy.force` on the process that
-owns its prompt. Every part's rewards are computed like the first's, and the parts are joined with
+the current policy, given starts the policy continues, starts the teacher continues); each is built by
+:meth:`Policy.force` on the process that owns its prompt, after the teacher (``algorithm.teacher``) has written its part
+of the samples it writes. Every part's rewards are computed like the first's, and the parts are joined with
 :meth:`Rollout.cat` in the order sampled; the rules' per-sample ``source`` signals join the rollout's structure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -21,6 +23,7 @@ from torch import Tensor
 from genalign.config import TrainConfig
 from genalign.policies.base import Policy, Rollout, RolloutRequest
 from genalign.sampling import Forced, LocalSamples, SampleChoice, SampleSourceStage
+from genalign.teachers.stage import TeacherStage
 from genalign.trainer.parallel import DataParallel
 from genalign.trainer.rewards import RewardSet
 
@@ -33,6 +36,7 @@ class TrainingRun(Protocol):
     rewards: RewardSet
     sources: SampleSourceStage
     parallel: DataParallel
+    teacher: TeacherStage | None
 
 
 @dataclass
@@ -118,13 +122,36 @@ def _sample_rows(run: TrainingRun, positions: list[int], request: RolloutRequest
 
 
 def _force(run: TrainingRun, added: list[Forced], request: RolloutRequest) -> Rollout | None:
-    """The forced samples of this process's prompts as one rollout (:meth:`Policy.force`); None when none."""
+    """The forced samples of this process's prompts as one rollout (:meth:`Policy.force`); None when none. The
+    teacher first writes after the starts of the samples it writes (:func:`_teacher_written`)."""
     rows = [run.sources.candidate(item.position).row for item in added]
-    completions = [item.tokens if item.tokens is not None else item.text for item in added]
-    logps = [item.behaviour_logp for item in added]
-    continues = [item.continues for item in added]
-    with run.parallel.full_parameters():
+    with run.parallel.full_parameters():  # (a self-teacher runs the policy's modules)
+        added = _teacher_written(run, rows, added) if run.sources.teacher_writes else added
+        completions = [item.tokens if item.tokens is not None else item.text for item in added]
+        logps = [item.behaviour_logp for item in added]
+        continues = [item.continues for item in added]
         extra = run.policy.force(rows, completions, logps, request=request, continues=continues) if rows else None
     if extra is not None:
         extra.group_ids = torch.tensor([item.position for item in added], dtype=torch.long)[extra.group_ids]
     return extra
+
+
+def _teacher_written(run: TrainingRun, rows: list[dict], added: list[Forced]) -> list[Forced]:
+    """``added`` with each sample flagged ``teacher_writes`` extended by the teacher's continuation of its start (one
+    :meth:`TeacherStage.write` call, inside the caller's full-parameter context):
+    the start's behaviour log-probs (NaN where none were given: scored by the current policy) followed by the
+    teacher's sampling log-probs, then continued by the policy where ``continues``."""
+    writes = [k for k, item in enumerate(added) if item.teacher_writes]
+    if not writes:
+        return added
+    assert run.teacher is not None, "config load refuses teacher_writes without algorithm.teacher"
+    starts = [added[k].tokens.tolist() for k in writes]
+    written = run.teacher.write([rows[k] for k in writes], starts, [added[k].teacher_tokens for k in writes])
+    added = list(added)
+    for k, start, (ids, logp) in zip(writes, starts, written, strict=True):
+        item = added[k]
+        given = item.behaviour_logp if item.behaviour_logp is not None else torch.full((len(start),), math.nan)
+        added[k] = replace(item, tokens=torch.tensor(start + ids, dtype=torch.long),
+                           behaviour_logp=torch.cat([given[: len(start)].float(), logp]),
+                           teacher_writes=False, teacher_tokens=None)  # fmt: skip
+    return added

@@ -64,6 +64,17 @@ OPTIONS = {
                       "regularizer": "expert_nll", "credit": ["entropy_gated"]},
     "sentence_edits": {"sample_sources": [{"name": "sentence_edits", "tokenizer": "builtin:arith-lm",
                                            "solution_column": "answer", "keep_overlap": 0.6}]},
+    # samples the teacher writes (algorithm.teacher: here the demo's own weights as a teacher model)
+    "teacher_sft": {"sample_sources": [{"name": "teacher_sft", "rollouts": 2, "until_step": 10}],
+                    "regularizer": "expert_nll", "teacher": {"source": "model", "model": "builtin:arith-lm"}},
+    "tgpo": {"sample_sources": [{"name": "tgpo", "guided": 1}], "clip": "off_policy",
+             "teacher": {"source": "self", "weights": "current", "context": " {answer}"}},
+    "mentor": {"sample_sources": [{"name": "mentor", "span": 2}], "clip": "off_policy",
+               "teacher": {"source": "model", "model": "builtin:arith-lm"}},
+    "hapo": {"sample_sources": [{"name": "hapo", "decay": 0.8}], "clip": "off_policy",
+             "teacher": {"source": "model", "model": "builtin:arith-lm"}},
+    "small_to_large": {"sample_sources": [{"name": "small_to_large", "start_fraction": 0.5}], "clip": "off_policy",
+                       "teacher": {"source": "model", "model": "builtin:arith-lm"}},
 }  # fmt: skip
 
 

@@ -52,6 +52,15 @@ REMOTE = {"source": "remote", "remote": {"url": "http://127.0.0.1:9/teacher"}}
             {"credit": ["opd"], "teacher": REMOTE, "sample_sources": [{"name": "adaprefix"}]},
             "a remote teacher gets the dataset's prompts",
         ),
+        (
+            {"sample_sources": ["teacher_sft"], "regularizer": "expert_nll"},
+            "rule 'teacher_sft' adds samples the teacher writes, but algorithm.teacher is not set",
+        ),
+        (
+            {"sample_sources": ["teacher_sft"], "regularizer": "expert_nll", "teacher": REMOTE},
+            "a remote teacher only scores token ids",
+        ),
+        ({"sample_sources": ["tgpo"], "teacher": MODEL}, "set algorithm.clip = off_policy"),
     ],
 )
 def test_bad_teacher_configs_name_the_field_and_the_fix(algorithm, message):
@@ -65,6 +74,11 @@ def test_good_teacher_configs_load_with_their_needs():
     assert config.algorithm.teacher.supplies() >= {"teacher_action_logp", "teacher_contrast_logp"}
     remote = arith_lm_config(credit=["opd"], teacher=REMOTE)
     assert "action_ids" in remote.algorithm.needs()  # the server scores the sampled token ids
+
+
+def test_a_teacher_that_only_writes_needs_no_reader():
+    config = arith_lm_config(sample_sources=[{"name": "hapo"}], clip="off_policy", teacher=MODEL)
+    assert config.algorithm.teacher.source == "model"
 
 
 def test_the_base_weights_teacher_needs_a_reference():

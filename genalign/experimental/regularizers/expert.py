@@ -1,5 +1,6 @@
 """EGSPO's SFT loss [84]: the NLL of the expert demonstrations that the sample source ``expert_warmup``
-(:mod:`genalign.experimental.sampling.expert_warmup`) adds to the first steps and flags ``expert_demo``."""
+(:mod:`genalign.experimental.sampling.expert_warmup`) adds to the first steps and flags ``expert_demo``; also the
+forward-KL loss on the teacher rollouts ``teacher_sft`` flags ([72], [88])."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from genalign.algorithms.signals import declare_signal
 #: per-sample flag: an expert demonstration a sample source added for supervised training
 EXPERT_DEMO = "expert_demo"
 declare_signal(EXPERT_DEMO, ("N",), "source",
-               "1 for an expert demonstration a sample source added for supervised training (EGSPO's warm-up), else 0.",
+               "1 for an expert demonstration a sample source added for supervised training (EGSPO's warm-up, a "
+               "teacher rollout of teacher_sft), else 0.",
                dtype="bool", source="[84] EGSPO")  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     drafts,
     exits,
     expert_warmup,
+    explorer_rollouts,
     guidance,
     in_context,
     masking,
@@ -19,6 +20,9 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     residuals,
     reward_goals,
     sentence_edits,
+    teacher_continuations,
+    teacher_injection,
+    teacher_rollouts,
     temperature,
     value_budget,
 )

@@ -70,9 +70,10 @@ from genalign.policies.lm.engines import ENGINES, Generation, RolloutEngine, Sam
 from genalign.policies.lm.engines.tree import TreeCacheEngine
 from genalign.policies.lm.engines.turn_cache import TurnCacheEngine, turn_cache_unsupported_reason
 from genalign.policies.lm.export import CheckpointFacts, sampling_generation_config
-from genalign.policies.lm.forced import LEFT_PADDED, forced_rollout, with_action_ids
+from genalign.policies.lm.forced import LEFT_PADDED, ended, forced_rollout, sample_after, with_action_ids
 from genalign.policies.lm.guidance import (
     completion_texts,
+    conditioning_only,
     merge_generations,
     merge_trees,
     read_guidance,
@@ -288,6 +289,28 @@ class CausalLMPolicy(TokenLMPolicy):
             "prompt_mask": encoded.mask.to(device),
         }
         return replace(rollout, per_sample=per_sample)
+
+    def write_with(
+        self, module: nn.Module, rows: list[dict[str, Any]], starts: list[list[int]], caps: list[int | None]
+    ) -> list[tuple[list[int], Tensor]]:
+        """:meth:`TeacherHost.write_with`: one call of a rollout engine of ``module`` (``static`` when the policy
+        samples with it, else ``hf``) after ``[prompt | start]`` for every start with room left."""
+        limit = self.config.max_new_tokens
+        room = [0 if ended(self, start) else min(cap or limit, limit - len(start)) for start, cap in
+                zip(starts, caps, strict=True)]  # fmt: skip
+        written: list[tuple[list[int], Tensor]] = [([], torch.zeros(0)) for _ in rows]
+        chosen = [i for i, r in enumerate(room) if r > 0]
+        if not chosen:
+            return written
+        prompts = self.encode([conditioning_only(rows[i]) for i in chosen], limit=False)
+        contexts = [prompts.ids[k][prompts.mask[k] > 0].tolist() + starts[i] for k, i in enumerate(chosen)]
+        engine = ENGINES.get("static" if self.config.engine == "static" else "hf")(
+            module, self.tokenizer, model_path=self.model_path
+        )
+        for i, result in zip(chosen, sample_after(self, engine, module, contexts, [room[i] for i in chosen]),
+                             strict=True):  # fmt: skip
+            written[i] = result
+        return written
 
     def _generate_by_temperature(
         self,

@@ -177,7 +177,7 @@ class CausalLMPolicyConfig:
         pass; KL unless ``reference='none'``; truncation flags, segment ids, action ids, the token prefix tree, and the
         rollout-time probes of :mod:`genalign.policies.lm.probes` (``block_ids`` with ``probes.block_markers``);
         rollouts of given completions (``force``) and the guidance keys of :mod:`genalign.policies.lm.guidance`; every
-        kind of teacher (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`, which honour
+        kind of teacher, writing ones too (model and self teachers only with multi-turn rollouts, :data:`MULTI_TURN_TEACHERS`, which honour
         the guidance ``hint`` only)."""
         if self.multi_turn.enabled:  # no forcing, single-turn trees or probes, and of guidance the hint only
             capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
@@ -191,7 +191,7 @@ class CausalLMPolicyConfig:
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
-        teachers = self._teachers({"model", "self", "context", "remote"})
+        teachers = self._teachers({"model", "self", "context", "remote", "generate"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
                        teacher_limits="")  # fmt: skip
 

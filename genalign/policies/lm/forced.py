@@ -77,7 +77,7 @@ def completion_tokens(policy: ForcingPolicy, completion: Tensor | str, index: in
     return completion.tolist()
 
 
-def _ended(policy: ForcingPolicy, tokens: list[int]) -> bool:
+def ended(policy: ForcingPolicy, tokens: list[int]) -> bool:
     """The completion ends with an end token or a stop string (it was not cut by the length limit)."""
     if tokens and tokens[-1] in policy.eos_token_ids:
         return True
@@ -135,7 +135,7 @@ def forced_rollout(
     for row, seq in enumerate(tokens):
         ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         mask[row, : len(seq)] = 1.0
-    truncated = torch.tensor([not _ended(policy, seq) and len(seq) >= limit for seq in tokens])  # [n]
+    truncated = torch.tensor([not ended(policy, seq) and len(seq) >= limit for seq in tokens])  # [n]
     ids, mask, truncated = ids.to(policy.device), mask.to(policy.device), truncated.to(policy.device)
     group_ids = torch.arange(len(tokens))
     lengths = [len(seq) for seq in tokens]
@@ -171,32 +171,46 @@ def _continued(
     counts: dict[str, int],
 ) -> tuple[list[list[int]], list[Tensor | None]]:
     """``tokens`` and ``given`` with the flagged starts continued: one engine call samples after ``[prompt | start]``
-    (left-padded) for every start with room left, each continuation cut to its own room (``max_new_tokens −
+    (:func:`sample_after`) for every start with room left, each continuation cut to its own room (``max_new_tokens −
     len(start)``); the continued sample's behaviour log-probs are the given ones of its start (NaN where none was
     given: scored by the current policy) followed by the engine's. Counts ``continued`` and ``continued_tokens``."""
     limit = policy.config.max_new_tokens
-    chosen = [k for k, seq in enumerate(tokens) if continuing[k] and len(seq) < limit and not _ended(policy, seq)]
+    chosen = [k for k, seq in enumerate(tokens) if continuing[k] and len(seq) < limit and not ended(policy, seq)]
     counts["continued"], counts["continued_tokens"] = len(chosen), 0
     if not chosen:
         return tokens, given
-    starts = [prompts.ids[k][prompts.mask[k] > 0].tolist() + tokens[k] for k in chosen]
-    width = max(len(start) for start in starts)
-    ids = torch.full((len(chosen), width), policy.pad_token_id, dtype=torch.long)  # [c, P'] left-padded
-    mask = torch.zeros(len(chosen), width, dtype=torch.long)  # [c, P']
-    for row, start in enumerate(starts):
-        ids[row, width - len(start) :] = torch.tensor(start, dtype=torch.long)
-        mask[row, width - len(start) :] = 1
-    params = replace(policy.sampling_params("train"), max_new_tokens=limit - min(len(tokens[k]) for k in chosen))
-    with torch.no_grad(), eval_mode(policy.model):
-        generation = policy.engine.generate(ids.to(policy.device), mask.to(policy.device), params, policy.generator)
+    contexts = [prompts.ids[k][prompts.mask[k] > 0].tolist() + tokens[k] for k in chosen]
+    written = sample_after(policy, policy.engine, policy.model, contexts, [limit - len(tokens[k]) for k in chosen])
     tokens, given = list(tokens), list(given)
-    for row, k in enumerate(chosen):
-        length = min(int(generation.completion_mask[row].sum()), limit - len(tokens[k]))
+    for k, (ids, logp) in zip(chosen, written, strict=True):
         start_logp = given[k] if given[k] is not None else torch.full((len(tokens[k]),), math.nan)
-        tokens[k] = tokens[k] + generation.completion_ids[row, :length].tolist()
-        given[k] = torch.cat([start_logp, generation.logp[row, :length].float().cpu()])
-        counts["continued_tokens"] += length
+        tokens[k] = tokens[k] + ids
+        given[k] = torch.cat([start_logp, logp])
+        counts["continued_tokens"] += len(ids)
     return tokens, given
+
+
+def sample_after(
+    policy: ForcingPolicy, engine: Any, module: Any, contexts: list[list[int]], room: list[int]
+) -> list[tuple[list[int], Tensor]]:
+    """One call of ``engine`` (a rollout engine of ``module``: the policy's, or a teacher's) after each context (prompt
+    ids then the completion's start, unpadded; left-padded here) with the policy's training sampling settings: the
+    sampled ids (at most ``room[i]`` >= 1, ending with the end token when it ended) and their behaviour log-probs
+    ``[k_i]`` float32 on the CPU, in eval mode and without gradient."""
+    width = max(len(context) for context in contexts)
+    ids = torch.full((len(contexts), width), policy.pad_token_id, dtype=torch.long)  # [c, P'] left-padded
+    mask = torch.zeros(len(contexts), width, dtype=torch.long)  # [c, P']
+    for row, context in enumerate(contexts):
+        ids[row, width - len(context) :] = torch.tensor(context, dtype=torch.long)
+        mask[row, width - len(context) :] = 1
+    params = replace(policy.sampling_params("train"), max_new_tokens=max(room))
+    with torch.no_grad(), eval_mode(module):
+        generation = engine.generate(ids.to(policy.device), mask.to(policy.device), params, policy.generator)
+    written = []
+    for row, limit in enumerate(room):
+        length = min(int(generation.completion_mask[row].sum()), limit)
+        written.append((generation.completion_ids[row, :length].tolist(), generation.logp[row, :length].float().cpu()))
+    return written
 
 
 def _old_logprobs(policy: ForcingPolicy, rollout: Rollout, given: list[Tensor | None]) -> Tensor:
@@ -216,4 +230,4 @@ def _old_logprobs(policy: ForcingPolicy, rollout: Rollout, given: list[Tensor | 
     return old * rollout.action_mask
 
 
-__all__ = ["LEFT_PADDED", "completion_tokens", "forced_rollout", "with_action_ids"]
+__all__ = ["LEFT_PADDED", "completion_tokens", "ended", "forced_rollout", "sample_after", "with_action_ids"]
