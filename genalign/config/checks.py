@@ -301,6 +301,7 @@ def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: 
             f"the policy's family; remove algorithm.teacher.family or give a {family} model."
         )
     kinds = teacher.kinds() | ({"reference"} if teacher.source == "self" and teacher.weights == "base" else set())
+    kinds |= {"distribution"} if {"teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"} & set(needed) else set()
     unhosted = sorted(kinds - capabilities.teachers)
     if unhosted == ["reference"]:
         raise ConfigError(

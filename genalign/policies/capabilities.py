@@ -69,7 +69,8 @@ class PolicyCapabilities:
             :meth:`~genalign.policies.base.Policy.teacher_host`: ``model`` (another model of the family, same
             tokenizer), ``self`` (its own current weights), ``reference`` (its base weights: the reference),
             ``context`` (a teacher that sees the prompt with privileged context added), ``remote`` (a server scoring
-            the sampled token ids).
+            the sampled token ids), ``distribution`` (the full-distribution pass of
+            :mod:`genalign.teachers.distribution`: ``TeacherHost.head_logits``).
         teacher_limits: why the kinds it does not host are refused (in the config-load error).
     """
 

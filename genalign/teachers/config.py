@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genalign.teachers.context import Template
+from genalign.teachers.distribution_options import DistributionOptions
 
 TeacherSource = Literal["model", "self", "remote"]
 
@@ -37,6 +38,8 @@ SUPPLIED: dict[str, frozenset[str]] = {
     "self": frozenset({"teacher_scored", "teacher_action_logp", "teacher_entropy", "teacher_contrast_logp"}),
     "remote": frozenset({"teacher_scored", "teacher_action_logp"}),
 }
+#: the signals of the full-distribution pass (genalign.teachers.distribution) and of an anchor
+DISTRIBUTION_SUPPLIED = frozenset({"teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"})
 
 
 def _help(text: str, default=None, *, path: bool = False, factory=None):
@@ -93,6 +96,11 @@ class TeacherConfig:
     batch_size: int | None = _help("Samples per teacher pass (or remote request); null: algorithm.micro_batch_size.")
     remote: RemoteTeacherOptions = _help("source: remote: the server and how it is called.",
                                          factory=RemoteTeacherOptions)  # fmt: skip
+    distribution: DistributionOptions = _help(
+        "source: model or self: an anchor model and the logit extrapolation of the teacher "
+        "(genalign.teachers.distribution; [85], [89]).",
+        factory=DistributionOptions,
+    )
 
     def validate(self) -> None:
         """Each field belongs to its source; templates parse; sizes and deadlines are positive."""
@@ -124,6 +132,8 @@ class TeacherConfig:
             Template.parse(self.contrast_context, "contrast_context", others=True)
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size = {self.batch_size} must be >= 1, or null.")
+        self.distribution.validate()
+        self.distribution.check_source(self.source)
 
     def _check_remote(self) -> None:
         from genalign.rewards.remote import HTTPSettings, is_http_address
@@ -140,13 +150,22 @@ class TeacherConfig:
     def supplies(self) -> frozenset[str]:
         """The teacher signals this teacher computes (the contrast pass needs ``contrast_context``)."""
         names = SUPPLIED[self.source]
-        return names if self.contrast_context is not None else names - {"teacher_contrast_logp"}
+        names = names if self.contrast_context is not None else names - {"teacher_contrast_logp"}
+        if self.source != "remote":
+            names |= DISTRIBUTION_SUPPLIED
+            names |= {"teacher_anchor_logp"} if self.distribution.anchor is not None else frozenset()
+            names |= {"teacher_extrapolation"} if self.distribution.extrapolates else frozenset()
+        return names
 
     def kinds(self) -> frozenset[str]:
         """What the policy family must host for it (:attr:`genalign.policies.base.PolicyCapabilities.teachers`)."""
         kinds = {self.source}
         if self.context is not None or self.contrast_context is not None:
             kinds.add("context")
+        if self.distribution.extrapolates:
+            kinds.add("distribution")
+        if self.distribution.anchor == "reference":
+            kinds.add("reference")
         return frozenset(kinds)
 
 
@@ -157,4 +176,4 @@ _OWNERS = {
     "remote": {"remote.url"},
 }
 
-__all__ = ["SUPPLIED", "RemoteTeacherOptions", "TeacherConfig", "TeacherSource"]
+__all__ = ["DISTRIBUTION_SUPPLIED", "SUPPLIED", "RemoteTeacherOptions", "TeacherConfig", "TeacherSource"]

@@ -45,4 +45,5 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     verification,
     video_tokens,
     vine_sets,
+    vocabulary_distillation,
 )
