@@ -118,6 +118,8 @@ FEATURES: tuple[Feature, ...] = (
             ("routing_replay",)),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
+    Feature("domain-expert teachers routed per prompt", (317,), "genalign.teachers.routed:RoutedTeacher",
+            "algorithm.teacher.routing (causal_lm); read by credit opd", ("RoutedTeacher", "routing")),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

@@ -28,6 +28,7 @@ from typing import Literal
 
 from genalign.teachers.context import Template
 from genalign.teachers.distribution_options import DistributionOptions
+from genalign.teachers.routing_options import RoutingOptions
 
 TeacherSource = Literal["model", "self", "remote"]
 
@@ -71,7 +72,11 @@ class TeacherConfig:
         "remote: a server returning per-token log-probs.",
         "model",
     )
-    model: str | None = _help("source: model: the teacher's model folder, or 'builtin:<name>'.", path=True)
+    model: str | None = _help(
+        "source: model: the teacher's model folder, or 'builtin:<name>' (with routing: the teacher of the prompts "
+        "whose domain has no expert; null: those are not scored).",
+        path=True,
+    )
     family: str | None = _help(
         "source: model: the teacher's family; it must be the policy's (the teacher is scored through the student's "
         "pass); null: the policy's."
@@ -101,6 +106,11 @@ class TeacherConfig:
         "(genalign.teachers.distribution; [85], [89]).",
         factory=DistributionOptions,
     )
+    routing: RoutingOptions = _help(
+        "source: model: domain-expert teacher models routed per prompt by a row column ([317] MOPD; "
+        "genalign.teachers.routed).",
+        factory=RoutingOptions,
+    )
 
     def validate(self) -> None:
         """Each field belongs to its source; templates parse; sizes and deadlines are positive."""
@@ -116,7 +126,11 @@ class TeacherConfig:
                 f"{stray[0]} is set, but it belongs to source {' or '.join(map(repr, owners[stray[0]]))}, not source "
                 f"{self.source!r}; remove it or set source."
             )
-        if self.source == "model" and not self.model:
+        if self.routing.enabled and self.source != "model":
+            raise ValueError(
+                f"routing routes prompts to expert teacher models; it needs source 'model', not {self.source!r}."
+            )
+        if self.source == "model" and not self.model and not self.routing.enabled:
             raise ValueError("source 'model' needs model (the teacher's model folder, or 'builtin:<name>').")
         if self.source == "remote":
             self._check_remote()

@@ -121,3 +121,14 @@ def test_full_distribution_rules_train_with_a_hinted_self_teacher_extrapolated_f
     assert [s["step"] for s in steps] == [1, 2]
     for step in steps:
         assert math.isfinite(step["loss"]) and step["teacher/scored_samples"] == 16
+
+
+def test_opd_trains_from_domain_experts_routed_by_a_column(tmp_path):
+    # MOPD [317]: the '+' and '-' prompts each go to their expert, the others to no teacher (counted)
+    routing = "{column: operator, experts: {'+': 'builtin:arith-lm', '-': 'builtin:arith-lm'}}"
+    teacher = f"{{source: model, routing: {routing}}}"
+    recipe.train(demo_config([f"algorithm.teacher={teacher}", "algorithm.credit=[opd]"], tmp_path))
+    for step in records(tmp_path):
+        assert math.isfinite(step["loss"])
+        assert step["teacher/scored_samples"] + step["teacher/unrouted_samples"] == 16
+        assert step["teacher/skipped_samples"] == step["teacher/unrouted_samples"]
