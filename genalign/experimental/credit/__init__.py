@@ -5,6 +5,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     blocks,
     calibration,
     counterfactual,
+    criterion_distillation,
     discriminative,
     distillation,
     distinct_pairs,
