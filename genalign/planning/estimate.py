@@ -1,6 +1,6 @@
 """Memory per GPU of a training config, by component, and whether it fits.
 
-A training step has two phases that never overlap, so the peak is the larger of two sums:
+A training step has phases that never overlap, so the peak is the largest of their sums:
 
 * ``rollout = resident + sampling`` (weights gathered for sampling, KV cache or vLLM's share, the sampler's working
   set, the rollout it stores),
@@ -8,8 +8,9 @@ A training step has two phases that never overlap, so the peak is the larger of 
   micro-batch's activations and the reference pass),
 
 and, with a teacher (``algorithm.teacher``), ``teacher = resident + the teacher's no-grad pass`` between them
-(:mod:`.teacher_workload`); ``resident`` is what stays on the GPU throughout: weights, gradients (they survive the optimizer step until the
-next ``zero_grad``), optimizer state, float32 parameter averages, the reference copy, frozen modules (teacher models), reward models.
+(:mod:`.teacher_workload`). ``resident`` is what stays on the GPU throughout: weights, gradients (they survive the
+optimizer step until the next ``zero_grad``), optimizer state, float32 parameter averages, the reference copy, frozen
+modules (teacher models included), reward models.
 Then ``peak on the device = (max(rollout, teacher, update)) x fragmentation + context`` (:class:`Overheads`).
 """
 

@@ -159,9 +159,10 @@ def token_workload(config, shape: BatchShape, gpu_memory_bytes: float, *, vlm: b
     update, how = traced_pass(spec, build, score)
     workload = Workload(policy=model, update=update)
     frozen_copy = lora_reference_mode(policy_cfg.lora, policy_cfg.reference) == "frozen_copy"
-    reference_copy = lambda: (
-        build_on_meta(spec, DTYPES[policy_cfg.dtype]).requires_grad_(False) if frozen_copy else None
-    )  # noqa: E731
+
+    def reference_copy() -> nn.Module | None:  # LoRA: the adapters disabled serve as the reference, at no memory
+        return build_on_meta(spec, DTYPES[policy_cfg.dtype]).requires_grad_(False) if frozen_copy else None
+
     if kl_needed(config):
         workload.reference_pass, _ = traced_pass(spec, build, score, backward=False)
         workload.reference_copy = reference_copy()
