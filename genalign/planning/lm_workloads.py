@@ -171,6 +171,7 @@ def token_workload(config, shape: BatchShape, gpu_memory_bytes: float, *, vlm: b
         score=lambda module, batch, length, tokens: _score_pass(module, policy_cfg, batch, length, tokens, vlm=vlm,
                                                                  entropy=True),
         reference_copy=reference_copy,
+        trace=lambda variant, builder, compute: traced_pass(variant, builder, compute, backward=False)[0],
     )  # fmt: skip
     image = f"; VLM prompt = one image at max_pixels + {VLM_PROMPT_TEXT_TOKENS} text tokens" if vlm else ""
     workload.assumptions.append(

@@ -52,7 +52,7 @@ def uses_policy_reference(teacher) -> bool:
 
 def add_teacher(
     workload: Workload, config, shape: BatchShape, *, prompt: int, completion: int, policy_spec, policy_build,
-    score, reference_copy,
+    score, reference_copy, trace,
 ) -> None:  # fmt: skip
     """Add ``config.algorithm.teacher``'s weights and pass to ``workload`` (module docstring).
 
@@ -61,9 +61,8 @@ def add_teacher(
         policy_spec, policy_build: the policy's architecture and its (cached) meta builder.
         score: ``score(module, batch, prompt, completion) -> scalar``: the family's no-grad scoring pass.
         reference_copy: ``() -> module or None``: the policy's frozen reference copy (None: LoRA adapters disabled).
+        trace: ``trace(spec, build, compute) -> TracedPeak``: ``compute(model)`` traced without backward.
     """
-    from genalign.planning.lm_workloads import traced_pass
-
     teacher = config.algorithm.teacher
     if teacher is None or teacher.source == "remote":
         return
@@ -79,8 +78,7 @@ def add_teacher(
     batch = min(teacher.batch_size or config.algorithm.micro_batch_size, shape.samples)
     length = prompt + (CONTEXT_TOKENS if teacher.context is not None else 0)
     passes = list(builds.values()) or [(policy_spec, policy_build)]  # a self-teacher scores with the policy's model
-    peak = max(traced_pass(spec, build, lambda m: score(m, batch, length, completion), backward=False)[0].peak
-               for spec, build in passes)  # fmt: skip
+    peak = max(trace(spec, build, lambda m: score(m, batch, length, completion)).peak for spec, build in passes)
     extra = 0
     needs = set(config.algorithm.needs())
     if needs & _VOCABULARY_SIGNALS or teacher.distribution.extrapolates:

@@ -17,6 +17,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     hindsight,
     judged_tokens,
     latent_flow,
+    length_curriculum,
     modality_roles,
     model_internals,
     perplexity_position,
