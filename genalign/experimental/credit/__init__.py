@@ -18,6 +18,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     judged_tokens,
     latent_flow,
     length_curriculum,
+    minimum_edit,
     modality_roles,
     model_internals,
     perplexity_position,
