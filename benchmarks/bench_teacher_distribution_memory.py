@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench_teacher_memory import FULL, SMOKE, build_models, peak_rss_mb, rss_mb  # noqa: E402
+from bench_teacher_memory import FULL, SMOKE, build_models, peak_rss_mb, rss_mb
 
 WANTED = frozenset({"teacher_scored", "teacher_action_logp", "teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"})
 
@@ -77,7 +77,9 @@ def measure(mode: str, folders: dict[str, Path], sizes: dict[str, int]) -> dict:
         with torch.no_grad():
             logs = {
                 name: model(input_ids=ids, attention_mask=attention, position_ids=positions)
-                .logits[:, width - 1 : -1].float().log_softmax(-1)
+                .logits[:, width - 1 : -1]
+                .float()
+                .log_softmax(-1)
                 for name, model in models.items()
             }  # each [B, C, V]
             gap = logs["student"] - logs["teacher"]
@@ -111,7 +113,8 @@ def render(results: dict[str, dict], sizes: dict[str, int], smoke: bool) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: CPU, 1 torch thread, torch {torch.__version__}; load "
         f"average at start {load}. Student Qwen2 (hidden 64, 2 layers) and teacher (hidden 128, 4 layers), vocabulary "
         f"{sizes['vocab']:,}, {sizes['batch']} completions x {sizes['completion']} tokens after {sizes['prompt']}-token "
-        "prompts, float32, no gradient; each path in its own process" + (" (smoke: figures meaningless)" if smoke else "")
+        "prompts, float32, no gradient; each path in its own process"
+        + (" (smoke: figures meaningless)" if smoke else "")
     )
     ratio = our_peak / naive_peak if naive_peak > 0 else float("nan")
     return "\n".join([
