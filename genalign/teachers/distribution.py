@@ -27,6 +27,9 @@ of each action, on the teacher's prompt; RTO [89] reads ``log π_dpo − log π_
 The action log-probs under ``s*`` need no token ids: ``log π*(o) = (1 + w)(log π_T(o) + Z_T) − w (log π_A(o) + Z_A)
 − Z*`` with ``Z = logsumexp`` of each model's scaled logits.
 
+The heads are applied after each model's pass, outside the weights' context: an output head the policy trains
+itself (``policy.lora.modules_to_save`` naming it) would then be the trained one for the reference as well.
+
 Hosted by the families whose :class:`~genalign.policies.base.TeacherHost` applies an output head to hidden states
 (``head_logits``; ``capabilities.teachers`` holds ``distribution``): the single-turn and multi-turn causal LM.
 """
