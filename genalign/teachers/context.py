@@ -97,11 +97,12 @@ def with_sample_fields(rows: list[dict[str, Any]], outputs: list[Any], rewards: 
     """``rows`` (one per sample) with ``sample.completion`` (``outputs[i]`` as text) and, given the ``[n, K]`` reward
     table ``rewards``, ``sample.reward`` (column 0) and ``sample.rewards`` (every column), for the ``{sample.*}``
     placeholders (module docstring)."""
+    table = rewards.tolist() if rewards is not None else None  # [n][K], one transfer
     filled = []
     for i, (row, output) in enumerate(zip(rows, outputs, strict=True)):
         fields = {"sample.completion": output if isinstance(output, str) else str(output)}
-        if rewards is not None:
-            values = [float(value) for value in rewards[i].tolist()]
+        if table is not None:
+            values = [float(value) for value in table[i]]
             fields |= {"sample.reward": f"{values[0]:g}", "sample.rewards": ", ".join(f"{v:g}" for v in values)}
         filled.append({**row, **fields})
     return filled
