@@ -274,3 +274,15 @@ declare_signal("teacher_entropy", ("N", "T"), "teacher",
 declare_signal("teacher_contrast_logp", ("N", "T"), "teacher",
                "The teacher's log-probability of each action under its contrast context (e.g. a wrong hint).",
                source="[135] RLCSD")  # fmt: skip
+declare_signal("teacher_vocab_reverse_kl", ("N", "T"), "teacher",
+               "KL(π_S ‖ π_T) over the whole vocabulary at each action (the full-distribution teacher pass).",
+               source="[107] COPSD [85] AlignDistil")  # fmt: skip
+declare_signal("teacher_vocab_forward_kl", ("N", "T"), "teacher",
+               "KL(π_T ‖ π_S) over the whole vocabulary at each action (the full-distribution teacher pass).",
+               source="[107] COPSD")  # fmt: skip
+declare_signal("teacher_anchor_logp", ("N", "T"), "teacher",
+               "The teacher's anchor model's log-probability of each action (algorithm.teacher.distribution.anchor).",
+               source="[89] RTO")  # fmt: skip
+declare_signal("teacher_extrapolation", ("N", "T"), "teacher",
+               "The logit-extrapolation weight w_t of the teacher's synthetic distribution s_T + w_t (s_T − s_anchor).",
+               source="[85] AlignDistil")  # fmt: skip

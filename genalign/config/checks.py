@@ -317,12 +317,15 @@ def check_teacher(cfg: AlgorithmConfig, family: str, capabilities: Any, wanted: 
         )
     kinds = teacher.kinds() | ({"reference"} if teacher.source == "self" and teacher.weights == "base" else set())
     kinds |= {"generate"} if writers else set()
+    kinds |= {"distribution"} if {"teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"} & set(needed) else set()
     unhosted = sorted(kinds - capabilities.teachers)
     if unhosted == ["reference"]:
+        who = ("distribution.anchor 'reference'" if teacher.distribution.anchor == "reference"
+               else "source 'self' with weights 'base'")  # fmt: skip
         raise ConfigError(
-            "algorithm.teacher: source 'self' with weights 'base' runs the policy's reference weights, but the policy "
-            "has none (policy.reference = 'none'); set policy.reference to 'auto', or use weights 'current' with a "
-            "context."
+            f"algorithm.teacher: {who} runs the policy's reference weights, but the policy has none "
+            "(policy.reference = 'none'); set policy.reference to 'auto', or use weights 'current' with a context "
+            "(an anchor: a model folder)."
         )
     if unhosted:
         hosted = sorted(capabilities.teachers - {"reference"})

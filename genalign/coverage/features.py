@@ -121,6 +121,12 @@ FEATURES: tuple[Feature, ...] = (
             ("routing_replay",)),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
+    Feature("domain-expert teachers routed per prompt", (317,), "genalign.teachers.routed:RoutedTeacher",
+            "algorithm.teacher.routing (causal_lm); read by credit opd", ("RoutedTeacher",)),
+    Feature("hindsight teacher context (the sample's own output and reward)", (43,),
+            "genalign.teachers.context:with_sample_fields",
+            "algorithm.teacher.context: '... {sample.reward} {sample.completion}' (causal_lm); read by credit opd",
+            ("with_sample_fields",)),
 )  # fmt: skip
 
 RECIPES: tuple[Recipe, ...] = (

@@ -1,15 +1,17 @@
 """Memory per GPU of a training config, by component, and whether it fits.
 
-A training step has two phases that never overlap, so the peak is the larger of two sums:
+A training step has phases that never overlap, so the peak is the largest of their sums:
 
 * ``rollout = resident + sampling`` (weights gathered for sampling, KV cache or vLLM's share, the sampler's working
   set, the rollout it stores),
 * ``update = resident + training`` (the stored rollout, FSDP's gathered blocks and unsharded gradients, one
   micro-batch's activations and the reference pass),
 
-where ``resident`` is what stays on the GPU throughout: weights, gradients (they survive the optimizer step until the
-next ``zero_grad``), optimizer state, float32 parameter averages, the reference copy, frozen modules, reward models.
-Then ``peak on the device = (max(rollout, update)) x fragmentation + context`` (:class:`Overheads`).
+and, with a teacher (``algorithm.teacher``), ``teacher = resident + the teacher's no-grad pass`` between them
+(:mod:`.teacher_workload`). ``resident`` is what stays on the GPU throughout: weights, gradients (they survive the
+optimizer step until the next ``zero_grad``), optimizer state, float32 parameter averages, the reference copy, frozen
+modules (teacher models included), reward models.
+Then ``peak on the device = (max(rollout, teacher, update)) x fragmentation + context`` (:class:`Overheads`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from genalign.planning.sharding import GATHERED_BLOCKS, ShardLayout, parameter_b
 from genalign.planning.workload import Workload, batch_shape
 
 GB = 1e9
-Phase = Literal["resident", "rollout", "update"]
+Phase = Literal["resident", "rollout", "teacher", "update"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -82,13 +84,13 @@ class MemoryPlan:
     problems: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
-    def total(self, phase: Literal["rollout", "update"]) -> float:
+    def total(self, phase: Literal["rollout", "teacher", "update"]) -> float:
         """Tensor bytes per GPU at the peak of ``phase`` (resident lines plus the phase's own)."""
         return sum(c.bytes for c in self.components if c.phase in ("resident", phase))
 
     @property
     def tensors_peak(self) -> float:
-        return max(self.total("rollout"), self.total("update"))
+        return max(self.total("rollout"), self.total("teacher"), self.total("update"))
 
     @property
     def peak(self) -> float:
@@ -228,6 +230,9 @@ def _phases(plan: MemoryPlan, config, workload: Workload) -> None:
     if workload.rollout_storage:
         for phase in ("rollout", "update"):
             add(Component("stored rollout", workload.rollout_storage, phase, "trajectories and prompt embeddings"))
+    if workload.teacher_pass:
+        add(Component("teacher pass", workload.teacher_pass, "teacher",
+                      "the teacher's no-grad scoring pass of one teacher batch (algorithm.teacher)"))  # fmt: skip
     reference = workload.reference_pass.peak if workload.reference_pass else 0
     activations = max(workload.update.peak, workload.update.kept + reference)
     add(Component("activations", activations, "update",

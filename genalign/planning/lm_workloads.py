@@ -9,6 +9,7 @@
   :data:`VLM_PROMPT_TEXT_TOKENS` text tokens), through the backbone and the chunked log-prob head the policy scores with
   (:func:`~genalign.policies.lm.logprobs.backbone_hidden_states`, ``_head_logprobs``), then backward.
 * Reference: the no-grad pass of the same micro-batch under the reference weights, when a KL term asks for it.
+* Teacher: the teacher models' weights and the teacher's no-grad pass (:mod:`.teacher_workload`).
 * Rollout: the KV cache of the generation batch (``static``/``hf`` engines: every local sample at once for causal
   LMs, ``rollout_batch_size`` for VLMs; ``2 x layers x batch x kv_heads x (P + C) x head_dim`` in the weight dtype)
   and the no-grad prefill of the prompts; with ``engine: vllm`` the vLLM process's share instead (:mod:`.vllm_share`).
@@ -25,6 +26,7 @@ from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import cached_builds, traced_by_depth
 from genalign.planning.meta_models import build_on_meta
 from genalign.planning.model_specs import resolve_model_spec
+from genalign.planning.teacher_workload import add_teacher
 from genalign.planning.tracing import TracedPeak, storage_keys, trace_peak
 from genalign.planning.vllm_share import vllm_workload_terms
 from genalign.planning.workload import BatchShape, Workload
@@ -159,10 +161,21 @@ def token_workload(config, shape: BatchShape, gpu_memory_bytes: float, *, vlm: b
 
     update, how = traced_pass(spec, build, score)
     workload = Workload(policy=model, update=update)
+    frozen_copy = lora_reference_mode(policy_cfg.lora, policy_cfg.reference) == "frozen_copy"
+
+    def reference_copy() -> nn.Module | None:  # LoRA: the adapters disabled serve as the reference, at no memory
+        return build_on_meta(spec, DTYPES[policy_cfg.dtype]).requires_grad_(False) if frozen_copy else None
+
     if kl_needed(config):
         workload.reference_pass, _ = traced_pass(spec, build, score, backward=False)
-        if lora_reference_mode(policy_cfg.lora, policy_cfg.reference) == "frozen_copy":
-            workload.reference_copy = build_on_meta(spec, DTYPES[policy_cfg.dtype]).requires_grad_(False)
+        workload.reference_copy = reference_copy()
+    add_teacher(
+        workload, config, shape, prompt=prompt, completion=completion, policy_spec=spec, policy_build=build,
+        score=lambda module, batch, length, tokens: _score_pass(module, policy_cfg, batch, length, tokens, vlm=vlm,
+                                                                 entropy=True),
+        reference_copy=reference_copy,
+        trace=lambda variant, builder, compute: traced_pass(variant, builder, compute, backward=False)[0],
+    )  # fmt: skip
     image = f"; VLM prompt = one image at max_pixels + {VLM_PROMPT_TEXT_TOKENS} text tokens" if vlm else ""
     workload.assumptions.append(
         f"update micro-batch: {micro} samples of {prompt} prompt + {completion} completion tokens (the longest the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from genalign.planning.estimate import GB, MemoryPlan
 from genalign.planning.suggestions import Suggestion
 
-_PHASE_LABEL = {"resident": "always", "rollout": "rollout", "update": "update"}
+_PHASE_LABEL = {"resident": "always", "rollout": "rollout", "teacher": "teacher", "update": "update"}
 
 
 def verdict(plan: MemoryPlan) -> str:
@@ -41,6 +41,11 @@ def format_plan(plan: MemoryPlan, suggestions: list[Suggestion] | None = None) -
         "",
         f"{'always resident':<43} {resident / GB:>8.2f}",
         f"{'rollout peak (always + rollout)':<43} {plan.total('rollout') / GB:>8.2f}",
+        *(
+            [f"{'teacher peak (always + teacher)':<43} {plan.total('teacher') / GB:>8.2f}"]
+            if any(c.phase == "teacher" for c in plan.components)
+            else []
+        ),
         f"{'update peak (always + update)':<43} {plan.total('update') / GB:>8.2f}",
         f"{'peak on the device':<43} {plan.peak / GB:>8.2f}  = max x{plan.overheads.fragmentation:g} + "
         f"{plan.overheads.context_bytes / GB:g} GB",

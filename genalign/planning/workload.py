@@ -66,6 +66,7 @@ class Workload:
         sampler_cache: bytes the sampler holds during the rollout (KV cache).
         rollout_storage: bytes of the stored rollout that stay on the GPU through the update (flow trajectories).
         vllm: vLLM's share with ``policy.engine: vllm`` (:mod:`.vllm_share`), else None.
+        teacher_pass: bytes of the teacher's no-grad pass (:mod:`.teacher_workload`), between rollout and update.
         assumptions: what the figures assume, in words (shown with the plan).
     """
 
@@ -79,6 +80,7 @@ class Workload:
     sampler_cache: int = 0
     rollout_storage: int = 0
     vllm: VLLMShare | None = None
+    teacher_pass: int = 0
     assumptions: list[str] = field(default_factory=list)
 
 

@@ -266,6 +266,12 @@ class TeacherHost(Protocol):
         left no room."""
         ...
 
+    def head_logits(self, module: nn.Module, hidden: Tensor) -> Tensor:
+        """``[k, V]`` float32 next-token logits of ``module`` (a model of the family) from its hidden states ``hidden``
+        ``[k, H]`` (the ``hidden`` score feature), divided by the sampling temperature, as its scoring pass computes
+        them (``distribution``: the full-distribution teacher pass, :mod:`genalign.teachers.distribution`)."""
+        ...
+
 
 def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
     """Key-by-key sums of :attr:`Rollout.counts` dicts (a key missing from a part counts 0), in sorted key order."""

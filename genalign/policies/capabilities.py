@@ -70,7 +70,8 @@ class PolicyCapabilities:
             tokenizer), ``self`` (its own current weights), ``reference`` (its base weights: the reference),
             ``context`` (a teacher that sees the prompt with privileged context added), ``remote`` (a server scoring
             the sampled token ids), ``generate`` (a model or self teacher that writes completions for sample
-            sources, :meth:`~genalign.policies.base.TeacherHost.write_with`).
+            sources, :meth:`~genalign.policies.base.TeacherHost.write_with`), ``distribution`` (the full-distribution
+            pass of :mod:`genalign.teachers.distribution`: ``TeacherHost.head_logits``).
         teacher_limits: why the kinds it does not host are refused (in the config-load error).
     """
 

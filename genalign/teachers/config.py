@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genalign.teachers.context import Template
+from genalign.teachers.distribution_options import DistributionOptions
+from genalign.teachers.routing_options import RoutingOptions
 
 TeacherSource = Literal["model", "self", "remote"]
 
@@ -37,6 +39,8 @@ SUPPLIED: dict[str, frozenset[str]] = {
     "self": frozenset({"teacher_scored", "teacher_action_logp", "teacher_entropy", "teacher_contrast_logp"}),
     "remote": frozenset({"teacher_scored", "teacher_action_logp"}),
 }
+#: the signals of the full-distribution pass (genalign.teachers.distribution) and of an anchor
+DISTRIBUTION_SUPPLIED = frozenset({"teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"})
 
 
 def _help(text: str, default=None, *, path: bool = False, factory=None):
@@ -68,7 +72,11 @@ class TeacherConfig:
         "remote: a server returning per-token log-probs.",
         "model",
     )
-    model: str | None = _help("source: model: the teacher's model folder, or 'builtin:<name>'.", path=True)
+    model: str | None = _help(
+        "source: model: the teacher's model folder, or 'builtin:<name>' (with routing: the teacher of the prompts "
+        "whose domain has no expert; null: those are not scored).",
+        path=True,
+    )
     family: str | None = _help(
         "source: model: the teacher's family; it must be the policy's (the teacher is scored through the student's "
         "pass); null: the policy's."
@@ -93,6 +101,16 @@ class TeacherConfig:
     batch_size: int | None = _help("Samples per teacher pass (or remote request); null: algorithm.micro_batch_size.")
     remote: RemoteTeacherOptions = _help("source: remote: the server and how it is called.",
                                          factory=RemoteTeacherOptions)  # fmt: skip
+    distribution: DistributionOptions = _help(
+        "source: model or self: an anchor model and the logit extrapolation of the teacher "
+        "(genalign.teachers.distribution; [85], [89]).",
+        factory=DistributionOptions,
+    )
+    routing: RoutingOptions = _help(
+        "source: model: domain-expert teacher models routed per prompt by a row column ([317] MOPD; "
+        "genalign.teachers.routed).",
+        factory=RoutingOptions,
+    )
 
     def validate(self) -> None:
         """Each field belongs to its source; templates parse; sizes and deadlines are positive."""
@@ -108,7 +126,11 @@ class TeacherConfig:
                 f"{stray[0]} is set, but it belongs to source {' or '.join(map(repr, owners[stray[0]]))}, not source "
                 f"{self.source!r}; remove it or set source."
             )
-        if self.source == "model" and not self.model:
+        if self.routing.enabled and self.source != "model":
+            raise ValueError(
+                f"routing routes prompts to expert teacher models; it needs source 'model', not {self.source!r}."
+            )
+        if self.source == "model" and not self.model and not self.routing.enabled:
             raise ValueError("source 'model' needs model (the teacher's model folder, or 'builtin:<name>').")
         if self.source == "remote":
             self._check_remote()
@@ -124,6 +146,8 @@ class TeacherConfig:
             Template.parse(self.contrast_context, "contrast_context", others=True)
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size = {self.batch_size} must be >= 1, or null.")
+        self.distribution.validate()
+        self.distribution.check_source(self.source)
 
     def _check_remote(self) -> None:
         from genalign.rewards.remote import HTTPSettings, is_http_address
@@ -140,13 +164,22 @@ class TeacherConfig:
     def supplies(self) -> frozenset[str]:
         """The teacher signals this teacher computes (the contrast pass needs ``contrast_context``)."""
         names = SUPPLIED[self.source]
-        return names if self.contrast_context is not None else names - {"teacher_contrast_logp"}
+        names = names if self.contrast_context is not None else names - {"teacher_contrast_logp"}
+        if self.source != "remote":
+            names |= DISTRIBUTION_SUPPLIED
+            names |= {"teacher_anchor_logp"} if self.distribution.anchor is not None else frozenset()
+            names |= {"teacher_extrapolation"} if self.distribution.extrapolates else frozenset()
+        return names
 
     def kinds(self) -> frozenset[str]:
         """What the policy family must host for it (:attr:`genalign.policies.base.PolicyCapabilities.teachers`)."""
         kinds = {self.source}
         if self.context is not None or self.contrast_context is not None:
             kinds.add("context")
+        if self.distribution.extrapolates:
+            kinds.add("distribution")
+        if self.distribution.anchor == "reference":
+            kinds.add("reference")
         return frozenset(kinds)
 
 
@@ -157,4 +190,4 @@ _OWNERS = {
     "remote": {"remote.url"},
 }
 
-__all__ = ["SUPPLIED", "RemoteTeacherOptions", "TeacherConfig", "TeacherSource"]
+__all__ = ["DISTRIBUTION_SUPPLIED", "SUPPLIED", "RemoteTeacherOptions", "TeacherConfig", "TeacherSource"]

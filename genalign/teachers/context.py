@@ -8,6 +8,12 @@ The other prompt of sample ``i`` is the first prompt after it, cyclically in the
 ``other.`` columns differ from sample ``i``'s own (:func:`other_rows`); it depends only on the rows of the batch, so the
 contrast does not depend on how the batch is split into teacher passes. When every prompt of the batch shares the
 values, there is no wrong hint: the sample's own row is used (its contrast term is 0) and the sample is counted.
+
+**Hindsight** ([43] OpenClaw-RL's hindsight-guided OPD, [225] RLMEC's rewrite of the sample's own solution): ``{sample.
+completion}`` is the sample's own output (its decoded text) and ``{sample.reward}`` its reward (the first reward
+function's, ``%g``; ``{sample.rewards}`` all of them, comma-separated, ``nan`` where one did not apply): what the step
+learned about the sample after sampling it. The teacher stage fills them (:func:`with_sample_fields`) before the
+teacher judges the rollout.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-_PLACEHOLDER = re.compile(r"\{(other\.)?([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{(other\.)?((?:sample\.)?[A-Za-z_][A-Za-z0-9_]*)\}")
+#: what ``{sample.NAME}`` may name (module docstring)
+SAMPLE_FIELDS = ("completion", "reward", "rewards")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,12 @@ class Template:
             raise ValueError(
                 f"{field} = {text!r} holds a brace that is not a placeholder; placeholders are {{column}} (a row "
                 f"column){' and {other.column} (that column of another prompt)' if others else ''}."
+            )
+        unknown = [name for _, name in found if name.startswith("sample.") and name[7:] not in SAMPLE_FIELDS]
+        if unknown:
+            raise ValueError(
+                f"{field} = {text!r} reads {{{unknown[0]}}}; a sample's own fields are "
+                f"{', '.join('{sample.' + name + '}' for name in SAMPLE_FIELDS)}."
             )
         other_columns = tuple(name for prefix, name in found if prefix)
         if other_columns and not others:
@@ -79,6 +93,21 @@ def other_rows(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> tuple[li
     return chosen, alone
 
 
+def with_sample_fields(rows: list[dict[str, Any]], outputs: list[Any], rewards: Any = None) -> list[dict[str, Any]]:
+    """``rows`` (one per sample) with ``sample.completion`` (``outputs[i]`` as text) and, given the ``[n, K]`` reward
+    table ``rewards``, ``sample.reward`` (column 0) and ``sample.rewards`` (every column), for the ``{sample.*}``
+    placeholders (module docstring)."""
+    table = rewards.tolist() if rewards is not None else None  # [n][K], one transfer
+    filled = []
+    for i, (row, output) in enumerate(zip(rows, outputs, strict=True)):
+        fields = {"sample.completion": output if isinstance(output, str) else str(output)}
+        if table is not None:
+            values = [float(value) for value in table[i]]
+            fields |= {"sample.reward": f"{values[0]:g}", "sample.rewards": ", ".join(f"{v:g}" for v in values)}
+        filled.append({**row, **fields})
+    return filled
+
+
 def context_rows(
     rows: list[dict[str, Any]], template: Template, where: str, others: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
@@ -93,4 +122,4 @@ def context_rows(
     ]
 
 
-__all__ = ["Template", "context_rows", "other_rows"]
+__all__ = ["SAMPLE_FIELDS", "Template", "context_rows", "other_rows", "with_sample_fields"]

@@ -13,7 +13,7 @@ its writing is counted as ``teacher/written_samples`` and ``teacher/written_toke
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import Tensor
@@ -23,6 +23,7 @@ from genalign.policies.base import Policy, Rollout
 from genalign.teachers.base import PassCount, Teacher, same_count
 from genalign.teachers.build import build_teacher
 from genalign.teachers.config import TeacherConfig
+from genalign.teachers.context import with_sample_fields
 
 
 @dataclass
@@ -49,14 +50,18 @@ class TeacherStage:
         built = build_teacher(teacher, policy, batch_size=batch_size)
         return cls(built, read | {"teacher_scored"}, judges=bool(read), writes=writes)
 
-    def judge(self, rollout: Rollout, *, passes_everywhere: PassCount = same_count) -> dict[str, Tensor]:
+    def judge(
+        self, rollout: Rollout, *, passes_everywhere: PassCount = same_count, rewards: Tensor | None = None
+    ) -> dict[str, Tensor]:
         """The teacher signals of ``rollout`` (``[n]`` / ``[n, T]``). ``passes_everywhere``: in sharded training the
         trainer's all-reduce max, so that a teacher that runs the policy's modules makes as many passes as the
-        busiest process."""
+        busiest process. ``rewards``: the ``[n, K]`` reward table, for the ``{sample.reward}`` placeholders of the
+        teacher's context (:func:`~genalign.teachers.context.with_sample_fields`)."""
         if not self.judges:  # a teacher that only writes (sample sources with teacher_writes)
             return {}
         passes = passes_everywhere if self.teacher.shares_policy_modules else same_count
-        values = self.teacher.judge(rollout, self.wanted, passes_everywhere=passes)
+        view = replace(rollout, rows=with_sample_fields(rollout.rows, rollout.outputs, rewards))
+        values = self.teacher.judge(view, self.wanted, passes_everywhere=passes)
         scored = values["teacher_scored"]  # [n]
         actions = (rollout.action_mask > 0) & scored[:, None].to(rollout.action_mask.device)  # [n, T]
         gap = (rollout.old_logp.float() - values["teacher_action_logp"].to(rollout.old_logp.device)) * actions

@@ -14,6 +14,7 @@ from torch import Tensor
 from genalign import algorithms as alg
 from genalign.algorithms.signals import signal
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
+from genalign.teachers.base import same_count
 from genalign.teachers.stage import TeacherStage
 from genalign.trainer.distributed import all_gather_cat, all_reduce_max, rank_and_world
 from genalign.trainer.update import score_without_grad
@@ -88,7 +89,8 @@ def build_step_batch(
     """
     batch = rollout_batch(rollout, reward_table, progress)
     if teacher is not None:
-        judged = teacher.judge(rollout, passes_everywhere=all_reduce_max) if lockstep else teacher.judge(rollout)
+        passes = all_reduce_max if lockstep else same_count
+        judged = teacher.judge(rollout, passes_everywhere=passes, rewards=reward_table)
         batch = batch.with_values(judged)
     rescore_old = needs_rescored_old_logp(plan, policy, on_policy=on_policy, asynchronous=asynchronous)
     request = stage.prepass()

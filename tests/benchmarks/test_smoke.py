@@ -151,6 +151,16 @@ def check_teacher_memory(out: str, tmp: Path) -> None:
     assert _number(r"\|sum logp naive - teacher\| = (\d\.\d+e[+-]\d+)", out) < 1e-3
 
 
+def check_teacher_distribution_memory(out: str, tmp: Path) -> None:
+    (naive,) = _table_rows(out, "naive: both models")
+    (ours,) = _table_rows(out, "genalign full-distribution pass")
+    assert float(naive[1].replace(",", "")) >= 0 and float(ours[1].replace(",", "")) >= 0
+    # the chunked pass computes the KLs of the full logits
+    for name in ("reverse", "forward"):
+        match = re.search(rf"{name}-KL sums (-?\d+\.\d+) vs (-?\d+\.\d+)", out)
+        assert match and abs(float(match.group(1)) - float(match.group(2))) < 1e-3
+
+
 def check_multi_turn(out: str, tmp: Path) -> None:
     rows = {row[1]: row for row in _table_rows(out, "smoke")}
     assert set(rows) == {"kept cache", "re-encoded", "single turn"}
@@ -212,6 +222,8 @@ SMOKES = {
     "race_chain": Smoke("race_chain.py", ("--table", "{tmp}/race.md", "--png", "{tmp}/race.png"), check_race_chain),
     "bench_code_execution": Smoke("bench_code_execution.py", (), check_code_execution, linux_only=True),
     "bench_teacher_memory": Smoke("bench_teacher_memory.py", (), check_teacher_memory),
+    "bench_teacher_distribution_memory": Smoke("bench_teacher_distribution_memory.py", (),
+                                               check_teacher_distribution_memory),
     "opd_vs_grpo": Smoke("opd_vs_grpo.py", ("--work", "{tmp}/runs", "--table", "{tmp}/opd.md", "--png", "{tmp}/opd.png"),
                          check_opd_vs_grpo),
     "bench_shared_prefix": Smoke("bench_shared_prefix.py", (), check_shared_prefix),

@@ -108,3 +108,35 @@ def test_training_goes_on_through_a_remote_teacher_that_times_out(tmp_path):
         assert step["teacher/scored_samples"] == 8 and step["teacher/skipped_samples"] == 8
         assert step["teacher/timeouts"] == 1 and step["teacher/failed_samples"] == 8
         assert math.isfinite(step["loss"])
+
+
+def test_full_distribution_rules_train_with_a_hinted_self_teacher_extrapolated_from_the_reference(tmp_path):
+    # COPSD [107] (privileged self-teacher, vocabulary KL), AlignDistil [85] (extrapolated teacher), RTO [89] (the
+    # teacher's log-ratio to its anchor), CriPO [273] (the hint as the criterion, the plain prompt as its
+    # counterfactual), [93]'s length curriculum, RLMEC [225] in one run; the hint also quotes the sample's own reward
+    # and output (hindsight, [43])
+    distribution = "{anchor: reference, extrapolation: 1.0, chunk_size: 16}"
+    context = "' {answer} ({sample.reward}: {sample.completion})'"
+    teacher = (
+        f"{{source: self, weights: current, context: {context}, contrast_context: '', distribution: {distribution}}}"
+    )
+    rules = (
+        "[{name: full_distillation, reward_weight: 0.5}, aligndistil, dpo_token_reward, criterion_distillation, "
+        "{name: length_curriculum_opd, length_start: 2, stage_steps: 1}, minimum_edit_reward]"
+    )
+    recipe.train(demo_config([f"algorithm.teacher={teacher}", f"algorithm.credit={rules}"], tmp_path))
+    steps = records(tmp_path)
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        assert math.isfinite(step["loss"]) and step["teacher/scored_samples"] == 16
+
+
+def test_opd_trains_from_domain_experts_routed_by_a_column(tmp_path):
+    # MOPD [317]: the '+' and '-' prompts each go to their expert, the others to no teacher (counted)
+    routing = "{column: operator, experts: {'+': 'builtin:arith-lm', '-': 'builtin:arith-lm'}}"
+    teacher = f"{{source: model, routing: {routing}}}"
+    recipe.train(demo_config([f"algorithm.teacher={teacher}", "algorithm.credit=[opd]"], tmp_path))
+    for step in records(tmp_path):
+        assert math.isfinite(step["loss"])
+        assert step["teacher/scored_samples"] + step["teacher/unrouted_samples"] == 16
+        assert step["teacher/skipped_samples"] == step["teacher/unrouted_samples"]

@@ -61,6 +61,25 @@ REMOTE = {"source": "remote", "remote": {"url": "http://127.0.0.1:9/teacher"}}
             "a remote teacher only scores token ids",
         ),
         ({"sample_sources": ["tgpo"], "teacher": MODEL}, "set algorithm.clip = off_policy"),
+        (
+            {"credit": ["full_distillation"], "teacher": REMOTE},
+            "'teacher_vocab_(reverse|forward)_kl', which is not supplied",
+        ),
+        ({"credit": ["dpo_token_reward"], "teacher": MODEL}, "'teacher_anchor_logp', which is not supplied"),
+        (
+            {"credit": ["aligndistil"], "teacher": {**MODEL, "distribution": {"anchor": "reference"}}},
+            "'teacher_extrapolation', which is not supplied",
+        ),
+        (
+            {"credit": ["opd"], "teacher": {**MODEL, "distribution": {"extrapolation": 2.0}}},
+            "needs distribution.anchor",
+        ),
+        (
+            {"credit": ["opd"], "teacher": {**HINTED, "routing": {"column": "op", "experts": {"+": "x"}}}},
+            "needs source 'model'",
+        ),
+        ({"credit": ["opd"], "teacher": {**MODEL, "routing": {"column": "op"}}}, "give both"),
+        ({"credit": ["opd"], "teacher": {**HINTED, "context": " {sample.logits}"}}, "sample's own fields"),
     ],
 )
 def test_bad_teacher_configs_name_the_field_and_the_fix(algorithm, message):
@@ -74,6 +93,15 @@ def test_good_teacher_configs_load_with_their_needs():
     assert config.algorithm.teacher.supplies() >= {"teacher_action_logp", "teacher_contrast_logp"}
     remote = arith_lm_config(credit=["opd"], teacher=REMOTE)
     assert "action_ids" in remote.algorithm.needs()  # the server scores the sampled token ids
+    distribution = {"anchor": "reference", "extrapolation": 2.0}
+    full = arith_lm_config(credit=["aligndistil", "dpo_token_reward", "full_distillation"],
+                           teacher={**MODEL, "distribution": distribution})  # fmt: skip
+    assert full.algorithm.teacher.kinds() == {"model", "distribution", "reference"}
+    routed = arith_lm_config(
+        credit=["opd"],
+        teacher={"source": "model", "routing": {"column": "operator", "experts": {"+": "builtin:arith-lm"}}},
+    )
+    assert routed.algorithm.teacher.routing.experts == {"+": "builtin:arith-lm"}
 
 
 def test_a_teacher_that_only_writes_needs_no_reader():
@@ -117,6 +145,11 @@ def test_the_base_weights_teacher_needs_a_reference():
             "demo_tool_calculator_grpo.yaml",
             ["algorithm.teacher={source: remote, remote: {url: 'http://127.0.0.1:9'}}"],
             "to host 'remote' teachers.*environment's tokens",
+        ),
+        (
+            "demo_shapes_vlm_grpo.yaml",
+            ["algorithm.teacher={source: self, weights: base}", "algorithm.credit=[full_distillation]"],
+            "policy.family = 'vlm' to host 'distribution' teachers.*no VLM output head",
         ),
     ],
 )

@@ -5,6 +5,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     blocks,
     calibration,
     counterfactual,
+    criterion_distillation,
     discriminative,
     distillation,
     distinct_pairs,
@@ -16,6 +17,8 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     hindsight,
     judged_tokens,
     latent_flow,
+    length_curriculum,
+    minimum_edit,
     modality_roles,
     model_internals,
     perplexity_position,
@@ -45,4 +48,5 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     verification,
     video_tokens,
     vine_sets,
+    vocabulary_distillation,
 )

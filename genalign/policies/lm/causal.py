@@ -80,7 +80,7 @@ from genalign.policies.lm.guidance import (
     sample_self_hints,
     split_by,
 )
-from genalign.policies.lm.logprobs import TokenScores, completion_scores
+from genalign.policies.lm.logprobs import TokenScores, completion_scores, output_head
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import TextTurns, multi_turn_rollout
 from genalign.policies.lm.probes import probe_structure
@@ -311,6 +311,19 @@ class CausalLMPolicy(TokenLMPolicy):
                              strict=True):  # fmt: skip
             written[i] = result
         return written
+
+    def head_logits(self, module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """``[k, V]`` float32 logits of ``module``'s output head (soft-capped like its scoring pass) for ``hidden``
+        ``[k, H]``, divided by ``policy.temperature``; a sharded head is refused (its rows live on other processes)."""
+        head = output_head(module)
+        weight = getattr(head, "weight", None)
+        if weight is not None and type(weight).__name__ == "DTensor":
+            raise ValueError(
+                "the full-distribution teacher pass (teacher_vocab_reverse_kl / teacher_vocab_forward_kl, "
+                "algorithm.teacher.distribution.extrapolation) reads the output head outside the model's sharded "
+                "forward; it does not run under sharded training: use one process or drop those options."
+            )
+        return head(hidden).float() / self.config.temperature
 
     def _generate_by_temperature(
         self,

@@ -183,7 +183,8 @@ class CausalLMPolicyConfig:
             capabilities = token_capabilities(self.reference, features=AUTOREGRESSIVE_FEATURES | {"logit_stats"},
                                               structure=MULTI_TURN_STRUCTURE,
                                               group_size=self.multi_turn.group_size)  # fmt: skip
-            return replace(capabilities, teachers=self._teachers({"model", "self"}), teacher_limits=MULTI_TURN_TEACHERS,
+            teachers = self._teachers({"model", "self", "distribution"})
+            return replace(capabilities, teachers=teachers, teacher_limits=MULTI_TURN_TEACHERS,
                            guidance=MULTI_TURN_GUIDANCE)  # fmt: skip
         capabilities = token_capabilities(
             self.reference,
@@ -191,7 +192,7 @@ class CausalLMPolicyConfig:
             structure=AUTOREGRESSIVE_STRUCTURE | self.probes.structure(),
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
-        teachers = self._teachers({"model", "self", "context", "remote", "generate"})
+        teachers = self._teachers({"model", "self", "context", "remote", "generate", "distribution"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
                        teacher_limits="")  # fmt: skip
 

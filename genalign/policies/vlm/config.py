@@ -193,7 +193,9 @@ class VLMPolicyConfig:
 VLM_TEACHER_LIMITS = (
     "a teacher that sees privileged context would need each prompt re-rendered and its images run through the "
     "processor again, and a remote teacher would need the images sent with the token ids; neither is implemented "
-    "(a teacher VLM with the same processor, or the policy's own base weights, score the stored inputs as they are)"
+    "(a teacher VLM with the same processor, or the policy's own base weights, score the stored inputs as they are); "
+    "the full-distribution pass (vocabulary KLs, logit extrapolation) applies no VLM output head to hidden states "
+    "(its head suppresses the vision tokens inside the scoring pass)"
 )
 
 
