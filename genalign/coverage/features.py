@@ -116,6 +116,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("Routing Replay (the rollout's MoE expert choices replayed in every scoring pass)", (294,),
             "genalign.policies.lm.routing_replay:replaying", "policy.routing_replay (causal_lm, Qwen3-MoE)",
             ("routing_replay",)),
+    Feature("comparative group judging (a group's samples scored jointly, win rates per criterion)", (163, 186),
+            "genalign.rewards.comparative:ComparativeJudge", "rewards: [{fn: comparative_judge, args: {judge: rules | llm}}]",
+            ("comparative_judge", "win_rates")),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip

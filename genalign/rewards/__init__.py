@@ -5,6 +5,7 @@ from genalign.rewards import (  # noqa: F401
     chains,
     clip,
     code_execution,
+    comparative,
     environment,
     image,
     image_edit,

@@ -360,15 +360,20 @@ class LLMJudge:
             self._counters.add("request_errors")
             return failure
 
+    def replies(self, messages: list[str]) -> list[str | CallFailed]:
+        """The judge's raw reply to each user message (local: greedy generation; remote: one request each, a
+        :class:`CallFailed` where it failed after its retries). Also used by judges that parse their own format
+        (:mod:`genalign.rewards.comparative`)."""
+        if self.local is not None:
+            return list(self.local.generate(messages, self.max_new_tokens))
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(len(messages), 1))) as pool:
+            return list(pool.map(self._remote_reply, messages))
+
     def _verdicts(self, messages: list[str]) -> list[float | None]:
         """The reward of each filled-in template (None: a failed request with ``on_failure="skip"``)."""
         if self.local is not None and self.verdict == "yes_no" and self.yes_no_mode == "logprob":
             return list(self.local.yes_probabilities(messages))
-        if self.local is not None:
-            replies: list[str | CallFailed] = list(self.local.generate(messages, self.max_new_tokens))
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(len(messages), 1))) as pool:
-                replies = list(pool.map(self._remote_reply, messages))
+        replies = self.replies(messages)
         failures = [r for r in replies if isinstance(r, CallFailed)]
         if failures and self.on_failure == "raise":
             raise RuntimeError(
