@@ -17,6 +17,7 @@ from genalign.rewards import (  # noqa: F401
     ranking,
     remote,
     reward_models,
+    semantic,
     text,
     token_judges,
     tool_use,

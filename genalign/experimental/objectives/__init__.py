@@ -6,6 +6,7 @@ from genalign.experimental.objectives import (  # noqa: F401  (register the opti
     contrastive,
     pairwise_ppo,
     regression,
+    semantic_preference,
     token_preference,
     trajectory_softmax,
 )
