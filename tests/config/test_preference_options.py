@@ -95,3 +95,13 @@ def test_the_comparative_and_similarity_rewards_validate_and_unknown_arguments_a
     data["rewards"][0]["args"]["criteria"] = ["x"]
     with pytest.raises(ConfigError, match=r"rewards\[0\].args.criteria: reward 'comparative_judge' takes no argument"):
         from_dict(TrainConfig, data)
+
+
+def test_t_reg_validates_with_a_contrast_teacher_and_is_refused_without_one():
+    teacher = {"source": "self", "weights": "current", "context": " Answer well.", "contrast_context": " Answer badly."}
+    cfg = config({"name": "t_reg", "reg_coef": 0.5}, teacher=teacher)
+    assert {"teacher_action_logp", "teacher_contrast_logp", "ref_logp"} <= set(cfg.algorithm.needs())
+    with pytest.raises(ConfigError, match=r"teacher_contrast_logp"):
+        config("t_reg", teacher={k: v for k, v in teacher.items() if k != "contrast_context"})
+    with pytest.raises(ConfigError, match=r"reg_coef=-1.0 must be >= 0"):
+        config({"name": "t_reg", "reg_coef": -1.0}, teacher=teacher)

@@ -295,6 +295,11 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "rewards=[{fn: exact_match, name: accuracy, weight: 0.0}, {fn: comparative_judge, args: {weights: "
         "{conciseness: 0.2}}}]",
     ],
+    # T-REG [244]: token rewards from a self teacher's contrast (here the right and another prompt's answer as hints)
+    "t_reg_contrastive_self_teacher": [
+        "algorithm.objective=t_reg", "algorithm.aggregation=seq_mean_token_mean",
+        "algorithm.teacher={source: self, weights: current, context: ' {answer}', contrast_context: ' {other.answer}'}",
+    ],
 }  # fmt: skip
 
 

@@ -8,5 +8,6 @@ from genalign.experimental.objectives import (  # noqa: F401  (register the opti
     regression,
     semantic_preference,
     token_preference,
+    token_reward_preference,
     trajectory_softmax,
 )
