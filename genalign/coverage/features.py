@@ -119,6 +119,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("comparative group judging (a group's samples scored jointly, win rates per criterion)", (163, 186),
             "genalign.rewards.comparative:ComparativeJudge", "rewards: [{fn: comparative_judge, args: {judge: rules | llm}}]",
             ("comparative_judge", "win_rates")),
+    Feature("rubric rewards (each row's checklist, one judge question per criterion)", (285,),
+            "genalign.rewards.rubric:RubricJudge", "rewards: [{fn: rubric_judge, args: {column: rubric}}]",
+            ("rubric_judge", "rubric_score")),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip

@@ -17,6 +17,7 @@ from genalign.rewards import (  # noqa: F401
     ranking,
     remote,
     reward_models,
+    rubric,
     semantic,
     text,
     token_judges,
