@@ -105,3 +105,12 @@ def test_t_reg_validates_with_a_contrast_teacher_and_is_refused_without_one():
         config("t_reg", teacher={k: v for k, v in teacher.items() if k != "contrast_context"})
     with pytest.raises(ConfigError, match=r"reg_coef=-1.0 must be >= 0"):
         config({"name": "t_reg", "reg_coef": -1.0}, teacher=teacher)
+
+
+def test_inverse_q_validates_with_a_context_teacher_and_is_refused_without_a_teacher():
+    cfg = config({"name": "inverse_q", "beta": 0.5}, teacher={"source": "self", "context": " {answer}"})
+    assert {"teacher_action_logp", "ref_logp"} <= set(cfg.algorithm.needs())
+    with pytest.raises(ConfigError, match=r"teacher_action_logp"):
+        config("inverse_q")
+    with pytest.raises(ConfigError, match=r"max_reward=-1.0 must be > 0"):
+        config({"name": "inverse_q", "max_reward": -1.0}, teacher={"source": "self", "context": " {answer}"})

@@ -300,6 +300,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.objective=t_reg", "algorithm.aggregation=seq_mean_token_mean",
         "algorithm.teacher={source: self, weights: current, context: ' {answer}', contrast_context: ' {other.answer}'}",
     ],
+    # Inverse-Q* [188]: the optimal policy estimated by the model under the reference answer as context
+    "inverse_q_self_teacher": [
+        "algorithm.objective=inverse_q", "algorithm.teacher={source: self, weights: base, context: ' {answer}'}",
+    ],
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ package the first time it is read)."""
 from genalign.experimental.objectives import (  # noqa: F401  (register the options)
     anchored_preference,
     contrastive,
+    optimal_policy_imitation,
     pairwise_ppo,
     regression,
     semantic_preference,
