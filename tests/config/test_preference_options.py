@@ -34,6 +34,7 @@ OPTIONS = {
     "constrained_dpo": {"name": "constrained_dpo", "margin_floor": 0.5},
     "cita": {"name": "cita", "sft_coef": 0.05, "anchor_coef": 0.2, "pairs": "all"},
     "sem_dpo": {"name": "sem_dpo", "alpha": 2.0, "similarity_column": 0},
+    "tdpo_exact": {"name": "tdpo_exact", "variant": 1, "beta": 0.2},
 }
 
 
@@ -73,6 +74,8 @@ def test_the_flow_demo_model_with_lora_supplies_the_reference_log_probs(name):
         ("group_dpo", {**LM_BASE["policy"], "reference": "none"}, r"needs 'ref_logp', which policy.family = "
                                                                   r"'causal_lm' with these policy options"),
         ("group_dpo", {**FLOW_POLICY, "lora": {"rank": 0}}, r"needs 'ref_logp'"),
+        ("tdpo_exact", FLOW_POLICY, r"needs 'ref_forward_kl'"),
+        ("tdpo_exact", {**LM_BASE["policy"], "reference": "none"}, r"needs 'ref_forward_kl'"),
     ],
 )  # fmt: skip
 def test_bad_values_and_families_without_a_reference_are_refused_at_load(objective, policy, message):

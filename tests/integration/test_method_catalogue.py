@@ -304,6 +304,8 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "inverse_q_self_teacher": [
         "algorithm.objective=inverse_q", "algorithm.teacher={source: self, weights: base, context: ' {answer}'}",
     ],
+    # TDPO [48] with the exact per-token forward KL to the reference (chunked head pass)
+    "tdpo_exact_forward_kl": ["algorithm.objective=tdpo_exact", "algorithm.aggregation=seq_mean_token_mean"],
 }  # fmt: skip
 
 
