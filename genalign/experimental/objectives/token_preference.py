@@ -1,10 +1,11 @@
 """Token-level DPO with a sequential divergence from the reference: TDPO [48] (sequential forward KL) and Ra-DPO [326]
-(a risk-truncated sequential divergence), on pairs formed inside each group by reward (experimental tier: both
-published forms need the reference's full next-token distribution at every position, which no family computes; see
-:func:`sequential_forward_kl` for the reading genalign chose).
+(a risk-truncated sequential divergence), on pairs formed inside each group by reward, with the per-position KL
+estimated from the sampled action (experimental tier: see :func:`sequential_forward_kl` for the reading genalign
+chose). They run on every family with a reference, flow models included; on the causal LM the published TDPO, with
+the reference's full next-token distribution, is ``tdpo_exact`` (:mod:`genalign.algorithms.objectives.sequential_kl`).
 
 Both write the Bradley-Terry loss of each pair on its samples' actions
-(:mod:`~genalign.algorithms.objectives.preference_pairs`) and declare ``whole_groups`` and
+(:func:`~genalign.algorithms.objectives.sequential_kl.divergence_corrected_loss`) and declare ``whole_groups`` and
 ``aggregation="seq_mean_token_mean"``. ``n`` samples, ``P`` pairs, ``T`` actions.
 """
 
@@ -42,8 +43,9 @@ def sequential_forward_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tenso
     """TDPO's sequential KL ``D_SeqKL(y; π_ref ‖ πθ) = Σ_t KL(π_ref(·|s_t) ‖ πθ(·|s_t))`` ``[n]``.
 
     Reading chosen: TDPO [48] sums the exact per-position KL over the vocabulary (the reference's logits at every
-    position); genalign's families return the log-probs of the sampled actions only (and flow models have no
-    vocabulary), so each position's KL is the sampled-action estimate of :func:`forward_kl_terms`."""
+    position); here each position's KL is the sampled-action estimate of :func:`forward_kl_terms`, which needs only
+    the log-probs of the sampled actions and so runs on every family (flow models have no vocabulary). The causal LM
+    computes the exact sum as the score feature ``ref_forward_kl`` (objective ``tdpo_exact``)."""
     return forward_kl_terms(logp, ref_logp, mask).sum(1)  # [n]
 
 
@@ -85,7 +87,7 @@ def _check_ra_dpo(*, beta: float, alpha: float, variant: int, confidence: float,
     formula="h_i = Σ_t (logπθ − logπref); δ_i = Σ_t KL̂(πref‖πθ) (sampled-action estimate); "
     "TDPO1: ℓ = −log σ(β[(h_w − h_l) − (δ_l − δ_w)]); TDPO2: ℓ = −log σ(β[(h_w − h_l) − α(δ_l − sg(δ_w))])",
     source="[48] TDPO (Vance0124/Token-level-Direct-Preference-Optimization tdpo_loss); reading chosen: the "
-    "per-position forward KL is estimated from the sampled action (no reference vocabulary distribution)",
+    "per-position forward KL is estimated from the sampled action (any family; the exact form is tdpo_exact)",
     summary="Token-level DPO: the pair's margin is corrected by the difference of the samples' sequential forward "
     "KL to the reference (TDPO2: the chosen one's held constant, weighted by α), on pairs of the group's samples.",
 )
