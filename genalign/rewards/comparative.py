@@ -28,7 +28,9 @@ LLM judge; the win-rate aggregation and the rule criteria are genalign's.
 
 from __future__ import annotations
 
+import random
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -184,6 +186,9 @@ class LLMGroupJudge(GroupJudge):
         llm: keyword arguments of :class:`~genalign.rewards.judge.LLMJudge` (where the judge runs and how it is
             called); ``template`` and ``verdict`` are this judge's.
         max_new_tokens: reply length limit (one line per response).
+        shuffle: show the responses in an order drawn from the group's own text (deterministic: the same group gets
+            the same order in every process and on resume), so that the judge's position bias does not always
+            favour the first samples; the scores are mapped back to the samples.
     """
 
     def __init__(
@@ -193,6 +198,7 @@ class LLMGroupJudge(GroupJudge):
         min_score: float = 0.0,
         max_score: float = 10.0,
         max_new_tokens: int = 256,
+        shuffle: bool = True,
         **llm: Any,
     ) -> None:
         from genalign.rewards.judge import LLMJudge
@@ -210,6 +216,7 @@ class LLMGroupJudge(GroupJudge):
             if field in llm:
                 raise ValueError(f"comparative_judge (llm): {field!r} is set by the group judge; remove it.")
         self.criteria, self.min_score, self.max_score = criteria, float(min_score), float(max_score)
+        self.shuffle = bool(shuffle)
         self.model = LLMJudge(template="{completion}", max_new_tokens=max_new_tokens, **llm)
 
     def message(self, prompt: str, completions: list[str]) -> str:
@@ -220,9 +227,20 @@ class LLMGroupJudge(GroupJudge):
                                      responses=responses, example=example, min_score=self.min_score,
                                      max_score=self.max_score)  # fmt: skip
 
+    def order(self, prompt: str, completions: list[str]) -> list[int]:
+        """The order in which the group's responses are shown: a permutation seeded by the group's text (CRC-32),
+        or the batch order without ``shuffle``."""
+        if not self.shuffle:
+            return list(range(len(completions)))
+        seed = zlib.crc32("\x00".join([prompt, *completions]).encode())
+        return random.Random(seed).sample(range(len(completions)), len(completions))
+
     def judge_groups(self, groups: list[tuple[str, list[str], Mapping[str, Any]]]) -> list[GroupScores]:
-        """Scores of several groups (one request each, concurrently for an endpoint)."""
-        replies = self.model.replies([self.message(prompt, texts) for prompt, texts, _ in groups])
+        """Scores of several groups (one request each, concurrently for an endpoint), in each group's sample order."""
+        orders = [self.order(prompt, texts) for prompt, texts, _ in groups]
+        messages = [self.message(prompt, [texts[i] for i in order]) for (prompt, texts, _), order in
+                    zip(groups, orders, strict=True)]  # fmt: skip
+        replies = self.model.replies(messages)
         failures = [r for r in replies if isinstance(r, CallFailed)]
         if failures and self.model.on_failure == "raise":
             raise RuntimeError(
@@ -230,10 +248,14 @@ class LLMGroupJudge(GroupJudge):
                 f"error ({failures[-1].kind}): {failures[-1]}. Set on_failure: skip to score those groups None."
             )
         scores: list[GroupScores] = []
-        for (_, texts, _), reply in zip(groups, replies, strict=True):
+        for (_, texts, _), order, reply in zip(groups, orders, replies, strict=True):
             parsed = None if isinstance(reply, CallFailed) else parse_group_reply(reply, len(texts), self.criteria)
-            clip = lambda x: min(max(x, self.min_score), self.max_score)  # noqa: E731
-            scores.append(None if parsed is None else [[clip(x) for x in row] for row in parsed])
+            if parsed is None:
+                scores.append(None)
+                continue
+            shown_at = {sample: position for position, sample in enumerate(order)}
+            scores.append([[min(max(x, self.min_score), self.max_score) for x in parsed[shown_at[i]]]
+                           for i in range(len(texts))])  # fmt: skip
         return scores
 
     def __call__(self, prompt: str, completions: list[str], row: Mapping[str, Any]) -> GroupScores:

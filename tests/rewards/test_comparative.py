@@ -125,3 +125,21 @@ def test_the_llm_judge_sees_the_whole_group_in_one_request():
         assert all(f"<response {k}>" in first for k in (1, 2, 3)) and "correctness, clarity" in first
     finally:
         chat.server.shutdown()
+
+
+def test_the_llm_judge_shows_a_shuffled_group_and_maps_the_scores_back():
+    chat = _GroupChat()
+    try:
+        args = {"criteria": ["correctness", "clarity"], "base_url": chat.url + "/v1", "model": "judge", "retries": 0}
+        texts = ["a", "abcdef", "ab", "abcde", "abc", "abcd"]
+        shuffled = REWARDS.get("comparative_judge")(judge="llm", judge_args=args)
+        plain = REWARDS.get("comparative_judge")(judge="llm", judge_args={**args, "shuffle": False})
+        # correctness = 10 − length: the shorter wins, whatever the order shown
+        expected = [(1.0 - rank / 5 + 0.5) / 2 for rank in (0, 5, 1, 4, 2, 3)]
+        assert shuffled(["q"] * 6, texts) == pytest.approx(expected) == plain(["q"] * 6, texts)
+        shown = [m.split("<response ")[1:] for m in chat.messages]
+        first_lines = [[block.split("\n")[1] for block in blocks] for blocks in shown]
+        assert first_lines[1] == texts and sorted(first_lines[0]) == sorted(texts) and first_lines[0] != texts
+        assert shuffled.judge.order("q", texts) == shuffled.judge.order("q", texts)  # the same order every time
+    finally:
+        chat.server.shutdown()
