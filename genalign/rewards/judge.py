@@ -361,8 +361,9 @@ class LLMJudge:
             return failure
 
     def replies(self, messages: Sequence[str]) -> list[str | CallFailed]:
-        """The judge's reply to each filled-in template (greedy local generation, or the endpoint's answer; a
-        request that failed after its retries is its :class:`~genalign.remote_calls.CallFailed`, counted)."""
+        """The judge's raw reply to each filled-in message (local: greedy generation; remote: one request each, a
+        :class:`~genalign.remote_calls.CallFailed` where it failed after its retries, counted). Also used by judges
+        that parse their own format (:mod:`genalign.rewards.comparative`, :mod:`genalign.environments.llm_judge`)."""
         if self.local is not None:
             return list(self.local.generate(messages, self.max_new_tokens))
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(len(messages), 1))) as pool:

@@ -61,8 +61,9 @@ def test_spg_uses_the_lower_bound_for_positive_and_the_upper_for_negative_advant
 
 def test_registry_holds_every_objective_with_one_signature():
     assert OBJECTIVES.names() == [
-        "cita", "clipped_ratio", "conspo", "constrained_dpo", "disco", "group_dpo", "gvpo", "lopti", "mipo", "nft",
-        "p3o", "plackett_luce", "ra_dpo", "reg_grpo", "spg", "tdpo", "trpa", "wd1",
+        "cita", "clipped_ratio", "conspo", "constrained_dpo", "disco", "group_dpo", "gvpo", "inverse_q", "lopti",
+        "mipo", "nft", "p3o", "plackett_luce", "ra_dpo", "reg_grpo", "sem_dpo", "spg", "t_reg", "tdpo", "tdpo_exact",
+        "trpa", "wd1",
     ]  # fmt: skip
     logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.5]], requires_grad=True)
     old, mask, groups = logp.detach() - 0.1, torch.ones(2, 2), torch.tensor([0, 0])

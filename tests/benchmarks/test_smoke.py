@@ -161,6 +161,14 @@ def check_teacher_distribution_memory(out: str, tmp: Path) -> None:
         assert match and abs(float(match.group(1)) - float(match.group(2))) < 1e-3
 
 
+def check_reference_kl_memory(out: str, tmp: Path) -> None:
+    (naive,) = _table_rows(out, "naive full logits")
+    (chunked,) = _table_rows(out, "genalign `ref_forward_kl`")
+    assert float(naive[1].replace(",", "")) >= 0 and float(chunked[1].replace(",", "")) >= 0
+    # the chunked head pass computes the same forward KL as the full logits of both models
+    assert _number(r"\|sum KL naive - chunked\| = (\d\.\d+e[+-]\d+)", out) < 1e-3
+
+
 def check_multi_turn(out: str, tmp: Path) -> None:
     rows = {row[1]: row for row in _table_rows(out, "smoke")}
     assert set(rows) == {"kept cache", "re-encoded", "single turn"}
@@ -227,6 +235,7 @@ SMOKES = {
     "opd_vs_grpo": Smoke("opd_vs_grpo.py", ("--work", "{tmp}/runs", "--table", "{tmp}/opd.md", "--png", "{tmp}/opd.png"),
                          check_opd_vs_grpo),
     "bench_shared_prefix": Smoke("bench_shared_prefix.py", (), check_shared_prefix),
+    "bench_reference_kl_memory": Smoke("bench_reference_kl_memory.py", (), check_reference_kl_memory),
 }  # fmt: skip
 
 

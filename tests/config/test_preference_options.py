@@ -33,6 +33,8 @@ OPTIONS = {
     "p3o": {"name": "p3o", "eps": 0.1, "clip": "joint"},
     "constrained_dpo": {"name": "constrained_dpo", "margin_floor": 0.5},
     "cita": {"name": "cita", "sft_coef": 0.05, "anchor_coef": 0.2, "pairs": "all"},
+    "sem_dpo": {"name": "sem_dpo", "alpha": 2.0, "similarity_column": 0},
+    "tdpo_exact": {"name": "tdpo_exact", "variant": 1, "beta": 0.2},
 }
 
 
@@ -67,9 +69,13 @@ def test_the_flow_demo_model_with_lora_supplies_the_reference_log_probs(name):
         ({"name": "ra_dpo", "confidence": 1.5}, None, r"confidence=1.5 must be in \(0, 1\]"),
         ({"name": "p3o", "eps": 0.0}, None, r"eps=0.0 must be in \(0, 1\)"),
         ({"name": "mipo", "temperature": 1.0}, None, r"Accepted keywords: beta, pairs, min_gap"),
+        ({"name": "sem_dpo", "alpha": -1.0}, None, r"alpha=-1.0 must be >= 0"),
+        ({"name": "sem_dpo", "similarity_column": "sim"}, None, r"similarity_column='sim' must be the integer"),
         ("group_dpo", {**LM_BASE["policy"], "reference": "none"}, r"needs 'ref_logp', which policy.family = "
                                                                   r"'causal_lm' with these policy options"),
         ("group_dpo", {**FLOW_POLICY, "lora": {"rank": 0}}, r"needs 'ref_logp'"),
+        ("tdpo_exact", FLOW_POLICY, r"needs 'ref_forward_kl'"),
+        ("tdpo_exact", {**LM_BASE["policy"], "reference": "none"}, r"needs 'ref_forward_kl'"),
     ],
 )  # fmt: skip
 def test_bad_values_and_families_without_a_reference_are_refused_at_load(objective, policy, message):
@@ -80,3 +86,34 @@ def test_bad_values_and_families_without_a_reference_are_refused_at_load(objecti
 def test_p3o_needs_no_reference_and_runs_with_one_off():
     cfg = config("p3o", policy={**LM_BASE["policy"], "reference": "none"})
     assert "ref_logp" not in cfg.algorithm.needs()
+
+
+def test_the_comparative_and_similarity_rewards_validate_and_unknown_arguments_are_refused():
+    data = copy.deepcopy(LM_BASE)
+    data["rewards"] = [{"fn": "comparative_judge", "args": {"judge": "rules", "weights": {"conciseness": 0.2}}},
+                       {"fn": "prompt_similarity", "weight": 0.0, "args": {"n": 4}}]  # fmt: skip
+    data["algorithm"] |= {"objective": {"name": "sem_dpo", "similarity_column": 1}}
+    cfg = from_dict(TrainConfig, data)
+    assert [r.fn for r in cfg.rewards] == ["comparative_judge", "prompt_similarity"]
+    data["rewards"][0]["args"]["criteria"] = ["x"]
+    with pytest.raises(ConfigError, match=r"rewards\[0\].args.criteria: reward 'comparative_judge' takes no argument"):
+        from_dict(TrainConfig, data)
+
+
+def test_t_reg_validates_with_a_contrast_teacher_and_is_refused_without_one():
+    teacher = {"source": "self", "weights": "current", "context": " Answer well.", "contrast_context": " Answer badly."}
+    cfg = config({"name": "t_reg", "reg_coef": 0.5}, teacher=teacher)
+    assert {"teacher_action_logp", "teacher_contrast_logp", "ref_logp"} <= set(cfg.algorithm.needs())
+    with pytest.raises(ConfigError, match=r"teacher_contrast_logp"):
+        config("t_reg", teacher={k: v for k, v in teacher.items() if k != "contrast_context"})
+    with pytest.raises(ConfigError, match=r"reg_coef=-1.0 must be >= 0"):
+        config({"name": "t_reg", "reg_coef": -1.0}, teacher=teacher)
+
+
+def test_inverse_q_validates_with_a_context_teacher_and_is_refused_without_a_teacher():
+    cfg = config({"name": "inverse_q", "beta": 0.5}, teacher={"source": "self", "context": " {answer}"})
+    assert {"teacher_action_logp", "ref_logp"} <= set(cfg.algorithm.needs())
+    with pytest.raises(ConfigError, match=r"teacher_action_logp"):
+        config("inverse_q")
+    with pytest.raises(ConfigError, match=r"max_reward=-1.0 must be > 0"):
+        config({"name": "inverse_q", "max_reward": -1.0}, teacher={"source": "self", "context": " {answer}"})

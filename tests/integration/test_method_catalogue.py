@@ -284,6 +284,28 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",
     ],
+    # issue 29 item 2, preference rows: Sem-DPO [51] (a weight-0 similarity reward column), comparative group judging
+    # ([163], [186]) as the reward of group DPO
+    "sem_dpo_prompt_similarity": [
+        "algorithm.objective={name: sem_dpo, similarity_column: 1}", "algorithm.aggregation=seq_mean_token_mean",
+        "rewards=[{fn: exact_match, name: accuracy}, {fn: prompt_similarity, weight: 0.0}]",
+    ],
+    "comparative_judge_group_dpo": [
+        "algorithm.objective=group_dpo", "algorithm.aggregation=seq_mean_token_mean",
+        "rewards=[{fn: exact_match, name: accuracy, weight: 0.0}, {fn: comparative_judge, args: {weights: "
+        "{conciseness: 0.2}}}]",
+    ],
+    # T-REG [244]: token rewards from a self teacher's contrast (here the right and another prompt's answer as hints)
+    "t_reg_contrastive_self_teacher": [
+        "algorithm.objective=t_reg", "algorithm.aggregation=seq_mean_token_mean",
+        "algorithm.teacher={source: self, weights: current, context: ' {answer}', contrast_context: ' {other.answer}'}",
+    ],
+    # Inverse-Q* [188]: the optimal policy estimated by the model under the reference answer as context
+    "inverse_q_self_teacher": [
+        "algorithm.objective=inverse_q", "algorithm.teacher={source: self, weights: base, context: ' {answer}'}",
+    ],
+    # TDPO [48] with the exact per-token forward KL to the reference (chunked head pass)
+    "tdpo_exact_forward_kl": ["algorithm.objective=tdpo_exact", "algorithm.aggregation=seq_mean_token_mean"],
 }  # fmt: skip
 
 

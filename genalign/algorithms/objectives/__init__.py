@@ -9,6 +9,7 @@ from genalign.algorithms.objectives import (  # noqa: F401  (register)
     preference,
     ratio,
     regression,
+    sequential_kl,
 )
 from genalign.algorithms.objectives.base import OBJECTIVES, objective_hyperparameters
 from genalign.algorithms.objectives.likelihood import group_softmax, spg_loss, wd1_loss

@@ -1,10 +1,11 @@
 """Token-level DPO with a sequential divergence from the reference: TDPO [48] (sequential forward KL) and Ra-DPO [326]
-(a risk-truncated sequential divergence), on pairs formed inside each group by reward (experimental tier: both
-published forms need the reference's full next-token distribution at every position, which no family computes; see
-:func:`sequential_forward_kl` for the reading genalign chose).
+(a risk-truncated sequential divergence), on pairs formed inside each group by reward, with the per-position KL
+estimated from the sampled action (experimental tier: see :func:`sequential_forward_kl` for the reading genalign
+chose). They run on every family with a reference, flow models included; on the causal LM the published TDPO, with
+the reference's full next-token distribution, is ``tdpo_exact`` (:mod:`genalign.algorithms.objectives.sequential_kl`).
 
 Both write the Bradley-Terry loss of each pair on its samples' actions
-(:mod:`~genalign.algorithms.objectives.preference_pairs`) and declare ``whole_groups`` and
+(:func:`~genalign.algorithms.objectives.sequential_kl.divergence_corrected_loss`) and declare ``whole_groups`` and
 ``aggregation="seq_mean_token_mean"``. ``n`` samples, ``P`` pairs, ``T`` actions.
 """
 
@@ -18,16 +19,8 @@ from torch import Tensor
 from genalign.algorithms.batch import StepBatch
 from genalign.algorithms.objectives.base import OBJECTIVES, checked_binding
 from genalign.algorithms.objectives.preference import PREFERENCE_META, check_beta
-from genalign.algorithms.objectives.preference_pairs import (
-    PairSelection,
-    PreferenceInputs,
-    bradley_terry_loss,
-    check_pair_options,
-    pair_metrics,
-    pairs_on_actions,
-    preference_inputs,
-    summed_log_ratio,
-)
+from genalign.algorithms.objectives.preference_pairs import PairSelection, check_pair_options, preference_inputs
+from genalign.algorithms.objectives.sequential_kl import check_variant, divergence_corrected_loss
 from genalign.algorithms.scores import ScoreOutput
 
 
@@ -50,8 +43,9 @@ def sequential_forward_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tenso
     """TDPO's sequential KL ``D_SeqKL(y; π_ref ‖ πθ) = Σ_t KL(π_ref(·|s_t) ‖ πθ(·|s_t))`` ``[n]``.
 
     Reading chosen: TDPO [48] sums the exact per-position KL over the vocabulary (the reference's logits at every
-    position); genalign's families return the log-probs of the sampled actions only (and flow models have no
-    vocabulary), so each position's KL is the sampled-action estimate of :func:`forward_kl_terms`."""
+    position); here each position's KL is the sampled-action estimate of :func:`forward_kl_terms`, which needs only
+    the log-probs of the sampled actions and so runs on every family (flow models have no vocabulary). The causal LM
+    computes the exact sum as the score feature ``ref_forward_kl`` (objective ``tdpo_exact``)."""
     return forward_kl_terms(logp, ref_logp, mask).sum(1)  # [n]
 
 
@@ -71,41 +65,15 @@ def sequential_risk(logp: Tensor, ref_logp: Tensor, mask: Tensor, confidence: fl
     return torch.where(tail, forward_kl_terms(logp, ref_logp, mask), 0.0).sum(1)  # [n]
 
 
-def _divergence_loss(
-    inputs: PreferenceInputs, divergence: Tensor, *, beta: float, alpha: float, variant: int, prefix: str
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """``−log σ(β·[(h_w − h_l) − (δ_l − δ_w)])`` (variant 1) or ``−log σ(β·[(h_w − h_l) − α(δ_l − sg(δ_w))])``
-    (variant 2) of each pair, placed on its samples ``[n, T]``; ``divergence`` ``[n]`` is ``δ``."""
-    found = inputs.pairs
-    implicit = summed_log_ratio(inputs.logp, inputs.ref_logp, inputs.mask)  # [n] h_i
-    margin = implicit[found.chosen] - implicit[found.rejected]  # [P]
-    chosen_divergence, rejected_divergence = divergence[found.chosen], divergence[found.rejected]  # [P]
-    if variant == 1:
-        logits = beta * (margin - (rejected_divergence - chosen_divergence))  # [P]
-    else:
-        logits = beta * (margin - alpha * (rejected_divergence - chosen_divergence.detach()))  # [P]
-    loss = pairs_on_actions(bradley_terry_loss(logits), found, inputs.mask)  # [n, T]
-    metrics = pair_metrics(prefix, logits, found)
-    metrics[f"{prefix}/divergence"] = divergence.detach().mean()
-    return loss, metrics
-
-
-def _check_variant(variant: int, alpha: float, option: str) -> None:
-    if variant not in (1, 2):
-        raise ValueError(f"variant={variant!r} must be 1 or 2 ({option}1 or {option}2 of the paper).")
-    if not alpha >= 0:
-        raise ValueError(f"alpha={alpha!r} must be >= 0 (the weight of the divergence in variant 2, e.g. 0.5).")
-
-
 def _check_tdpo(*, beta: float, alpha: float, variant: int, pairs: str, min_gap: float) -> None:
     check_beta(beta, "tdpo", "TDPO uses 0.1")
-    _check_variant(variant, alpha, "TDPO")
+    check_variant(variant, alpha, "TDPO")
     check_pair_options(pairs, min_gap)
 
 
 def _check_ra_dpo(*, beta: float, alpha: float, variant: int, confidence: float, pairs: str, min_gap: float) -> None:
     check_beta(beta, "ra_dpo", "Ra-DPO uses 0.1")
-    _check_variant(variant, alpha, "Ra-DPO")
+    check_variant(variant, alpha, "Ra-DPO")
     if not 0 < confidence <= 1:
         raise ValueError(f"confidence={confidence!r} must be in (0, 1] (the risk measure's level; Ra-DPO uses 0.95).")
     check_pair_options(pairs, min_gap)
@@ -119,7 +87,7 @@ def _check_ra_dpo(*, beta: float, alpha: float, variant: int, confidence: float,
     formula="h_i = Σ_t (logπθ − logπref); δ_i = Σ_t KL̂(πref‖πθ) (sampled-action estimate); "
     "TDPO1: ℓ = −log σ(β[(h_w − h_l) − (δ_l − δ_w)]); TDPO2: ℓ = −log σ(β[(h_w − h_l) − α(δ_l − sg(δ_w))])",
     source="[48] TDPO (Vance0124/Token-level-Direct-Preference-Optimization tdpo_loss); reading chosen: the "
-    "per-position forward KL is estimated from the sampled action (no reference vocabulary distribution)",
+    "per-position forward KL is estimated from the sampled action (any family; the exact form is tdpo_exact)",
     summary="Token-level DPO: the pair's margin is corrected by the difference of the samples' sequential forward "
     "KL to the reference (TDPO2: the chosen one's held constant, weighted by α), on pairs of the group's samples.",
 )
@@ -156,7 +124,7 @@ def tdpo(
     _check_tdpo(beta=beta, alpha=alpha, variant=variant, pairs=pairs, min_gap=min_gap)
     inputs = preference_inputs(score, batch, "tdpo", selection=pairs, min_gap=min_gap)
     divergence = sequential_forward_kl(inputs.logp, inputs.ref_logp, inputs.mask)  # [n] δ
-    return _divergence_loss(inputs, divergence, beta=beta, alpha=alpha, variant=variant, prefix="tdpo")
+    return divergence_corrected_loss(inputs, divergence, beta=beta, alpha=alpha, variant=variant, prefix="tdpo")
 
 
 @OBJECTIVES.register(
@@ -205,7 +173,7 @@ def ra_dpo(
     _check_ra_dpo(beta=beta, alpha=alpha, variant=variant, confidence=confidence, pairs=pairs, min_gap=min_gap)
     inputs = preference_inputs(score, batch, "ra_dpo", selection=pairs, min_gap=min_gap)
     risk = sequential_risk(inputs.logp, inputs.ref_logp, inputs.mask, confidence)  # [n] ρ
-    return _divergence_loss(inputs, risk, beta=beta, alpha=alpha, variant=variant, prefix="ra_dpo")
+    return divergence_corrected_loss(inputs, risk, beta=beta, alpha=alpha, variant=variant, prefix="ra_dpo")
 
 
 __all__ = ["forward_kl_terms", "ra_dpo", "sequential_forward_kl", "sequential_risk", "tdpo"]

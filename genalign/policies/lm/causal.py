@@ -423,6 +423,7 @@ class CausalLMPolicy(TokenLMPolicy):
             "topk_logp": scores.topk_logp,
             "hidden": scores.hidden,
             "logit_stats": scores.logit_stats,
+            "ref_forward_kl": scores.ref_forward_kl,
         }
         return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
 
@@ -448,7 +449,17 @@ class CausalLMPolicy(TokenLMPolicy):
             with_hidden="hidden" in request,
             with_logit_stats="logit_stats" in request,
             hidden_states=shared_prefix_hidden_states if self.config.shared_prefix_scoring else None,
+            reference=_kept_reference(request, width),
         )
+
+
+def _kept_reference(request: ScoreRequest, width: int) -> tuple[Tensor, nn.Module] | None:
+    """The reference's ``(hidden [n, width, H], head)`` that feature ``ref_forward_kl`` carries (set by
+    :meth:`TokenLMPolicy.score` from its reference pass), cut to the kept completion columns; None when not asked."""
+    if "ref_forward_kl" not in request:
+        return None
+    hidden, head = request.param("ref_forward_kl")
+    return hidden[:, :width], head
 
 
 def _kept_completion_width(data: dict[str, Any]) -> int:

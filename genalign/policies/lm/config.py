@@ -193,6 +193,8 @@ class CausalLMPolicyConfig:
             group_size=self.tree.group_size if self.tree.enabled else None,
         )
         teachers = self._teachers({"model", "self", "context", "remote", "generate", "distribution"})
+        if self.reference != "none":  # the reference's full next-token distribution, compared in the head pass
+            capabilities = replace(capabilities, signals=capabilities.signals | {"ref_forward_kl"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
                        teacher_limits="")  # fmt: skip
 

@@ -176,6 +176,21 @@ class TrainedModule:
     is_model: bool = False
 
 
+def reference_head(module: nn.Module) -> nn.Module:
+    """The output head of the reference ``module`` for the forward KL (:meth:`TokenLMPolicy.score`), applied later,
+    in the policy's pass: refused when it carries LoRA layers (outside the reference context the adapters would be
+    on again; put LoRA on the backbone only, or use ``policy.reference: frozen_copy``)."""
+    from genalign.policies.lm.logprobs import output_head
+
+    head = output_head(module)
+    if any(hasattr(part, "lora_A") for part in head.modules()):
+        raise ValueError(
+            "ref_forward_kl: the output head carries LoRA layers, so the reference's head is not a separate module; "
+            "leave lm_head out of policy.lora target modules or set policy.reference: frozen_copy."
+        )
+    return head
+
+
 class TokenLMPolicy(Policy):
     """Base class of the token-LM families: KL, parameters, checkpoints and resumable state (module docstring).
 
@@ -227,14 +242,29 @@ class TokenLMPolicy(Policy):
         """``score_actions`` under the current weights, plus, from one reference pass, the per-action KL ``[n, T]`` to
         the reference when the request names ``kl`` (its parameter is the estimator), the reference's log-probs
         ``ref_logp`` ``[n, T]`` and its own per-action entropy ``ref_entropy`` ``[n, T]`` when it names them (the
-        reference scores the same actions through the same code path)."""
+        reference scores the same actions through the same code path). ``ref_forward_kl`` (the per-token forward KL
+        ``KL(π_ref ‖ πθ)`` over the vocabulary, with gradient) runs the reference pass first, for its hidden states
+        and head, and the policy's chunked head pass then compares both distributions chunk by chunk."""
         self.check_request(request)
+        reference_pass = None
+        if "ref_forward_kl" in request:
+            extra = ("entropy",) if "ref_entropy" in request else ()
+            reference_pass = self.reference(
+                lambda module: (self.score_actions(module, rollout, ScoreRequest.of("hidden", *extra)),
+                                reference_head(module))
+            )  # fmt: skip
+            request = request.union(ScoreRequest.of(ref_forward_kl=(reference_pass[0]["hidden"], reference_pass[1])))
         out = self.score_actions(self.model, rollout, request)
         if not (REFERENCE_FEATURES | REFERENCE_ENTROPY) & request.features:
             return out
         mask = rollout.action_mask.to(out.logp.device)
         features = {}
-        if "ref_entropy" in request:
+        if reference_pass is not None:
+            ref = reference_pass[0]
+            ref_logp = ref.logp.to(out.logp.device)  # [n, T]
+            if "ref_entropy" in request:
+                features["ref_entropy"] = ref["entropy"].float() * mask  # [n, T]
+        elif "ref_entropy" in request:
             ref = self.reference(lambda module: self.score_actions(module, rollout, ScoreRequest.of("entropy")))
             ref_logp, features["ref_entropy"] = ref.logp.to(out.logp.device), ref["entropy"].float() * mask  # [n, T]
         else:

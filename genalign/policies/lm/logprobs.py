@@ -50,6 +50,8 @@ class TokenScores(NamedTuple):
         hidden: ``[B, C, H]`` the hidden state predicting each target, in the model's dtype (detached).
         logit_stats: ``[B, C, 2]`` float32 self-certainty and raw target logit (detached), see
             :func:`_head_logit_stats`.
+        ref_forward_kl: ``[B, C]`` float32 ``KL(π_ref(·|s_t) ‖ πθ(·|s_t))`` over the whole vocabulary, with gradient
+            (:func:`chunked_forward_kl`).
     """
 
     logp: Tensor
@@ -58,6 +60,45 @@ class TokenScores(NamedTuple):
     topk_logp: Tensor | None = None
     hidden: Tensor | None = None
     logit_stats: Tensor | None = None
+    ref_forward_kl: Tensor | None = None
+
+
+#: ``(hidden [B, C, H], head)`` of another model at the same positions (the reference's, for the forward KL)
+OtherModel = tuple[Tensor, nn.Module]
+
+
+def _chunk_forward_kl(hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module,
+                      temperature: float) -> Tensor:  # fmt: skip
+    """``[n]`` ``KL(softmax(other_head(other_hidden) / T) ‖ softmax(head(hidden) / T))`` of one chunk; the other
+    model's side is a constant (no gradient reaches its head or hidden states)."""
+    with torch.no_grad():
+        other = torch.log_softmax(other_head(other_hidden).float() / temperature, dim=-1)  # [c, V]
+    own = torch.log_softmax(head(hidden).float() / temperature, dim=-1)  # [c, V]
+    if own.shape[-1] != other.shape[-1]:
+        raise ValueError(
+            f"the forward KL needs one vocabulary: the policy's head gives {own.shape[-1]} logits, the other model's "
+            f"{other.shape[-1]}."
+        )
+    return (other.exp() * (other - own)).sum(dim=-1)  # [c]
+
+
+def chunked_forward_kl(
+    hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module, *, temperature: float,
+    chunk_size: int,
+) -> Tensor:  # fmt: skip
+    """``[n]`` forward KL ``KL(p_other ‖ pθ)`` of every row of ``hidden`` / ``other_hidden`` ``[n, H]``, where each
+    side's next-token distribution is ``softmax(head(h) / T)``: one chunk of ``[chunk_size, V]`` logits per side at a
+    time, the policy's side checkpointed (recomputed in backward), so no ``[n, V]`` tensor is ever held. The gradient
+    is the exact one, ``∂KL/∂s = (pθ − p_other) / T`` per logit. Any model whose hidden states at the same positions
+    and head are given can be the other side (the reference here; a teacher of the same vocabulary alike)."""
+    use_checkpoint = torch.is_grad_enabled() and hidden.shape[0] > chunk_size
+    values = [hidden.new_zeros(0, dtype=torch.float32)]
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        args = (hidden[rows], other_hidden[rows], head, other_head, temperature)
+        values.append(checkpoint(_chunk_forward_kl, *args, use_reentrant=False) if use_checkpoint
+                      else _chunk_forward_kl(*args))  # fmt: skip
+    return torch.cat(values)
 
 
 def _chunk_logprobs(
@@ -229,8 +270,10 @@ def token_scores_from_hidden(
     topk: int = 0,
     with_hidden: bool = False,
     with_logit_stats: bool = False,
+    reference: OtherModel | None = None,
 ) -> TokenScores:
-    """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term, top-k, hidden).
+    """Log-probs of ``targets`` given the hidden states that predict them (and entropy, vocabulary term, top-k, hidden,
+    forward KL from a reference).
 
     Args:
         hidden: ``[B, C, H]`` hidden state at the position before each target token.
@@ -245,6 +288,8 @@ def token_scores_from_hidden(
         topk: ``k > 0`` also returns the ``k`` largest log-probs of each token (a separate no-grad chunked pass).
         with_hidden: also return ``hidden`` (detached, 0 on padding).
         with_logit_stats: also return the self-certainty and raw target logit (a separate no-grad chunked pass).
+        reference: ``(hidden [B, C, H], head)`` of the reference at the same positions: also return the forward KL
+            ``KL(π_ref ‖ πθ)`` of each token over the vocabulary (:func:`chunked_forward_kl`, with gradient).
 
     Returns:
         :class:`TokenScores`.
@@ -270,6 +315,12 @@ def token_scores_from_hidden(
     stats = None
     if with_logit_stats:
         stats = _head_logit_stats(flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size)
+    forward_kl = None
+    if reference is not None:
+        other_hidden, other_head = reference
+        other_flat = other_hidden.reshape(-1, other_hidden.shape[-1])[flat_index].to(flat_hidden.device)  # [n, H']
+        forward_kl = chunked_forward_kl(flat_hidden, other_flat, head, other_head, temperature=temperature,
+                                        chunk_size=chunk_size)  # fmt: skip
     return TokenScores(
         logp=_scatter(logp, flat_index, mask),
         entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
@@ -277,6 +328,7 @@ def token_scores_from_hidden(
         topk_logp=_scatter(top, flat_index, mask) if top is not None else None,
         hidden=torch.where(mask[..., None] > 0, hidden.detach(), 0) if with_hidden else None,  # [B, C, H]
         logit_stats=_scatter(stats, flat_index, mask) if stats is not None else None,  # [B, C, 2]
+        ref_forward_kl=_scatter(forward_kl, flat_index, mask) if forward_kl is not None else None,  # [B, C]
     )
 
 
@@ -368,6 +420,7 @@ def completion_scores(
     with_hidden: bool = False,
     with_logit_stats: bool = False,
     hidden_states: HiddenStatesFn | None = None,
+    reference: OtherModel | None = None,
 ) -> TokenScores:
     """Score completions under ``causal_lm`` (a ``*ForCausalLM``, or the peft wrapper of one: LoRA layers apply).
 
@@ -376,7 +429,8 @@ def completion_scores(
         completion_ids: ``[B, C]`` right-padded completion ids, ``completion_mask`` ``[B, C]`` (the tokens scored).
         completion_attention: ``[B, C]`` the completion tokens attended to, when they are more than the scored ones
             (multi-turn: environment tokens are context); None: ``completion_mask``.
-        vocab_term, topk, with_hidden, with_logit_stats: optional features, see :func:`token_scores_from_hidden`.
+        vocab_term, topk, with_hidden, with_logit_stats, reference: optional features, see
+            :func:`token_scores_from_hidden`.
         hidden_states: how the backbone's ``[B, C, H]`` hidden states predicting the completion tokens are computed,
             ``fn(causal_lm, prompt_ids, prompt_mask, completion_ids, completion_attention)``; None: one pass over
             ``[prompt | completion]`` (:func:`full_pass_hidden_states`). E.g.
@@ -399,6 +453,7 @@ def completion_scores(
         topk=topk,
         with_hidden=with_hidden,
         with_logit_stats=with_logit_stats,
+        reference=reference,
     )
 
 
