@@ -451,7 +451,7 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     structure |= {"segment_values", "answer_probe", "teacher_logp", "prefix_rewards"}  # probes (policy.probes)
     structure |= {"attention_entropy", "answer_attention_flow", "answer_saliency"}  # genalign.policies.lm.internals
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
-    teachers = frozenset({"model", "self", "reference", "context", "remote", "distribution"})  # genalign.teachers
+    teachers = frozenset({"model", "self", "reference", "context", "remote", "generate", "distribution"})  # teachers
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
         False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
     )
