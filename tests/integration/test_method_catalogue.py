@@ -284,6 +284,12 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",
     ],
+    # issue 29 item 3 (misc batch): LaSeR's self-reward used in training (read from the pre-update scoring pass)
+    "laser_self_reward_bonus": [
+        "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",
+        "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
+        "algorithm.reward_shaping=[{name: self_reward_bonus, token_id: 3, reference_logp: -20.0, weight: 0.5}]",
+    ],
 }  # fmt: skip
 
 

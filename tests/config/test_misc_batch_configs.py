@@ -1,0 +1,63 @@
+"""`genalign validate` accepts a config using each option of the useful-seed misc batch (issue 29 item 3: LaSeR's
+self-reward in training [208], ...) on the causal-LM demo (``builtin:arith-lm``), and rejects the values that cannot
+work, naming the field and the fix."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import pytest
+
+from genalign.config import ConfigError, from_dict, to_dict
+from genalign.config.schema import TrainConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+BASE: dict[str, Any] = {
+    "policy": {"family": "causal_lm", "model": "builtin:arith-lm", "max_new_tokens": 4},
+    "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 16, "digits": 1}}},
+    "rewards": [{"fn": "exact_match"}],
+    "algorithm": {"group_size": 4, "prompts_per_step": 2, "micro_batch_size": 8},
+}
+LASER = {"token_id": 3, "reference_logp": -20.0}
+
+
+def config(algorithm: dict[str, Any]) -> TrainConfig:
+    data = copy.deepcopy(BASE)
+    data["algorithm"].update(algorithm)
+    return from_dict(TrainConfig, data)
+
+
+#: option id -> algorithm section
+OPTIONS: dict[str, dict[str, Any]] = {
+    "laser_self_reward_bonus": {"regularizer": {"name": "last_token_self_reward", **LASER},
+                                "reward_shaping": [{"name": "self_reward_bonus", **LASER, "weight": 0.5}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_validate_accepts_each_option(name):
+    cfg = config(OPTIONS[name])
+    for key, value in OPTIONS[name].items():
+        assert to_dict(getattr(cfg.algorithm, key)) == value
+
+
+def test_the_self_reward_bonus_reads_the_vocabulary_term_of_the_pre_update_pass():
+    cfg = config(OPTIONS["laser_self_reward_bonus"])
+    assert "algorithm.reward_shaping 'self_reward_bonus'" in cfg.algorithm.needs()["vocab_term"]
+    assert cfg.algorithm.advantage_stage().prepass().param("vocab_term") is not None
+
+
+@pytest.mark.parametrize(
+    ("shaper", "message"),
+    [
+        ({"name": "self_reward_bonus", **LASER, "weight": -1.0}, r"weight=-1.0 must be a number >= 0"),
+        ({"name": "self_reward_bonus", "token_id": 3}, r"reference_logp is required"),
+        ({"name": "self_reward_bonus", **LASER, "beta": 0.0}, r"beta=0.0 must be > 0"),
+    ],
+)
+def test_bad_self_reward_bonus_values_are_refused(shaper, message):
+    with pytest.raises(ConfigError, match=message):
+        config({"reward_shaping": [shaper]})
