@@ -22,6 +22,7 @@ from genalign.config.checks import (
     check_algorithm_options,
     check_async_rollout,
     check_capabilities,
+    check_group_free,
     check_reward_args,
     check_reward_count,
     declared_aggregation,
@@ -422,8 +423,6 @@ class AlgorithmConfig:
         for name in ("group_size", "prompts_per_step", "inner_epochs", "minibatches", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algorithm.{name} = {getattr(self, name)} must be >= 1.")
-        if self.group_size < 2:
-            raise ConfigError(f"algorithm.group_size = {self.group_size}: group-relative methods need at least 2.")
         if self.advantage_clip is not None and not self.advantage_clip > 0:
             raise ConfigError(
                 f"algorithm.advantage_clip = {self.advantage_clip} must be > 0 (advantages are clipped to [-c, c]), "
@@ -438,6 +437,8 @@ class AlgorithmConfig:
                 "kl_placement = 'loss', or kl_importance_correction = 'none'."
             )
         check_algorithm_options(self)
+        if self.group_size < 2:  # after the names are checked: reads each option's registry meta
+            check_group_free(self)
         self._check_update_schedule()
         if self.async_rollout.enabled:
             self.async_rollout.validate()

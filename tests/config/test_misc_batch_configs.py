@@ -1,5 +1,5 @@
 """`genalign validate` accepts a config using each option of the useful-seed misc batch (issue 29 item 3: LaSeR's
-self-reward in training [208], ...) on the causal-LM demo (``builtin:arith-lm``), and rejects the values that cannot
+self-reward in training [208], POISE's one rollout per prompt [257], ...) on the causal-LM demo (``builtin:arith-lm``), and rejects the values that cannot
 work, naming the field and the fix."""
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def config(algorithm: dict[str, Any]) -> TrainConfig:
 OPTIONS: dict[str, dict[str, Any]] = {
     "laser_self_reward_bonus": {"regularizer": {"name": "last_token_self_reward", **LASER},
                                 "reward_shaping": [{"name": "self_reward_bonus", **LASER, "weight": 0.5}]},
+    "poise_single_rollout": {"group_size": 1, "advantage": "reinforce",
+                             "reward_shaping": [{"name": "probe_baseline", "single_rollout": True}]},
 }  # fmt: skip
 
 
@@ -61,3 +63,24 @@ def test_the_self_reward_bonus_reads_the_vocabulary_term_of_the_pre_update_pass(
 def test_bad_self_reward_bonus_values_are_refused(shaper, message):
     with pytest.raises(ConfigError, match=message):
         config({"reward_shaping": [shaper]})
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "message"),
+    [
+        (
+            {"group_size": 1},
+            r"algorithm.advantage 'grpo' compares the samples of a group and needs at least 2 per "
+            r"prompt; set algorithm.group_size >= 2",
+        ),
+        (
+            {"group_size": 1, "advantage": "reinforce", "reward_shaping": ["probe_baseline"]},
+            r"algorithm.reward_shaping 'probe_baseline' .* set single_rollout: true on it",
+        ),
+        ({"group_size": 1, "advantage": "reinforce", "credit": ["grpo_ma"]}, r"algorithm.credit 'grpo_ma'"),
+        ({"group_size": 1, "advantage": "reinforce", "drop_zero_std_groups": True}, r"would drop every sample"),
+    ],
+)
+def test_one_sample_per_prompt_is_refused_per_option_with_the_fix(algorithm, message):
+    with pytest.raises(ConfigError, match=message):
+        config(algorithm)

@@ -290,6 +290,11 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
         "algorithm.reward_shaping=[{name: self_reward_bonus, token_id: 3, reference_logp: -20.0, weight: 0.5}]",
     ],
+    # POISE with one rollout per prompt: the probe reads the prompt's state (the second step uses the fitted probe)
+    "poise_single_rollout": [
+        "algorithm.group_size=1", "algorithm.advantage=reinforce",
+        "algorithm.reward_shaping=[{name: probe_baseline, single_rollout: true}]",
+    ],
 }  # fmt: skip
 
 
