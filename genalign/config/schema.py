@@ -30,6 +30,7 @@ from genalign.config.checks import (
 )
 from genalign.config.core import ConfigError, convert_options
 from genalign.config.scale import FSDPConfig, HardwareConfig
+from genalign.config.validation_reset import check_validation_reset
 from genalign.data.sources import DataSourceConfig
 from genalign.registry import Option, check_hyperparameters
 from genalign.teachers.config import TeacherConfig
@@ -520,10 +521,19 @@ class EvalConfig:
         "differ only by the weights; the training generators are restored after each evaluation.",
         0,
     )
+    reset_to_best_every: int = _help(
+        "VAPR [18]: every N steps (a multiple of eval.every) reset the policy and its reference to the weights of the "
+        "best held-out evaluation so far (causal LM / VLM with full fine-tuning and a frozen reference copy); 0 = off.",
+        0,
+    )
 
     def validate(self) -> None:
         if self.every < 0:
             raise ConfigError(f"eval.every = {self.every} must be >= 0.")
+        if self.reset_to_best_every < 0 or (self.reset_to_best_every and (
+                not self.every or self.reset_to_best_every % self.every)):  # fmt: skip
+            raise ConfigError(f"eval.reset_to_best_every = {self.reset_to_best_every} must be 0 (off) or a positive "
+                              f"multiple of eval.every = {self.every} (a reset follows an evaluation); set eval.every.")  # fmt: skip
         if self.seed < 0:
             raise ConfigError(f"eval.seed = {self.seed} must be >= 0.")
         check_seed("eval.seed", self.seed)
@@ -569,6 +579,7 @@ class TrainConfig:
                 "genalign.train(config, rewards=[my_reward]))."
             )
         check_capabilities(self.algorithm, self.policy)
+        check_validation_reset(self)
         check_sizes(self)
         check_reward_count(self.algorithm, self.rewards)
         labels = [r.label for r in self.rewards]

@@ -116,6 +116,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("Routing Replay (the rollout's MoE expert choices replayed in every scoring pass)", (294,),
             "genalign.policies.lm.routing_replay:replaying", "policy.routing_replay (causal_lm, Qwen3-MoE)",
             ("routing_replay",)),
+    Feature("validation-anchored policy reset (VAPR)", (18,), "genalign.trainer.validation_anchor:ValidationAnchor",
+            "eval.reset_to_best_every (causal_lm, vlm; full fine-tuning)", ("ValidationAnchor", "reset_to_best_every")),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip

@@ -84,3 +84,24 @@ def test_bad_self_reward_bonus_values_are_refused(shaper, message):
 def test_one_sample_per_prompt_is_refused_per_option_with_the_fix(algorithm, message):
     with pytest.raises(ConfigError, match=message):
         config(algorithm)
+
+
+def test_the_validation_anchored_reset_validates_on_a_fully_fine_tuned_lm():
+    data = copy.deepcopy(BASE)
+    data["eval"] = {"every": 2, "reset_to_best_every": 4}
+    assert from_dict(TrainConfig, data).eval.reset_to_best_every == 4
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"reference": "none"}, r"needs a frozen reference copy to re-anchor; policy.reference = 'none'"),
+        ({"lora": {"rank": 8}}, r"needs full fine-tuning \(policy.lora.rank = 0, got 8\)"),
+    ],
+)
+def test_the_validation_anchored_reset_is_refused_where_the_reference_cannot_move(policy, message):
+    data = copy.deepcopy(BASE)
+    data["policy"].update(policy)
+    data["eval"] = {"every": 2, "reset_to_best_every": 2}
+    with pytest.raises(ConfigError, match=message):
+        from_dict(TrainConfig, data)
