@@ -105,3 +105,8 @@ def test_the_validation_anchored_reset_is_refused_where_the_reference_cannot_mov
     data["eval"] = {"every": 2, "reset_to_best_every": 2}
     with pytest.raises(ConfigError, match=message):
         from_dict(TrainConfig, data)
+
+
+def test_turn_phase_tracks_needs_a_multi_turn_policy():
+    with pytest.raises(ConfigError, match=r"turn_ids"):
+        config({"credit": [{"name": "turn_phase_tracks", "track_rewards": [[0], [0]]}]})

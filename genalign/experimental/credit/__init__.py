@@ -38,6 +38,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     token_weights,
     tree_groups,
     triage,
+    turn_phases,
     turn_uncertainty,
     turns,
     uncertainty,
