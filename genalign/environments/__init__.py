@@ -61,6 +61,7 @@ from genalign.environments.types import (
     TurnRecord,
     as_observation,
 )
+from genalign.environments.verification import VerifySolution
 
 __all__ = [
     "COUNT_KEYS",
@@ -86,6 +87,7 @@ __all__ = [
     "ToolLimits",
     "ToolResult",
     "TurnRecord",
+    "VerifySolution",
     "abandoned_calls",
     "as_observation",
     "box_coverage",

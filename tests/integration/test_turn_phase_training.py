@@ -25,7 +25,8 @@ def centred(values: torch.Tensor, groups: list[int]) -> torch.Tensor:
                         for i in range(len(groups))])  # fmt: skip
 
 
-def test_each_phase_of_the_episode_gets_its_tracks_advantage(model_path, tmp_path, monkeypatch):  # noqa: F811
+def train_one_step(model, output_dir, monkeypatch, environment, rewards, credit) -> tuple:
+    """One step of the multi-turn run; returns ``(d loss / d logp [n, T], micro-batch)`` of its update."""
     from genalign.trainer.recipe import train
 
     records = []
@@ -39,26 +40,53 @@ def test_each_phase_of_the_episode_gets_its_tracks_advantage(model_path, tmp_pat
 
     monkeypatch.setattr(LossPlan, "__call__", recording)
     config = from_dict(TrainConfig, {
-        "policy": {"family": "causal_lm", "model": str(model_path), "max_new_tokens": 4, "max_prompt_tokens": 128,
-                   "use_chat_template": True, "multi_turn": {"environments": TurnScored, "max_turns": 2}},
+        "policy": {"family": "causal_lm", "model": str(model), "max_new_tokens": 4, "max_prompt_tokens": 128,
+                   "use_chat_template": True, "multi_turn": {"environments": environment, "max_turns": 2}},
         "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 16, "seed": 0, "digits": 1}}},
-        "rewards": [{"fn": "environment", "name": "execution"},
-                    {"fn": "length_penalty", "name": "exploration", "args": {"unit": "chars"}}],
-        "algorithm": {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 8,
-                      "credit": [{"name": "turn_phase_tracks", "track_rewards": [[1], [0]], "scale_by_std": False}]},
+        "rewards": rewards,
+        "algorithm": {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 8, "credit": [credit]},
         "optim": {"lr": 1.0e-3},
         "eval": {"at_start": False, "num_prompts": 2, "batch_size": 2},
-        "run": {"output_dir": str(tmp_path), "max_steps": 1, "save_every": 0, "sample_every": 0,
+        "run": {"output_dir": str(output_dir), "max_steps": 1, "save_every": 0, "sample_every": 0,
                 "num_threads": 1, "progress_bar": False},
     })  # fmt: skip
     train(config)
-    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 1 and math.isfinite(metrics[0]["loss"])
-    grad, batch = records[0]
+    return records[0]
+
+
+def expected_gradient(batch, explore: torch.Tensor, execute: torch.Tensor) -> torch.Tensor:
+    """``−A·m/L`` with the execution track's advantage on each sample's last turn, the exploration track's before."""
     mask, turns = batch.mask.double().cpu(), batch["turn_ids"].cpu()
-    rewards, groups = batch["rewards"].double().cpu(), batch.group_ids.tolist()
-    explore, execute = centred(rewards[:, 1], groups), centred(rewards[:, 0], groups)  # [N] each
     last = torch.where(mask > 0, turns, -1).amax(1, keepdim=True)  # [N, 1]
     per_action = torch.where(turns == last, execute[:, None], explore[:, None])  # [N, T]
-    torch.testing.assert_close(grad, -per_action * mask / mask.sum(), rtol=1e-5, atol=1e-9)
-    assert bool((turns[mask > 0] == 0).any()) and bool((explore != execute).any())  # both tracks were trained
+    return -per_action * mask / mask.sum()
+
+
+def test_each_phase_of_the_episode_gets_its_tracks_advantage(model_path, tmp_path, monkeypatch):  # noqa: F811
+    rewards = [{"fn": "environment", "name": "execution"},
+               {"fn": "length_penalty", "name": "exploration", "args": {"unit": "chars"}}]  # fmt: skip
+    credit = {"name": "turn_phase_tracks", "track_rewards": [[1], [0]], "scale_by_std": False}
+    grad, batch = train_one_step(model_path, tmp_path, monkeypatch, TurnScored, rewards, credit)
+    table, groups = batch["rewards"].double().cpu(), batch.group_ids.tolist()
+    explore, execute = centred(table[:, 1], groups), centred(table[:, 0], groups)  # [N] each
+    torch.testing.assert_close(grad, expected_gradient(batch, explore, execute), rtol=1e-5, atol=1e-9)
+    assert bool((explore != execute).any())  # both tracks were trained
+
+
+def test_grpo_verif_trains_the_solution_and_its_separately_sampled_verification(model_path, tmp_path, monkeypatch):  # noqa: F811
+    """GRPO-Verif [288]: ``verify_solution`` scores the solution turn and the verification turn; the verification
+    track is weighted by 0.5. The tiny model writes no arithmetic, so the solution reward here is its length (a
+    short solution counts as correct) and the verdicts are letter classes, which its random text does hit."""
+    environment = {"name": "verify_solution", "question": "Check it.", "solution_reward": "length_penalty",
+                   "solution_args": {"max_length": 16, "unit": "chars"}, "correct_above": -0.5,
+                   "correct_pattern": "[a-m]", "incorrect_pattern": "[n-z0-9]"}  # fmt: skip
+    credit = {"name": "turn_phase_tracks", "track_source": "turn_rewards", "track_weights": [1.0, 0.5],
+              "scale_by_std": False}  # fmt: skip
+    grad, batch = train_one_step(model_path, tmp_path, monkeypatch, environment, [{"fn": "environment"}], credit)
+    earned, groups = batch["turn_rewards"].double().cpu(), batch.group_ids.tolist()
+    assert earned.shape[1] == 2 and not bool(earned.isnan().any())  # two scored turns per episode
+    solution, verification = centred(earned[:, 0], groups), 0.5 * centred(earned[:, 1], groups)
+    torch.testing.assert_close(grad, expected_gradient(batch, solution, verification), rtol=1e-5, atol=1e-9)
+    assert bool(solution.abs().gt(0).any()) and bool(verification.abs().gt(0).any())  # both tracks carry a signal
