@@ -25,8 +25,10 @@ def centred(values: torch.Tensor, groups: list[int]) -> torch.Tensor:
                         for i in range(len(groups))])  # fmt: skip
 
 
-def train_one_step(model, output_dir, monkeypatch, environment, rewards, credit) -> tuple:
-    """One step of the multi-turn run; returns ``(d loss / d logp [n, T], micro-batch)`` of its update."""
+def train_one_step(model, output_dir, monkeypatch, environment, rewards, credit, **options) -> tuple:
+    """One step of the multi-turn run (``options``: more ``policy.multi_turn`` options, ``group_size``); returns
+    ``(d loss / d logp [n, T], micro-batch)`` of its update."""
+    group_size = options.pop("group_size", 2)
     from genalign.trainer.recipe import train
 
     records = []
@@ -41,10 +43,11 @@ def train_one_step(model, output_dir, monkeypatch, environment, rewards, credit)
     monkeypatch.setattr(LossPlan, "__call__", recording)
     config = from_dict(TrainConfig, {
         "policy": {"family": "causal_lm", "model": str(model), "max_new_tokens": 4, "max_prompt_tokens": 128,
-                   "use_chat_template": True, "multi_turn": {"environments": environment, "max_turns": 2}},
+                   "use_chat_template": True, "multi_turn": {"environments": environment, "max_turns": 2, **options}},
         "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 16, "seed": 0, "digits": 1}}},
         "rewards": rewards,
-        "algorithm": {"group_size": 2, "prompts_per_step": 4, "micro_batch_size": 8, "credit": [credit]},
+        "algorithm": {"group_size": group_size, "prompts_per_step": 4, "micro_batch_size": 4 * group_size,
+                      "credit": [credit]},
         "optim": {"lr": 1.0e-3},
         "eval": {"at_start": False, "num_prompts": 2, "batch_size": 2},
         "run": {"output_dir": str(output_dir), "max_steps": 1, "save_every": 0, "sample_every": 0,

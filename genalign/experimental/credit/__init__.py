@@ -31,6 +31,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     segments,
     self_aware,
     shaping,
+    skip_connected,
     subsampling,
     token_probability,
     token_statistics,
