@@ -531,12 +531,12 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
         run.trackers.log(result, step)
         label = run.rewards.name_of(eval_cfg.accuracy_reward)
         run.print(f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts")
+        if dashboard_enabled(run.config.run.dashboard):
+            refresh_dashboard(run.out)
     if run.anchor is not None:  # every process alike (the evaluation's result is global)
         reset = run.anchor.after_evaluation(step, result, may_reset=step < run.config.run.max_steps)
         if reset:
             run.print(reset)
-        if dashboard_enabled(run.config.run.dashboard):
-            refresh_dashboard(run.out)
     return result
 
 
