@@ -118,6 +118,9 @@ FEATURES: tuple[Feature, ...] = (
             ("routing_replay",)),
     Feature("validation-anchored policy reset (VAPR)", (18,), "genalign.trainer.validation_anchor:ValidationAnchor",
             "eval.reset_to_best_every (causal_lm, vlm; full fine-tuning)", ("ValidationAnchor", "reset_to_best_every")),
+    Feature("test-time self-reward reranking (LaSeR's last-token score)", (208,),
+            "genalign.pipelines.self_reward:self_reward_scores",
+            "python: best_of_n(self_reward_scores(model, ...), n) (causal_lm inference)"),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip
