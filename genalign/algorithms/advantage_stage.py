@@ -17,6 +17,7 @@ checkpoint. No signal is named here beyond the core step signals.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,7 @@ class AdvantageStage:
     kl_in_reward: float = 0.0
     kl_estimator: str = "k3"
     zero_std_tol: float = 1e-6
+    vocab_term: Callable[[Tensor], Tensor] | None = None  # the pre-update pass's ``vocab_term`` (a rule's meta)
 
     @classmethod
     def build(
@@ -93,6 +95,10 @@ class AdvantageStage:
             kl_in_reward=kl_in_reward,
             kl_estimator=kl_estimator,
             zero_std_tol=zero_std_tol,
+            vocab_term=_prepass_vocab_term(
+                [("reward shaper", REWARD_SHAPERS, s) for s in shapers]
+                + [("credit rule", CREDIT_RULES, r) for r in credit]
+            ),
         )
 
     # -- what the trainer computes for the stage -------------------------------------------------------------------
@@ -105,6 +111,8 @@ class AdvantageStage:
         if not features:
             return None
         params = {"kl": "k1" if "kl" in self.needs else self.kl_estimator} if "kl" in features else {}
+        if "vocab_term" in features:
+            params["vocab_term"] = self.vocab_term
         return ScoreRequest(features, params)
 
     def gathered(self) -> frozenset[str]:
@@ -179,3 +187,24 @@ class AdvantageStage:
     def credit_advantages(self, batch: StepBatch) -> Tensor:
         """``[n]`` sample advantages, or ``[n, T]`` after the credit rules, of this process's ``batch``."""
         return apply_credit([rule for _, rule in self.credit], batch["sample_advantages"], batch)
+
+
+def _prepass_vocab_term(options: list[tuple[str, Any, Option]]) -> Callable[[Tensor], Tensor] | None:
+    """The ``vocab_term`` function of the pre-update scoring pass: the registry meta ``vocab_term`` of the one
+    shaper or credit rule that reads the signal, with its hyper-parameters bound and checked on a dummy ``[1, 2]``
+    logits row (e.g. LaSeR's self-reward bonus [208]); None when no option reads it. Two options that read it
+    would need two terms of one pass: refused."""
+    readers = [(kind, registry, option) for kind, registry, option in options
+               if "vocab_term" in registry.meta(option.name).get("needs", ())]  # fmt: skip
+    if len(readers) > 1:
+        names = ", ".join(f"{kind} {option.name!r}" for kind, _, option in readers)
+        raise ValueError(f"{names} each read the pre-update pass's vocab_term; one pass computes one term: keep one.")
+    if not readers:
+        return None
+    kind, registry, option = readers[0]
+    term = registry.meta(option.name).get("vocab_term")
+    if term is None:
+        raise ValueError(f"{kind} {option.name!r} reads vocab_term but declares no registry meta 'vocab_term'.")
+    bound = functools.partial(term, **option.args)
+    bound(torch.zeros(1, 2))  # validates the hyper-parameters before any model runs
+    return bound

@@ -33,7 +33,7 @@ def group_reward_std(rewards: Tensor, group_ids: Tensor, *, unbiased: bool = Tru
         with fewer than 2 valid rewards.
     """
     rewards = _check_outcome_rewards(rewards)
-    groups = make_groups(group_ids, rewards.shape[0])
+    groups = make_groups(group_ids, rewards.shape[0], min_size=1)  # a group of one sample has std 0
     stats = group_stats(rewards[:, None], groups, unbiased=unbiased)
     return stats.std[groups.index, 0]  # [N]
 
@@ -62,7 +62,7 @@ def frac_reward_zero_std(rewards: Tensor, group_ids: Tensor, *, tol: float = 0.0
         tol: non-negative tolerance.
     """
     flagged = zero_std_mask(rewards, group_ids, tol=tol)  # [N]
-    groups = make_groups(group_ids, rewards.shape[0])
+    groups = make_groups(group_ids, rewards.shape[0], min_size=1)  # a group of one sample has std 0
     per_group = torch.zeros(groups.num_groups, dtype=torch.bool, device=flagged.device)
     per_group[groups.index] = flagged
     return per_group.float().mean().item()

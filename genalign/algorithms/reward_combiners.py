@@ -79,6 +79,7 @@ def reward_statistics(rewards: Tensor, names: Sequence[str] | None = None) -> di
 
 @REWARD_COMBINERS.register(
     "weighted_sum",
+    group_free=True,
     formula="r_i = Σ_k w_k r_ik (missing r_ik skipped), then any estimator",
     source="formulas.md §1 (multi-reward, sum-then-normalise)",
     summary="Weighted sum of the rewards; the estimator normalises the sum.",

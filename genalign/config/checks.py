@@ -40,6 +40,32 @@ def configured_options(cfg: AlgorithmConfig) -> list[tuple[str, str, Option]]:
     return chosen
 
 
+def check_group_free(cfg: AlgorithmConfig) -> None:
+    """``algorithm.group_size = 1`` (one sample per prompt, e.g. POISE's probe baseline [257]) is accepted only when
+    every option of the advantage stage (estimator, combiner, shapers, credit rules) and the objective declares that
+    it needs no group: registry meta ``group_free`` True, or the name of a keyword that must be true (e.g.
+    ``probe_baseline``'s ``single_rollout``). The error names the first option that needs a group and the fix."""
+    if cfg.dynamic_sampling.enabled or cfg.drop_zero_std_groups:
+        raise ConfigError(f"algorithm.group_size = {cfg.group_size}: a group of one sample has no reward spread, so "
+                          "algorithm.drop_zero_std_groups / dynamic_sampling would drop every sample; turn them off or "
+                          "set algorithm.group_size >= 2.")  # fmt: skip
+    chosen = [("advantage", "advantages", cfg.advantage), ("reward_combination", "combiners", cfg.reward_combination)]
+    chosen += [("reward_shaping", "shapers", shaper) for shaper in cfg.reward_shaping]
+    chosen += [("credit", "credit", rule) for rule in cfg.credit]
+    chosen.append(("objective", "objectives", cfg.objective))
+    for section, key, option in chosen:
+        free = options(key).meta(option.name).get("group_free", False)
+        if free is True or (isinstance(free, str) and option.args.get(free) is True):
+            continue
+        fix = f"set {free}: true on it, or " if isinstance(free, str) else ""
+        raise ConfigError(
+            f"algorithm.group_size = {cfg.group_size}: algorithm.{section} {option.name!r} compares the samples of a "
+            f"group and needs at least 2 per prompt; {fix}set algorithm.group_size >= 2 (one sample per prompt "
+            "takes options that declare they need no group, e.g. advantage: reinforce with reward_shaping: "
+            "[{name: probe_baseline, single_rollout: true}])."
+        )
+
+
 def check_algorithm_options(cfg: AlgorithmConfig) -> None:
     """Every registry option of ``cfg`` exists and takes its hyper-parameters; the combination is consistent.
 
@@ -447,6 +473,7 @@ def check_reward_count(cfg: AlgorithmConfig, rewards: list) -> None:
 __all__ = [
     "check_algorithm_options",
     "check_capabilities",
+    "check_group_free",
     "check_reward_args",
     "check_reward_count",
     "check_sample_sources",

@@ -22,6 +22,7 @@ from genalign.config.checks import (
     check_algorithm_options,
     check_async_rollout,
     check_capabilities,
+    check_group_free,
     check_reward_args,
     check_reward_count,
     declared_aggregation,
@@ -29,6 +30,7 @@ from genalign.config.checks import (
 )
 from genalign.config.core import ConfigError, convert_options
 from genalign.config.scale import FSDPConfig, HardwareConfig
+from genalign.config.validation_reset import check_validation_reset
 from genalign.data.sources import DataSourceConfig
 from genalign.registry import Option, check_hyperparameters
 from genalign.teachers.config import TeacherConfig
@@ -422,8 +424,6 @@ class AlgorithmConfig:
         for name in ("group_size", "prompts_per_step", "inner_epochs", "minibatches", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"algorithm.{name} = {getattr(self, name)} must be >= 1.")
-        if self.group_size < 2:
-            raise ConfigError(f"algorithm.group_size = {self.group_size}: group-relative methods need at least 2.")
         if self.advantage_clip is not None and not self.advantage_clip > 0:
             raise ConfigError(
                 f"algorithm.advantage_clip = {self.advantage_clip} must be > 0 (advantages are clipped to [-c, c]), "
@@ -438,6 +438,8 @@ class AlgorithmConfig:
                 "kl_placement = 'loss', or kl_importance_correction = 'none'."
             )
         check_algorithm_options(self)
+        if self.group_size < 2:  # after the names are checked: reads each option's registry meta
+            check_group_free(self)
         self._check_update_schedule()
         if self.async_rollout.enabled:
             self.async_rollout.validate()
@@ -519,10 +521,19 @@ class EvalConfig:
         "differ only by the weights; the training generators are restored after each evaluation.",
         0,
     )
+    reset_to_best_every: int = _help(
+        "VAPR [18]: every N steps (a multiple of eval.every) reset the policy and its reference to the weights of the "
+        "best held-out evaluation so far (causal LM / VLM with full fine-tuning and a frozen reference copy); 0 = off.",
+        0,
+    )
 
     def validate(self) -> None:
         if self.every < 0:
             raise ConfigError(f"eval.every = {self.every} must be >= 0.")
+        if self.reset_to_best_every < 0 or (self.reset_to_best_every and (
+                not self.every or self.reset_to_best_every % self.every)):  # fmt: skip
+            raise ConfigError(f"eval.reset_to_best_every = {self.reset_to_best_every} must be 0 (off) or a positive "
+                              f"multiple of eval.every = {self.every} (a reset follows an evaluation); set eval.every.")  # fmt: skip
         if self.seed < 0:
             raise ConfigError(f"eval.seed = {self.seed} must be >= 0.")
         check_seed("eval.seed", self.seed)
@@ -568,6 +579,7 @@ class TrainConfig:
                 "genalign.train(config, rewards=[my_reward]))."
             )
         check_capabilities(self.algorithm, self.policy)
+        check_validation_reset(self)
         check_sizes(self)
         check_reward_count(self.algorithm, self.rewards)
         labels = [r.label for r in self.rewards]

@@ -46,6 +46,7 @@ from genalign.environments.parsing import parse_tool_calls
 from genalign.environments.python_tool import python_tool
 from genalign.environments.routing import EnvironmentSet, Episode, environment_factory
 from genalign.environments.schema import ArgumentError, SchemaError, function_schema
+from genalign.environments.skip_connection import SkipConnection
 from genalign.environments.tasks import TASKS
 from genalign.environments.tools import TOOLS, Tool, register_tool, resolve_tool, resolve_tools, tool
 from genalign.environments.trl import TRLEnvironment
@@ -62,6 +63,7 @@ from genalign.environments.types import (
     TurnRecord,
     as_observation,
 )
+from genalign.environments.verification import VerifySolution
 
 __all__ = [
     "COUNT_KEYS",
@@ -80,6 +82,7 @@ __all__ = [
     "ModelTurn",
     "Observation",
     "SchemaError",
+    "SkipConnection",
     "StepResult",
     "TRLEnvironment",
     "Tool",
@@ -87,6 +90,7 @@ __all__ = [
     "ToolLimits",
     "ToolResult",
     "TurnRecord",
+    "VerifySolution",
     "abandoned_calls",
     "as_observation",
     "box_coverage",

@@ -381,6 +381,12 @@ class Policy(ABC):
     def after_optimizer_step(self) -> None:  # noqa: B027
         """Called after each optimizer step (EMA updates, the "old" model of likelihood-free objectives)."""
 
+    def anchor_reference(self, weights: dict[str, torch.Tensor]) -> None:
+        """Move the reference policy to ``weights`` (trained parameters by name, e.g. the best validation
+        checkpoint's: ``eval.reset_to_best_every``, VAPR [18]); families that cannot refuse it at config load."""
+        raise NotImplementedError(f"the {self.family} family cannot move its reference policy; unset "
+                                  "eval.reset_to_best_every.")  # fmt: skip
+
     def random_generators(self) -> dict[str, torch.Generator]:
         """Every random generator the policy samples with, by name (none by default). Evaluation reseeds them and
         restores them afterwards (:func:`genalign.trainer.evaluate.evaluation_randomness`), so it sees the same noise

@@ -79,6 +79,7 @@ from genalign.trainer.step_samples import StepSamples, collect_samples
 from genalign.trainer.torch_settings import apply_torch_settings
 from genalign.trainer.trackers import Trackers
 from genalign.trainer.update import run_update
+from genalign.trainer.validation_anchor import ValidationAnchor
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:
@@ -119,6 +120,7 @@ class TrainingRun:
     collapse: CollapseMonitor = field(default_factory=CollapseMonitor)
     rollouts: AsyncRollout | None = None  # algorithm.async_rollout: the rollout process and its schedule
     teacher: TeacherStage | None = None  # algorithm.teacher: judges the samples before their advantages
+    anchor: ValidationAnchor | None = None  # eval.reset_to_best_every: VAPR's reset to the best evaluation [18]
     skipped_in_a_row: int = 0
 
     @property
@@ -143,6 +145,8 @@ class TrainingRun:
             parts["sample_sources"] = self.sources
         if self.rollouts is not None:
             parts["async_rollout"] = self.rollouts
+        if self.anchor is not None:
+            parts["validation_anchor"] = self.anchor
         return parts
 
 
@@ -320,7 +324,19 @@ def _build_run(
         teacher=TeacherStage.build(
             cfg.teacher, cfg.needs(), policy, batch_size=cfg.micro_batch_size, writes=sources.teacher_writes
         ),
+        anchor=_validation_anchor(config, policy, named_parameters, eval_rows),
     )
+
+
+def _validation_anchor(config: TrainConfig, policy: Policy, named_parameters, eval_rows) -> ValidationAnchor | None:
+    """VAPR's anchor [18] when ``eval.reset_to_best_every`` is set (it needs held-out rows to choose by)."""
+    every = config.eval.reset_to_best_every
+    if not every:
+        return None
+    if not eval_rows:
+        raise ValueError(f"eval.reset_to_best_every = {every} needs held-out rows (data.eval or eval_dataset) to "
+                         "choose the best weights by.")  # fmt: skip
+    return ValidationAnchor(policy, named_parameters, every)
 
 
 def resume(run: TrainingRun) -> int:
@@ -519,6 +535,10 @@ def run_eval(run: TrainingRun, step: int) -> dict[str, Any]:
         run.print(f"step {step}: held-out {label} {result['eval/accuracy']:.3f} on {len(run.eval_rows)} prompts")
         if dashboard_enabled(run.config.run.dashboard):
             refresh_dashboard(run.out)
+    if run.anchor is not None:  # every process alike (the evaluation's result is global)
+        reset = run.anchor.after_evaluation(step, result, may_reset=step < run.config.run.max_steps)
+        if reset:
+            run.print(reset)
     return result
 
 

@@ -43,7 +43,7 @@ def test_minimal_config_fills_defaults(tmp_path):
         ("algorithm.clip.eps=0.2", "algorithm.clip: clip form 'ppo' got unknown hyper-parameter(s) 'eps'"),
         ("algorithm.objective.eps_high=0.2", "'eps_high' is a keyword of clip form 'ppo'"),
         ("algorithm.ratio_level.eps_high=0.2", "algorithm.ratio_level: ratio level 'token' got unknown"),
-        ("algorithm.group_size=1", "group-relative methods need at least 2"),
+        ("algorithm.group_size=1", "algorithm.advantage 'grpo' compares the samples of a group and needs at least 2"),
         ("algorithm.kl_estimator=k4", "'k4' is not valid; use one of 'k1', 'k2', 'k3'"),
         ("policy.family=causal", "unknown policy family 'causal'. Did you mean 'causal_lm'"),
         ("policy.temperatur=1.0", "Did you mean 'temperature'"),

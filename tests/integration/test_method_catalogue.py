@@ -306,6 +306,17 @@ EXTRA_RUNS: dict[str, list[str]] = {
     ],
     # TDPO [48] with the exact per-token forward KL to the reference (chunked head pass)
     "tdpo_exact_forward_kl": ["algorithm.objective=tdpo_exact", "algorithm.aggregation=seq_mean_token_mean"],
+    # issue 29 item 3 (misc batch): LaSeR's self-reward used in training (read from the pre-update scoring pass)
+    "laser_self_reward_bonus": [
+        "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",
+        "algorithm.regularizer.reference_logp=-20.0", "algorithm.regularizer_coef=0.1",
+        "algorithm.reward_shaping=[{name: self_reward_bonus, token_id: 3, reference_logp: -20.0, weight: 0.5}]",
+    ],
+    # POISE with one rollout per prompt: the probe reads the prompt's state (the second step uses the fitted probe)
+    "poise_single_rollout": [
+        "algorithm.group_size=1", "algorithm.advantage=reinforce",
+        "algorithm.reward_shaping=[{name: probe_baseline, single_rollout: true}]",
+    ],
 }  # fmt: skip
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from genalign.algorithms._groups import batch_stats, group_stats
-from genalign.algorithms.advantages.base import ADVANTAGE_ESTIMATORS, check_eps, finish, prepare
+from genalign.algorithms._groups import as_columns, batch_stats, group_stats, like_input, make_groups
+from genalign.algorithms._validation import check_rewards
+from genalign.algorithms.advantages.base import ADVANTAGE_ESTIMATORS, check_eps
 
 
 @ADVANTAGE_ESTIMATORS.register(
     "reinforce",
+    group_free=True,
     formula="A_i = r_i; whiten: A_i = (r_i − mean_B r)/(std_B r + eps) over every valid reward of the batch",
     source="REINFORCE (Williams, 1992); whiten: REINFORCE++'s global batch normalisation",
     summary="No group baseline: the reward the estimator receives is the advantage (optionally whitened over the "
@@ -29,7 +31,8 @@ def reinforce(
 
     Use it after a shaper that already subtracts a baseline (``probe_baseline``: ``r − v̂``); any group estimator
     would subtract the group mean again. Missing rewards and groups with fewer than 2 valid rewards get 0 (shared
-    rules).
+    rules), except a group of one sample (``algorithm.group_size: 1``, which this estimator allows: it needs no
+    group), whose valid reward is its advantage.
 
     Args:
         rewards: ``[N]`` or ``[N, K]``; NaN = missing.
@@ -41,10 +44,13 @@ def reinforce(
         advantages, same shape as ``rewards``.
     """
     check_eps(eps)
-    columns, groups = prepare(rewards, group_ids)
+    rewards = check_rewards(rewards)
+    columns, groups = as_columns(rewards), make_groups(group_ids, rewards.shape[0], min_size=1)
     stats = group_stats(columns, groups, unbiased=unbiased_std)
     advantages = torch.nan_to_num(columns, nan=0.0)  # [N, K]
     if whiten:
         mean, std = batch_stats(columns, ~torch.isnan(columns), unbiased=unbiased_std)  # [K], [K]
         advantages = (advantages - mean) / (std + eps)
-    return finish(advantages, columns, groups, stats, rewards)
+    alone = (groups.sizes == 1)[groups.index][:, None]  # [N, 1] a group of one sample: its reward is usable
+    usable = ~torch.isnan(columns) & ((stats.count[groups.index] >= 2) | alone)  # [N, K] (the shared rule + alone)
+    return like_input(torch.where(usable, advantages, 0.0), rewards)

@@ -26,6 +26,7 @@ class ClippedRatio:
 
 @OBJECTIVES.register(
     "clipped_ratio",
+    group_free=True,
     bind=ClippedRatio,
     binding="keywords",  # the bound form only splits the keywords between the ratio level and the clip form
     ratio=True,

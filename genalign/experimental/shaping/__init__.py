@@ -10,4 +10,5 @@ from genalign.experimental.shaping import (  # noqa: F401  (register the options
     polychromic,
     probe,
     segments,
+    self_reward,
 )

@@ -6,6 +6,10 @@ The probe is a ridge regression on features of each completion: a fixed random p
 state (unit-normalised) and the mean and maximum of its token entropies, plus a bias. It is fitted on every earlier
 step's (features, combined reward) pairs with exponential forgetting, from two running sums (``A = Σ γ^k ΦᵀΦ``,
 ``b = Σ γ^k Φᵀr``), so its state is small whatever the model's width and the fit is exact, not a gradient step.
+
+With ``single_rollout`` (one rollout per prompt, ``algorithm.group_size: 1``) the features are those of the prompt's
+state alone (the hidden state and entropy that predict the first action), which no sampled token can change, so each
+sample's baseline is the probe's value of its own prompt and needs no sibling.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ def probe_features(hidden: Tensor, entropy: Tensor, mask: Tensor, projection: Te
     return torch.cat([unit @ projection, torch.stack([mean_entropy, max_entropy, ones], 1)], 1)
 
 
+def first_action_mask(mask: Tensor) -> Tensor:
+    """``[N, T]`` float: 1 at each row's first valid action of ``mask`` ``[N, T]`` (none for a row without one)."""
+    valid = mask > 0
+    return (valid & (valid.long().cumsum(1) == 1)).to(mask.dtype)
+
+
 def cross_rollout_mean(values: Tensor, valid: Tensor, groups: Groups) -> tuple[Tensor, Tensor]:
     """``(mean over the OTHER valid samples of each sample's group [N], their number [N])`` of ``values`` ``[N]``."""
     filled = torch.where(valid, values, 0.0)  # [N]
@@ -59,11 +69,22 @@ class ProbeBaseline:
     step's baselines are computed (so a sample's baseline never depends on its own reward). Stateful
     (``state_dict`` holds the sums as float64 tensors): the trainer checkpoints it."""
 
-    def __init__(self, *, projection_dim: int = 64, ridge: float = 1.0, forgetting: float = 0.9, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        projection_dim: int = 64,
+        ridge: float = 1.0,
+        forgetting: float = 0.9,
+        seed: int = 0,
+        single_rollout: bool = False,
+    ) -> None:
         if projection_dim < 1 or not ridge > 0 or not 0 < forgetting <= 1:
             raise ValueError(f"probe_baseline: need projection_dim >= 1, ridge > 0 and forgetting in (0, 1]; got "
                              f"{projection_dim!r}, {ridge!r}, {forgetting!r}.")  # fmt: skip
+        if not isinstance(single_rollout, bool):
+            raise ValueError(f"probe_baseline: single_rollout={single_rollout!r} must be true or false.")
         self.dim, self.ridge, self.forgetting, self.seed = projection_dim, ridge, forgetting, seed
+        self.single_rollout = single_rollout
         size = projection_dim + EXTRA_FEATURES
         self.gram = torch.zeros(size, size, dtype=torch.float64)  # Σ γ^k ΦᵀΦ
         self.moment = torch.zeros(size, dtype=torch.float64)  # Σ γ^k Φᵀr
@@ -84,18 +105,21 @@ class ProbeBaseline:
         rewards = check_float_tensor(rewards, "rewards", "[N]")
         hidden = batch.require("hidden", "reward shaper 'probe_baseline'")
         entropy = batch.require("entropy", "reward shaper 'probe_baseline'")
-        features = probe_features(hidden, entropy, batch.mask, self.projection(hidden.shape[-1]))  # [N, d + 3]
+        mask = first_action_mask(batch.mask) if self.single_rollout else batch.mask  # the prompt's state alone
+        features = probe_features(hidden, entropy, mask, self.projection(hidden.shape[-1]))  # [N, d + 3]
         values = rewards.detach().double().cpu()
         valid = ~torch.isnan(values)
-        groups = make_groups(batch.group_ids.cpu(), rewards.shape[0], min_size=1)
-        if self.seen:
-            predicted = features @ self.weights()  # [N] the probe's value of each sample's own states
-        else:  # no probe yet: each sample's siblings' rewards (the leave-one-out baseline)
-            predicted = torch.where(valid, values, 0.0)
-        baseline, others = cross_rollout_mean(predicted, valid, groups)  # [N]
-        baseline = torch.where(others > 0, baseline, 0.0)
+        predicted = features @ self.weights() if self.seen else None  # [N] the probe's value of each sample's states
+        if predicted is not None and self.single_rollout:  # prompt-only features: its own prompt's value
+            baseline = predicted
+        else:  # cross-rollout: the siblings' values (before a fit: their rewards; single_rollout: the whole batch's)
+            group_ids = torch.zeros_like(batch.group_ids) if self.single_rollout else batch.group_ids
+            groups = make_groups(group_ids.cpu(), rewards.shape[0], min_size=1)
+            source = predicted if predicted is not None else torch.where(valid, values, 0.0)
+            baseline, others = cross_rollout_mean(source, valid, groups)  # [N]
+            baseline = torch.where(others > 0, baseline, 0.0)
         stats = {"reward_shaping/probe_baseline_mean": float(baseline[valid].mean()) if bool(valid.any()) else 0.0}
-        if self.seen and bool(valid.any()):
+        if predicted is not None and bool(valid.any()):
             stats["reward_shaping/probe_mse"] = float((predicted - values)[valid].square().mean())
         self.update(features[valid], values[valid])
         shaped = (values - baseline).to(rewards.device, rewards.dtype)
@@ -123,9 +147,11 @@ class ProbeBaseline:
     "probe_baseline",
     needs=("hidden", "entropy"),
     bind=ProbeBaseline,
+    group_free="single_rollout",
     formula="φ_i = [P·unit(mean_t h_it), mean_t H_it, max_t H_it, 1]; w = (Σ_k γ^k Φ_kᵀΦ_k + λI)⁻¹ Σ_k γ^k Φ_kᵀr_k "
     "over earlier steps; v̂_i = mean_{j∈G, j≠i} w·φ_j (cross-rollout: from the siblings' states); r̃_i = r_i − v̂_i "
-    "(first step: v̂_i = mean_{j≠i} r_j); pair with advantage: reinforce",
+    "(first step: v̂_i = mean_{j≠i} r_j); single_rollout (group size 1): φ_i of the first action only (the prompt's "
+    "state), v̂_i = w·φ_i (first step: the batch's leave-one-out mean); pair with advantage: reinforce",
     source="[257] POISE",
     summary="Baseline from a linear probe on the policy's hidden states and token entropies, trained online; each "
     "sample's baseline is predicted from its siblings' states, so it never sees the sample itself.",
@@ -138,6 +164,7 @@ def probe_baseline(
     ridge: float = 1.0,
     forgetting: float = 0.9,
     seed: int = 0,
+    single_rollout: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """POISE [257]: the value of a prompt is predicted by a lightweight probe from internal signals the policy's forward
     pass already computes (hidden states, token entropies), so no critic and no large group are needed for a
@@ -156,6 +183,13 @@ def probe_baseline(
     keeps the probe and is checkpointed with the run. A missing reward stays missing; a sample without a valid
     sibling keeps its reward.
 
+    With ``single_rollout`` (POISE's one rollout per prompt, ``algorithm.group_size: 1``, for more prompts per
+    step at the same cost) there is no independent rollout of the same prompt; reading chosen: the features are
+    taken at the first action only (the last hidden state of the prompt and the entropy of the first next-token
+    distribution: the same map over one action), which depend on the prompt and not on the sampled trajectory, so
+    each sample's baseline is the probe's value of its own prompt and the gradient stays unbiased. Before the
+    first fit the baseline is the mean reward of the batch's other samples (leave-one-out over the batch).
+
     Args:
         rewards: ``[N]`` combined rewards.
         batch: reads ``hidden`` ``[N, T, H]``, ``entropy`` ``[N, T]``, ``mask`` and ``group_ids``.
@@ -163,7 +197,11 @@ def probe_baseline(
         ridge: ``λ > 0``.
         forgetting: ``γ`` in ``(0, 1]`` (1: every earlier step counts alike).
         seed: the seed of the random projection.
+        single_rollout: prompt-state features and no sibling (group size 1).
     Returns:
         ``(r̃ [N], {"reward_shaping/probe_baseline_mean", "reward_shaping/probe_mse" once the probe has data})``.
     """
-    return ProbeBaseline(projection_dim=projection_dim, ridge=ridge, forgetting=forgetting, seed=seed)(rewards, batch)
+    probe = ProbeBaseline(
+        projection_dim=projection_dim, ridge=ridge, forgetting=forgetting, seed=seed, single_rollout=single_rollout
+    )
+    return probe(rewards, batch)

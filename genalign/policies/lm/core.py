@@ -49,7 +49,7 @@ from genalign.policies.lm.options import (
     lora_reference_mode,
     token_capabilities,
 )
-from genalign.policies.lm.reference import ReferencePolicy, get_base_model
+from genalign.policies.lm.reference import ReferencePolicy, anchor_reference, get_base_model
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lora import LoRAConfig
 
@@ -274,6 +274,9 @@ class TokenLMPolicy(Policy):
         if "kl" in request:
             features["kl"] = kl_penalty(out.logp, ref_logp, request.param("kl", "k3")) * mask
         return out.with_features(**features)
+
+    def anchor_reference(self, weights: dict[str, Tensor]) -> None:
+        anchor_reference(self.reference, weights)
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """``[n, T]`` log-probs of the stored actions under the reference policy (loaded on first use)."""

@@ -8,7 +8,7 @@ trained, weights). ``none`` has no reference: a KL request is then an error that
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
@@ -88,3 +88,21 @@ __all__ = [
     "is_peft_model",
     "resolve_reference_mode",
 ]
+
+
+def anchor_reference(reference: ReferencePolicy, weights: Mapping[str, torch.Tensor]) -> None:
+    """Set the frozen reference copy's parameters named in ``weights`` (the policy's trained parameters by their names
+    in the model, e.g. a validation checkpoint's: REVA-PO's VAPR [18]) to those values; the copy is loaded first
+    when it is not yet. Only ``frozen_copy`` holds weights of its own to move (``lora_disabled`` is the base model
+    itself); every name must be a parameter of the copy."""
+    if reference.mode != "frozen_copy":
+        raise ValueError(f"re-anchoring the reference needs policy.reference = 'frozen_copy' (full fine-tuning), got "
+                         f"{reference.mode!r}: with LoRA the reference is the base model with the adapters off.")  # fmt: skip
+    reference(lambda module: None)  # loads the frozen copy on first use
+    params = dict(reference._frozen.named_parameters())
+    missing = sorted(set(weights) - set(params))
+    if missing:
+        raise ValueError(f"re-anchoring the reference: {missing[0]!r} is not a parameter of the reference copy.")
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value.to(params[name].device, params[name].dtype))

@@ -80,3 +80,47 @@ def test_a_missing_reward_stays_missing_and_the_state_round_trips():
     restored = identity_probe()
     restored.load_state_dict(probe.state_dict())
     torch.testing.assert_close(restored.weights(), probe.weights())
+
+
+#: single_rollout: the features of the prompt's state alone (each row's first action): unit h_i0, H_i0, H_i0, 1
+PROMPT_FEATURES = torch.tensor([[0.6, 0.8, 1.0, 1.0, 1.0], [0.0, 1.0, 0.5, 0.5, 1.0], [1.0, 0.0, 0.0, 0.0, 1.0],
+                                [-1.0, 0.0, 2.0, 2.0, 1.0]], dtype=F64)  # fmt: skip
+
+
+def single_rollout_batch(hidden=HIDDEN) -> StepBatch:
+    """One rollout per prompt: every sample is its own group."""
+    return StepBatch(mask=MASK, group_ids=torch.arange(4), hidden=hidden, entropy=ENTROPY)
+
+
+def test_single_rollout_first_step_baseline_is_the_other_samples_mean_over_the_batch():
+    probe = identity_probe(single_rollout=True)
+    shaped, _ = probe(torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=F64), single_rollout_batch())
+    # no sibling in any group: the leave-one-out mean of the batch (1/3, 2/3, 2/3, 1/3)
+    torch.testing.assert_close(shaped, torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3], dtype=F64))
+    torch.testing.assert_close(probe.gram, PROMPT_FEATURES.T @ PROMPT_FEATURES)  # fitted on the prompt states
+
+
+def test_single_rollout_baseline_is_the_probe_value_of_the_samples_own_prompt_state():
+    probe = identity_probe(single_rollout=True, ridge=0.5)
+    first = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=F64)
+    probe(first, single_rollout_batch())
+    state = probe.state_dict()
+    second = torch.tensor([0.0, 1.0, 1.0, 1.0], dtype=F64)
+    shaped, _ = probe(second, single_rollout_batch())
+    gram = PROMPT_FEATURES.T @ PROMPT_FEATURES + 0.5 * torch.eye(5, dtype=F64)
+    weights = torch.linalg.solve(gram, PROMPT_FEATURES.T @ first)
+    torch.testing.assert_close(shaped, second - PROMPT_FEATURES @ weights)
+    # the sampled trajectory (the states after the first action) never enters the baseline ...
+    moved = HIDDEN.clone()
+    moved[0, 1] = torch.tensor([-7.0, 1.0])
+    again = identity_probe(single_rollout=True, ridge=0.5)
+    again.load_state_dict(state)
+    unmoved, _ = again(second, single_rollout_batch(moved))
+    torch.testing.assert_close(unmoved, shaped)
+    # ... but the prompt's own state does (no sibling is needed)
+    moved[0, 0] = torch.tensor([0.0, 5.0])
+    other = identity_probe(single_rollout=True, ridge=0.5)
+    other.load_state_dict(state)
+    shifted, _ = other(second, single_rollout_batch(moved))
+    assert abs(float(shifted[0] - shaped[0])) > 1e-3
+    torch.testing.assert_close(shifted[1:], shaped[1:])
