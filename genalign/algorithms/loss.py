@@ -23,7 +23,7 @@ from genalign.algorithms.kl import importance_weighted_kl
 from genalign.algorithms.objectives import OBJECTIVES, objective_hyperparameters
 from genalign.algorithms.options import Option, bind_option, check_hyperparameters
 from genalign.algorithms.ratio_levels import RATIO_LEVELS
-from genalign.algorithms.regularizers import REGULARIZERS, bind_vocab_term
+from genalign.algorithms.regularizers import REGULARIZERS, bind_reference_vocab_term, bind_vocab_term
 from genalign.algorithms.scores import ScoreOutput, ScoreRequest
 from genalign.algorithms.signals import names_by
 
@@ -38,7 +38,8 @@ class LossPlan:
         phases: how many times the update runs over the batch (objective meta ``phases``).
         uses_old_logp: the objective reads ``old_logp`` (objective meta; likelihood-free ones do not).
         kl_coef, kl_estimator, kl_importance: the KL term of the loss (``kl_coef = 0``: none).
-        regularizer, regularizer_coef, vocab_term: a per-action regulariser and the vocabulary term it reads.
+        regularizer, regularizer_coef, vocab_term, ref_vocab_term: a per-action regulariser and the vocabulary term
+            (of the policy's distribution, or of the policy's and the reference's) it reads.
         entropy_coef: the entropy bonus.
         aggregation: the aggregation mode with its keywords.
     """
@@ -53,6 +54,7 @@ class LossPlan:
     regularizer: Callable[..., Tensor] | None = None
     regularizer_coef: float = 1.0
     vocab_term: Callable[[Tensor], Tensor] | None = None
+    ref_vocab_term: Callable[[Tensor, Tensor], Tensor] | None = None
     entropy_coef: float = 0.0
     aggregation: Option = field(default_factory=lambda: Option("token_mean"))
 
@@ -82,12 +84,14 @@ class LossPlan:
             needs |= set(RATIO_LEVELS.meta(level.name).get("needs", ())) | set(
                 CLIP_FORMS.meta(form.name).get("needs", ())
             )
-        bound_regularizer = vocab = None
+        bound_regularizer = vocab = ref_vocab = None
         if regularizer is not None:
             bound_regularizer = bind_option(REGULARIZERS, regularizer.name, regularizer.args)
             needs |= set(REGULARIZERS.meta(regularizer.name).get("needs", ()))
             if "vocab_term" in needs:
                 vocab = bind_vocab_term(regularizer.name, **regularizer.args)
+            if "ref_vocab_term" in needs:
+                ref_vocab = bind_reference_vocab_term(regularizer.name, **regularizer.args)
         check_hyperparameters(AGGREGATIONS, aggregation.name, aggregation.args)
         return cls(
             objective=bind_option(OBJECTIVES, objective.name, args),
@@ -100,6 +104,7 @@ class LossPlan:
             regularizer=bound_regularizer,
             regularizer_coef=regularizer_coef,
             vocab_term=vocab,
+            ref_vocab_term=ref_vocab,
             entropy_coef=entropy_coef,
             aggregation=aggregation,
         )
@@ -115,6 +120,8 @@ class LossPlan:
             params["kl"] = self.kl_estimator
         if self.vocab_term is not None:
             params["vocab_term"] = self.vocab_term
+        if self.ref_vocab_term is not None:
+            params["ref_vocab_term"] = self.ref_vocab_term
         if self.entropy_coef or "entropy" in supplied:
             features.add("entropy")
         return ScoreRequest(frozenset(features), params)

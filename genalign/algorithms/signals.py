@@ -231,6 +231,11 @@ declare_signal("kl", ("N", "T"), "score", "Per-action KL to the reference policy
 declare_signal("vocab_term", ("N", "T"), "score",
                "A per-token function of the next-token logits, evaluated with gradient inside the chunked head pass.",
                detached=False, param="the function fn(logits [k, V]) -> [k] (bind_vocab_term)")  # fmt: skip
+declare_signal("ref_vocab_term", ("N", "T"), "score",
+               "A per-token function of the policy's and the reference's next-token distributions at the same state, "
+               "with gradient on the policy's side, evaluated chunk by chunk in the head pass.",
+               detached=False, param="the function fn(log_probs [k, V], ref_log_probs [k, V]) -> [k] "
+               "(bind_reference_vocab_term)")  # fmt: skip
 declare_signal("ref_logp", ("N", "T"), "score",
                "Log-probs of the stored actions under the reference policy (the KL's reference), computed like logp.")  # fmt: skip
 declare_signal("topk_logp", ("N", "T", "k"), "score", "The k largest next-token log-probabilities at each action.",

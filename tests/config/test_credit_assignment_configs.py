@@ -43,6 +43,7 @@ OPTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "ma_rlhf_perplexity": ({"ratio_level": {"name": "macro_action", "termination": "perplexity"}}, None),
     "rlpt": ({"regularizer": {"name": "promising_tokens", "top_k": 8}, "regularizer_coef": 1.0},
              {"top_k": 8}),
+    "rlpt_reference_set": ({"regularizer": {"name": "reference_promising_tokens", "top_k": 8}}, None),
     "perceval_capo_token_rewards": ({"credit": [{"name": "judged_token_rewards", "weight": 0.2}]},
                                     {"probes": {"token_judge": {"judge": {"name": "arithmetic_claims", "scope": "step"},
                                                                 "votes": 3}}}),
@@ -86,6 +87,8 @@ def test_needs_reach_the_trainer():
     [
         ({"credit": ["rubric_contrast"]}, None, "'counterfactual_logp'"),  # the probe needs its column
         ({"credit": ["delta_logp_weights"]}, {"reference": "none"}, "'kl'"),  # Δlog p needs the reference
+        ({"regularizer": "reference_promising_tokens"}, {"reference": "none"}, "'ref_vocab_term'"),  # RLPT's base set
+        ({"regularizer": {"name": "reference_promising_tokens", "top_k": 0}}, None, "top_k >= 1"),
         ({"credit": ["probability_shaping", "rank_causal"]}, None, "put it first"),
         ({"credit": ["judged_token_rewards"]}, None, "'token_judgement'"),  # no token judge configured
         ({}, {"probes": {"token_judge": {"judge": "claim_checker"}}}, "unknown token judge 'claim_checker'"),

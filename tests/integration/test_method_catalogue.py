@@ -306,6 +306,8 @@ EXTRA_RUNS: dict[str, list[str]] = {
     ],
     # TDPO [48] with the exact per-token forward KL to the reference (chunked head pass)
     "tdpo_exact_forward_kl": ["algorithm.objective=tdpo_exact", "algorithm.aggregation=seq_mean_token_mean"],
+    # RLPT [227] with the promising set from the reference (base model), in the chunked head pass
+    "rlpt_reference_set": ["algorithm.regularizer=reference_promising_tokens", "algorithm.regularizer.top_k=5"],
     # issue 29 item 3 (misc batch): LaSeR's self-reward used in training (read from the pre-update scoring pass)
     "laser_self_reward_bonus": [
         "algorithm.regularizer=last_token_self_reward", "algorithm.regularizer.token_id=3",

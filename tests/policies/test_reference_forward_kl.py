@@ -1,15 +1,23 @@
-"""The per-token forward KL to the reference over the whole vocabulary (score feature ``ref_forward_kl``, TDPO [48]):
-the chunked head pass against plain autograd through full ``[n, V]`` softmaxes (values and gradients, the reference's
-side constant), and through the causal LM policy with LoRA (reference = adapters off) against the full logits of both
-models."""
+"""Terms against the reference's whole next-token distribution, computed in the chunked head pass: the per-token
+forward KL (score feature ``ref_forward_kl``, TDPO [48]) and a regulariser's term (``ref_vocab_term``, RLPT [227]'s
+mass on the reference's promising tokens). The chunked pass against plain autograd through full ``[n, V]`` softmaxes
+(values and gradients, the reference's side constant), and through the causal LM policy with LoRA (reference =
+adapters off) against the full logits of both models."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from genalign.algorithms.regularizers import bind_reference_vocab_term
 from genalign.policies.base import ScoreRequest
-from genalign.policies.lm.logprobs import chunked_forward_kl, position_ids_from_mask, token_scores_from_hidden
+from genalign.policies.lm.logprobs import (
+    OtherModel,
+    chunked_forward_kl,
+    forward_kl_term,
+    position_ids_from_mask,
+    token_scores_from_hidden,
+)
 from tests.policies.test_causal_lm import PROMPTS, _lora_policy, make_policy, model_dirs  # noqa: F401  (fixture)
 
 
@@ -41,10 +49,10 @@ def test_padding_gets_no_forward_kl_and_the_token_scores_carry_it():
     hidden, other = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     scores = token_scores_from_hidden(hidden, torch.zeros(2, 3, dtype=torch.long), mask, head, temperature=1.0,
-                                      chunk_size=2, reference=(other, head))  # fmt: skip
+                                      chunk_size=2, reference=OtherModel(other, head, {"ref_forward_kl": forward_kl_term}))  # fmt: skip
     assert scores.ref_forward_kl.shape == (2, 3) and (scores.ref_forward_kl[mask == 0] == 0).all()
     same = token_scores_from_hidden(hidden, torch.zeros(2, 3, dtype=torch.long), mask, head, temperature=1.0,
-                                    chunk_size=2, reference=(hidden, head))  # fmt: skip
+                                    chunk_size=2, reference=OtherModel(hidden, head, {"ref_forward_kl": forward_kl_term}))  # fmt: skip
     torch.testing.assert_close(same.ref_forward_kl, torch.zeros(2, 3), atol=1e-6, rtol=0)  # KL(p ‖ p) = 0
 
 
@@ -78,3 +86,27 @@ def test_the_policy_compares_its_distribution_with_the_reference_at_every_action
     for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     assert "ref_forward_kl" not in make_policy(model_dirs, reference="none").capabilities.signals
+
+
+def test_the_policy_takes_a_regularisers_mass_over_the_references_promising_tokens(model_dirs):  # noqa: F811
+    """``ref_vocab_term`` with RLPT's term: the policy's log-mass on the reference's top-3 tokens at each action,
+    equal to the full-logits value with its gradient, and different from the mass on the policy's own top 3."""
+    policy = _lora_policy(model_dirs, logprob_chunk_size=4, temperature=0.8)
+    assert "ref_vocab_term" in policy.capabilities.signals
+    term = bind_reference_vocab_term("reference_promising_tokens", top_k=3)
+    rollout = policy.rollout(PROMPTS, group_size=2)
+    score = policy.score(rollout, ScoreRequest.of(ref_vocab_term=term))
+    score["ref_vocab_term"].sum().backward()
+    chunked = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    data, mask = rollout.per_sample, rollout.action_mask
+    own = _full_log_probs(policy.hf_model, data, 0.8)  # [n, T, V]
+    with torch.no_grad(), policy.model.disable_adapter():
+        ref = _full_log_probs(policy.hf_model, data, 0.8)
+    naive = own.gather(2, ref.topk(3, dim=-1).indices).logsumexp(-1) * mask  # [n, T]
+    torch.testing.assert_close(score["ref_vocab_term"], naive, atol=1e-5, rtol=1e-5)
+    own_set = own.gather(2, own.detach().topk(3, dim=-1).indices).logsumexp(-1) * mask
+    assert not torch.allclose(naive, own_set, atol=1e-4), "the set is the reference's, not the policy's"
+    naive.sum().backward()
+    for a, b in zip(chunked, [p.grad for p in policy.trainable_parameters()], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -9,9 +9,16 @@ from genalign.algorithms.regularizers import (  # noqa: F401  (register)
 )
 from genalign.algorithms.regularizers.base import (
     REGULARIZERS,
+    bind_reference_vocab_term,
     bind_vocab_term,
     entropy_bonus,
     entropy_from_logits,
 )
 
-__all__ = ["REGULARIZERS", "bind_vocab_term", "entropy_bonus", "entropy_from_logits"]
+__all__ = [
+    "REGULARIZERS",
+    "bind_reference_vocab_term",
+    "bind_vocab_term",
+    "entropy_bonus",
+    "entropy_from_logits",
+]

@@ -62,6 +62,19 @@ def bind_vocab_term(name: str, **hp) -> Callable[[Tensor], Tensor]:
     return bound
 
 
+def bind_reference_vocab_term(name: str, **hp) -> Callable[[Tensor, Tensor], Tensor]:
+    """The reference pair term of regulariser ``name`` with its hyper-parameters bound: ``fn(log_probs [n, V] (grad),
+    ref_log_probs [n, V]) -> [n]``, the parameter of the score feature ``ref_vocab_term`` (an option with
+    ``needs=("ref_vocab_term",)`` and registry meta ``ref_vocab_term``). Raises a ``ValueError`` for an option without
+    one and for bad hyper-parameters."""
+    term = REGULARIZERS.meta(name).get("ref_vocab_term")
+    if term is None:
+        raise ValueError(f"regularizer {name!r} has no reference vocabulary term (it does not need 'ref_vocab_term')")
+    bound = partial(term, **hp)
+    bound(torch.zeros(1, 2), torch.zeros(1, 2))  # validates the hyper-parameters before any model runs
+    return bound
+
+
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy ``H = logsumexp(z) − Σ softmax(z)·z`` of the categorical distribution over the last axis.
 

@@ -80,7 +80,7 @@ from genalign.policies.lm.guidance import (
     sample_self_hints,
     split_by,
 )
-from genalign.policies.lm.logprobs import TokenScores, completion_scores, output_head
+from genalign.policies.lm.logprobs import REFERENCE_TERMS, OtherModel, TokenScores, completion_scores, output_head
 from genalign.policies.lm.lora import add_lora
 from genalign.policies.lm.multi_turn import TextTurns, multi_turn_rollout
 from genalign.policies.lm.probes import probe_structure
@@ -424,6 +424,7 @@ class CausalLMPolicy(TokenLMPolicy):
             "hidden": scores.hidden,
             "logit_stats": scores.logit_stats,
             "ref_forward_kl": scores.ref_forward_kl,
+            "ref_vocab_term": scores.ref_vocab_term,
         }
         return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
 
@@ -453,13 +454,12 @@ class CausalLMPolicy(TokenLMPolicy):
         )
 
 
-def _kept_reference(request: ScoreRequest, width: int) -> tuple[Tensor, nn.Module] | None:
-    """The reference's ``(hidden [n, width, H], head)`` that feature ``ref_forward_kl`` carries (set by
-    :meth:`TokenLMPolicy.score` from its reference pass), cut to the kept completion columns; None when not asked."""
-    if "ref_forward_kl" not in request:
-        return None
-    hidden, head = request.param("ref_forward_kl")
-    return hidden[:, :width], head
+def _kept_reference(request: ScoreRequest, width: int) -> OtherModel | None:
+    """The reference's side (:class:`~genalign.policies.lm.logprobs.OtherModel`, set by :meth:`TokenLMPolicy.score`
+    from its reference pass for ``ref_forward_kl`` / ``ref_vocab_term``), its hidden states cut to the kept
+    completion columns; None when not asked."""
+    side = next((request.param(name) for name in REFERENCE_TERMS if name in request), None)
+    return side._replace(hidden=side.hidden[:, :width]) if side is not None else None
 
 
 def _kept_completion_width(data: dict[str, Any]) -> int:

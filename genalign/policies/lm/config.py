@@ -194,7 +194,7 @@ class CausalLMPolicyConfig:
         )
         teachers = self._teachers({"model", "self", "context", "remote", "generate", "distribution"})
         if self.reference != "none":  # the reference's full next-token distribution, compared in the head pass
-            capabilities = replace(capabilities, signals=capabilities.signals | {"ref_forward_kl"})
+            capabilities = replace(capabilities, signals=capabilities.signals | {"ref_forward_kl", "ref_vocab_term"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
                        teacher_limits="")  # fmt: skip
 

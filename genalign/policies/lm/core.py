@@ -40,6 +40,7 @@ from genalign.policies.base import DTYPES, PeerModel, Policy, Rollout, RolloutRe
 from genalign.policies.capabilities import REFERENCE_FEATURES
 from genalign.policies.lm.engines.base import SamplingParams
 from genalign.policies.lm.export import CheckpointFacts, write_checkpoint_extras
+from genalign.policies.lm.logprobs import REFERENCE_TERMS, OtherModel, forward_kl_term
 from genalign.policies.lm.lora import load_weights, save_weights
 from genalign.policies.lm.options import (
     AUTOREGRESSIVE_FEATURES,
@@ -243,17 +244,20 @@ class TokenLMPolicy(Policy):
         the reference when the request names ``kl`` (its parameter is the estimator), the reference's log-probs
         ``ref_logp`` ``[n, T]`` and its own per-action entropy ``ref_entropy`` ``[n, T]`` when it names them (the
         reference scores the same actions through the same code path). ``ref_forward_kl`` (the per-token forward KL
-        ``KL(π_ref ‖ πθ)`` over the vocabulary, with gradient) runs the reference pass first, for its hidden states
-        and head, and the policy's chunked head pass then compares both distributions chunk by chunk."""
+        ``KL(π_ref ‖ πθ)`` over the vocabulary, with gradient) and ``ref_vocab_term`` (a regulariser's term of both
+        distributions, its parameter) run the reference pass first, for its hidden states and head, and the policy's
+        chunked head pass then compares both distributions chunk by chunk."""
         self.check_request(request)
         reference_pass = None
-        if "ref_forward_kl" in request:
+        against = {name: request.param(name, forward_kl_term) for name in REFERENCE_TERMS if name in request}
+        if against:
             extra = ("entropy",) if "ref_entropy" in request else ()
             reference_pass = self.reference(
                 lambda module: (self.score_actions(module, rollout, ScoreRequest.of("hidden", *extra)),
                                 reference_head(module))
             )  # fmt: skip
-            request = request.union(ScoreRequest.of(ref_forward_kl=(reference_pass[0]["hidden"], reference_pass[1])))
+            side = OtherModel(reference_pass[0]["hidden"], reference_pass[1], against)
+            request = request.union(ScoreRequest.of(**dict.fromkeys(against, side)))  # each term carries the side
         out = self.score_actions(self.model, rollout, request)
         if not (REFERENCE_FEATURES | REFERENCE_ENTROPY) & request.features:
             return out

@@ -52,6 +52,8 @@ class TokenScores(NamedTuple):
             :func:`_head_logit_stats`.
         ref_forward_kl: ``[B, C]`` float32 ``KL(π_ref(·|s_t) ‖ πθ(·|s_t))`` over the whole vocabulary, with gradient
             (:func:`chunked_forward_kl`).
+        ref_vocab_term: ``[B, C]`` float32 value of a regulariser's term of the policy's and the reference's
+            distributions, with gradient (:func:`chunked_reference_terms`).
     """
 
     logp: Tensor
@@ -61,44 +63,77 @@ class TokenScores(NamedTuple):
     hidden: Tensor | None = None
     logit_stats: Tensor | None = None
     ref_forward_kl: Tensor | None = None
+    ref_vocab_term: Tensor | None = None
 
 
-#: ``(hidden [B, C, H], head)`` of another model at the same positions (the reference's, for the forward KL)
-OtherModel = tuple[Tensor, nn.Module]
+#: ``term(log_probs [c, V] (grad), other_log_probs [c, V]) -> [c]``: a per-token function of the policy's and another
+#: model's next-token distributions at the same position, both at the sampling temperature
+ReferenceTerm = Callable[[Tensor, Tensor], Tensor]
 
 
-def _chunk_forward_kl(hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module,
-                      temperature: float) -> Tensor:  # fmt: skip
-    """``[n]`` ``KL(softmax(other_head(other_hidden) / T) ‖ softmax(head(hidden) / T))`` of one chunk; the other
-    model's side is a constant (no gradient reaches its head or hidden states)."""
+#: the score features computed against the reference's distribution in the head pass: asked with their term as the
+#: parameter (``ref_forward_kl``: none, :func:`forward_kl_term`), passed to the family's scoring pass with the
+#: reference's :class:`OtherModel` (every requested term) instead
+REFERENCE_TERMS = ("ref_forward_kl", "ref_vocab_term")
+
+
+class OtherModel(NamedTuple):
+    """Another model at the same positions (the reference): its ``hidden`` ``[B, C, H]`` states, its ``head`` and the
+    ``terms`` to compute against it, by score feature (``ref_forward_kl``, ``ref_vocab_term``)."""
+
+    hidden: Tensor
+    head: nn.Module
+    terms: dict[str, ReferenceTerm]
+
+
+def forward_kl_term(log_probs: Tensor, other_log_probs: Tensor) -> Tensor:
+    """``[c]`` ``KL(p_other ‖ p) = Σ_v p_other(v) (log p_other(v) − log p(v))`` (the score feature ``ref_forward_kl``)."""
+    return (other_log_probs.exp() * (other_log_probs - log_probs)).sum(dim=-1)
+
+
+def _chunk_reference_terms(hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module,
+                           temperature: float, *terms: ReferenceTerm) -> Tensor:  # fmt: skip
+    """``[c, len(terms)]`` each term of one chunk's two next-token distributions; the other model's side is a
+    constant (no gradient reaches its head or hidden states)."""
     with torch.no_grad():
         other = torch.log_softmax(other_head(other_hidden).float() / temperature, dim=-1)  # [c, V]
     own = torch.log_softmax(head(hidden).float() / temperature, dim=-1)  # [c, V]
     if own.shape[-1] != other.shape[-1]:
         raise ValueError(
-            f"the forward KL needs one vocabulary: the policy's head gives {own.shape[-1]} logits, the other model's "
-            f"{other.shape[-1]}."
+            f"a term against the reference needs one vocabulary: the policy's head gives {own.shape[-1]} logits, the "
+            f"other model's {other.shape[-1]}."
         )
-    return (other.exp() * (other - own)).sum(dim=-1)  # [c]
+    return torch.stack([term(own, other).float() for term in terms], dim=-1)  # [c, k]
+
+
+def chunked_reference_terms(
+    hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module, *, temperature: float,
+    chunk_size: int, terms: tuple[ReferenceTerm, ...],
+) -> Tensor:  # fmt: skip
+    """``[n, len(terms)]`` per-token terms of the policy's and the other model's next-token distributions
+    (``softmax(head(h) / T)`` of each side) for every row of ``hidden`` / ``other_hidden`` ``[n, H]``: one chunk of
+    ``[chunk_size, V]`` logits per side at a time, the policy's side checkpointed (recomputed in backward), so no
+    ``[n, V]`` tensor is ever held. Gradients reach the policy's side only, exactly (e.g. the forward KL's
+    ``∂KL/∂s = (pθ − p_other) / T`` per logit). Any model whose hidden states at the same positions and head are given
+    can be the other side (the reference here; a teacher of the same vocabulary alike)."""
+    use_checkpoint = torch.is_grad_enabled() and hidden.shape[0] > chunk_size
+    values = [hidden.new_zeros(0, len(terms), dtype=torch.float32)]
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        args = (hidden[rows], other_hidden[rows], head, other_head, temperature, *terms)
+        values.append(checkpoint(_chunk_reference_terms, *args, use_reentrant=False) if use_checkpoint
+                      else _chunk_reference_terms(*args))  # fmt: skip
+    return torch.cat(values)
 
 
 def chunked_forward_kl(
     hidden: Tensor, other_hidden: Tensor, head: nn.Module, other_head: nn.Module, *, temperature: float,
     chunk_size: int,
 ) -> Tensor:  # fmt: skip
-    """``[n]`` forward KL ``KL(p_other ‖ pθ)`` of every row of ``hidden`` / ``other_hidden`` ``[n, H]``, where each
-    side's next-token distribution is ``softmax(head(h) / T)``: one chunk of ``[chunk_size, V]`` logits per side at a
-    time, the policy's side checkpointed (recomputed in backward), so no ``[n, V]`` tensor is ever held. The gradient
-    is the exact one, ``∂KL/∂s = (pθ − p_other) / T`` per logit. Any model whose hidden states at the same positions
-    and head are given can be the other side (the reference here; a teacher of the same vocabulary alike)."""
-    use_checkpoint = torch.is_grad_enabled() and hidden.shape[0] > chunk_size
-    values = [hidden.new_zeros(0, dtype=torch.float32)]
-    for start in range(0, hidden.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        args = (hidden[rows], other_hidden[rows], head, other_head, temperature)
-        values.append(checkpoint(_chunk_forward_kl, *args, use_reentrant=False) if use_checkpoint
-                      else _chunk_forward_kl(*args))  # fmt: skip
-    return torch.cat(values)
+    """``[n]`` forward KL ``KL(p_other ‖ pθ)`` of every row (:func:`chunked_reference_terms` with
+    :func:`forward_kl_term`)."""
+    return chunked_reference_terms(hidden, other_hidden, head, other_head, temperature=temperature,
+                                   chunk_size=chunk_size, terms=(forward_kl_term,))[:, 0]  # fmt: skip
 
 
 def _chunk_logprobs(
@@ -288,8 +323,9 @@ def token_scores_from_hidden(
         topk: ``k > 0`` also returns the ``k`` largest log-probs of each token (a separate no-grad chunked pass).
         with_hidden: also return ``hidden`` (detached, 0 on padding).
         with_logit_stats: also return the self-certainty and raw target logit (a separate no-grad chunked pass).
-        reference: ``(hidden [B, C, H], head)`` of the reference at the same positions: also return the forward KL
-            ``KL(π_ref ‖ πθ)`` of each token over the vocabulary (:func:`chunked_forward_kl`, with gradient).
+        reference: the reference at the same positions (:class:`OtherModel`): also return each of its ``terms``
+            (``ref_forward_kl``: ``KL(π_ref ‖ πθ)`` of each token over the vocabulary; ``ref_vocab_term``: a
+            regulariser's term), with gradient (:func:`chunked_reference_terms`).
 
     Returns:
         :class:`TokenScores`.
@@ -315,12 +351,21 @@ def token_scores_from_hidden(
     stats = None
     if with_logit_stats:
         stats = _head_logit_stats(flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size)
-    forward_kl = None
-    if reference is not None:
-        other_hidden, other_head = reference
+    against: dict[str, Tensor] = {}
+    if reference is not None and reference.terms:
+        other_hidden = reference.hidden
         other_flat = other_hidden.reshape(-1, other_hidden.shape[-1])[flat_index].to(flat_hidden.device)  # [n, H']
-        forward_kl = chunked_forward_kl(flat_hidden, other_flat, head, other_head, temperature=temperature,
-                                        chunk_size=chunk_size)  # fmt: skip
+        names = list(reference.terms)
+        values = chunked_reference_terms(
+            flat_hidden,
+            other_flat,
+            head,
+            reference.head,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            terms=tuple(reference.terms.values()),
+        )  # [n, k]
+        against = {name: _scatter(values[:, j], flat_index, mask) for j, name in enumerate(names)}  # [B, C] each
     return TokenScores(
         logp=_scatter(logp, flat_index, mask),
         entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
@@ -328,7 +373,8 @@ def token_scores_from_hidden(
         topk_logp=_scatter(top, flat_index, mask) if top is not None else None,
         hidden=torch.where(mask[..., None] > 0, hidden.detach(), 0) if with_hidden else None,  # [B, C, H]
         logit_stats=_scatter(stats, flat_index, mask) if stats is not None else None,  # [B, C, 2]
-        ref_forward_kl=_scatter(forward_kl, flat_index, mask) if forward_kl is not None else None,  # [B, C]
+        ref_forward_kl=against.get("ref_forward_kl"),  # [B, C]
+        ref_vocab_term=against.get("ref_vocab_term"),  # [B, C]
     )
 
 
