@@ -446,7 +446,7 @@ def test_policy_score_returns_the_vocab_term_of_the_full_logits(model_dirs, name
 def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option(model_dirs):
     features = frozenset(
         {"entropy", "kl", "ref_logp", "ref_entropy", "vocab_term", "topk_logp", "hidden", "logit_stats"}
-    ) | {"ref_forward_kl"}  # the reference's full distribution, compared in the head pass (TDPO [48])
+    ) | {"ref_forward_kl", "ref_vocab_term"}  # terms against the reference's distribution (TDPO [48], RLPT [227])
     structure = frozenset({"truncated", "segment_ids", "action_ids", "prefix_tree"})
     structure |= {"segment_values", "answer_probe", "teacher_logp", "prefix_rewards"}  # probes (policy.probes)
     structure |= {"attention_entropy", "answer_attention_flow", "answer_saliency"}  # genalign.policies.lm.internals
@@ -455,7 +455,7 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
         False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
     )
-    without_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy", "ref_forward_kl"}
+    without_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy", "ref_forward_kl", "ref_vocab_term"}
     assert CausalLMPolicyConfig(reference="none").capabilities().signals == without_reference
     assert CausalLMPolicyConfig(reference="none").capabilities().teachers == teachers - {"reference"}
     assert CausalLMPolicyConfig(lora=LoRAConfig(rank=4), reference="lora_disabled").capabilities().signals == (
