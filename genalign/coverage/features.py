@@ -116,6 +116,13 @@ FEATURES: tuple[Feature, ...] = (
     Feature("Routing Replay (the rollout's MoE expert choices replayed in every scoring pass)", (294,),
             "genalign.policies.lm.routing_replay:replaying", "policy.routing_replay (causal_lm, Qwen3-MoE)",
             ("routing_replay",)),
+    Feature("scoring pass restricted to the trained tokens (prefix cut, head on the kept subset)", (220, 312),
+            "genalign.trainer.trained_scoring:score_trained",
+            "algorithm.score_only_trained: true, with credit token_subsample (causal_lm)",
+            ("score_trained", "score_only_trained")),
+    Feature("soft multi-choice reward (partial credit for a correct subset of the options)", (156,),
+            "genalign.rewards.multiple_choice:MultiChoiceCredit", "rewards: [multi_choice_credit]",
+            ("multi_choice_credit",)),
     Feature("test-time extrapolation along Δlog p", (266,), "genalign.pipelines.extrapolation:extrapolated_generate",
             "python: extrapolated_generate(trained, base, ..., alpha) (causal_lm inference)"),
 )  # fmt: skip

@@ -71,6 +71,8 @@ class PolicyCapabilities:
             ``context`` (a teacher that sees the prompt with privileged context added), ``remote`` (a server scoring
             the sampled token ids).
         teacher_limits: why the kinds it does not host are refused (in the config-load error).
+        trained_action_scoring: :meth:`~genalign.policies.base.Policy.restrict_to_trained` cuts a rollout's scoring
+            pass to its trained actions (``algorithm.score_only_trained``).
     """
 
     rollout_logp_is_exact: bool = False
@@ -81,6 +83,7 @@ class PolicyCapabilities:
     rollout_calls_rewards: bool = False
     teachers: frozenset[str] = frozenset()
     teacher_limits: str = "this family hosts no teacher"
+    trained_action_scoring: bool = False
 
     def missing(self, needs: Iterable[str]) -> list[str]:
         """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot

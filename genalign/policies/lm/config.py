@@ -193,7 +193,7 @@ class CausalLMPolicyConfig:
         )
         teachers = self._teachers({"model", "self", "context", "remote"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
-                       teacher_limits="")  # fmt: skip
+                       teacher_limits="", trained_action_scoring=True)  # fmt: skip
 
     def _teachers(self, kinds: set[str]) -> frozenset[str]:
         """``kinds``, and ``reference`` (a self-teacher with the base weights) unless ``reference='none'``."""
