@@ -10,7 +10,8 @@ backward, over the batch in micro-batches of each ``--micro-batches`` size (grad
 alternating, ``--repeats`` times after one warm-up. The table gives the median process CPU seconds, the
 activation memory kept for the backward of the largest micro-batch (bytes of every tensor autograd saves, counted by
 ``torch.autograd.graph.saved_tensors_hooks``; with the weights fixed, this is what a pass adds to the peak), the
-peak resident-set growth of the first pass over its start (``ru_maxrss``, each system in its own process so that each peak is its own),
+peak resident-set growth of a pass over the resident size before it (Linux: the peak is reset through
+``/proc/self/clear_refs``; each system in its own process, after a warm-up pass),
 and the largest relative gradient difference between the two (the cut pass must give the full pass's gradient).
 
 Run: ``HF_HUB_OFFLINE=1 python benchmarks/bench_trained_scoring.py [--threads 1] [--output FILE]`` (a minute or two;
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -69,13 +70,16 @@ def one_pass(policy, rollout, advantages, *, cut: bool, micro_batch: int):
     """(CPU seconds, largest micro-batch's saved-activation bytes) of one forward + backward of ``Σ A·logp`` over the
     batch in micro-batches of ``micro_batch`` samples (gradients accumulate, as in the update), and the gradients."""
     policy.model.zero_grad(set_to_none=True)
+    weights = {p.untyped_storage().data_ptr() for p in policy.model.parameters()}
     start, largest = time.process_time(), 0
     for first in range(0, len(rollout), micro_batch):
         rows = list(range(first, min(first + micro_batch, len(rollout))))
-        part, adv, saved = rollout.select(rows), advantages[rows], [0]
+        part, adv, saved = rollout.select(rows), advantages[rows], {}
 
         def pack(tensor, saved=saved):
-            saved[0] += tensor.numel() * tensor.element_size()
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in weights:  # activations only, each storage once
+                saved[storage.data_ptr()] = storage.nbytes()
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -85,21 +89,27 @@ def one_pass(policy, rollout, advantages, *, cut: bool, micro_batch: int):
                 logp = policy.score(part).logp
             loss = -(adv * logp * part.action_mask).sum()
         loss.backward()
-        largest = max(largest, saved[0])
+        largest = max(largest, sum(saved.values()))
     seconds = time.process_time() - start
     grads = [p.grad.clone() for p in policy.model.parameters() if p.grad is not None]
     return seconds, largest, grads
 
 
-def current_rss_mb() -> float:
-    """The resident set size now (Linux ``/proc``; elsewhere the peak so far, which makes the growth 0)."""
+def reset_peak_rss() -> bool:
+    """Reset the process's peak resident set size (Linux: ``5`` to ``/proc/self/clear_refs``); False where it cannot."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return float(line.split()[1]) / 1024
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
     except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return False
+
+
+def rss_mb(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (the peak since the last reset) of ``/proc/self/status``, in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return float(line.split()[1]) / 1024
+    raise OSError(f"no {field} in /proc/self/status")
 
 
 def build(args, folder: Path):
@@ -115,15 +125,18 @@ def build(args, folder: Path):
 
 
 def worker(args) -> dict:
-    """One system alone in this process: its peak resident-set growth over its first pass (the model and batch are
-    small next to the pass's activations, so the peak of the process is the pass's)."""
+    """One system alone in this process: the growth of its peak resident set over one pass (after a warm-up), from the
+    resident size just before it (the peak is reset there); NaN where the peak cannot be reset."""
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
         policy, rollout, advantages = build(args, Path(folder))
-        base = current_rss_mb()
+        one_pass(policy, rollout, advantages, cut=args.worker == "cut", micro_batch=args.micro_batch)  # warm-up
+        policy.model.zero_grad(set_to_none=True)
+        if not reset_peak_rss():
+            return {"rss_growth_mb": math.nan}
+        base = rss_mb("VmRSS")
         one_pass(policy, rollout, advantages, cut=args.worker == "cut", micro_batch=args.micro_batch)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"rss_growth_mb": peak - base}
+        return {"rss_growth_mb": rss_mb("VmHWM") - base}
 
 
 def rss_growth(args, system: str, micro_batch: int) -> float:
@@ -151,6 +164,7 @@ def measure(args, micro_batch: int) -> dict:
     )
     real = rollout.action_mask.sum()
     return {
+        "prompt_tokens": float(rollout.per_sample["prompt_mask"].sum(1).float().mean()),
         "micro_batch": micro_batch,
         "parameters": sum(p.numel() for p in policy.model.parameters()),
         "kept_share": float(((advantages != 0) & (rollout.action_mask > 0)).sum() / real),
@@ -168,7 +182,7 @@ def report(args, results: list[dict]) -> str:
     first = results[0]
     lines = [
         f"Model: Qwen2 architecture, {first['parameters'] / 1e6:.2f}M parameters; {args.samples} completions of "
-        f"{args.completion_tokens // 2}..{args.completion_tokens} tokens after ~{args.prompt_tokens}-token prompts; "
+        f"{args.completion_tokens // 2}..{args.completion_tokens} tokens after prompts of {first['prompt_tokens']:.0f} tokens on average; "
         f"NAT random prefix cut keeps {first['kept_share']:.0%} of the completion tokens; {torch.get_num_threads()} "
         f"thread(s); median of {args.repeats}. A micro-batch is cut after the last kept token of any of its samples, so "
         "smaller micro-batches keep more of the saving.",
@@ -182,8 +196,8 @@ def report(args, results: list[dict]) -> str:
         rss = r["cut_rss_mb"] / r["full_rss_mb"] if r["full_rss_mb"] > 0 else float("nan")
         m = r["micro_batch"]
         lines += [
-            f"| every token | {m} | {r['full_cpu_s']:.3f} | {r['full_saved_mb']:.1f} | {r['full_rss_mb']:.1f} | |",
-            f"| trained tokens only | {m} | {r['cut_cpu_s']:.3f} | {r['cut_saved_mb']:.1f} | {r['cut_rss_mb']:.1f} | "
+            f"| every token | {m} | {r['full_cpu_s']:.3f} | {r['full_saved_mb']:.3f} | {r['full_rss_mb']:.1f} | |",
+            f"| trained tokens only | {m} | {r['cut_cpu_s']:.3f} | {r['cut_saved_mb']:.3f} | {r['cut_rss_mb']:.1f} | "
             f"{r['grad_gap']:.1e} |",
             f"| trained / every | {m} | {cpu:.2f}x | {saved:.2f}x | {rss:.2f}x | |",
         ]

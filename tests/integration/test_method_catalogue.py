@@ -286,6 +286,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
     "tw_grpo_multi_choice_credit": [  # [156]: the digits of the answer as options, partial credit for a subset
         "rewards=[{fn: multi_choice_credit, name: accuracy, args: {labels: '0123456789', answer_format: whole}}]",
     ],
+    "reg_grpo_difficulty_shift": [  # [177]: reference hints for failed prompts, a hotter temperature for solved ones
+        "algorithm.objective=reg_grpo", "algorithm.aggregation=null",
+        "algorithm.sample_sources=[{name: difficulty_shift, solution_column: answer, hint_step: 0.5}]",
+    ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",
