@@ -13,6 +13,8 @@ still counts every real action (it is computed from the full mask), as the Horvi
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -57,4 +59,12 @@ def score_trained(
     return ScoreOutput(logp, features)
 
 
-__all__ = ["score_trained", "trained_actions"]
+def scored_feature_means(metrics: dict[str, Any], advantages: Tensor, mask: Tensor) -> dict[str, Any]:
+    """``metrics`` with the per-action means of the score features (``entropy``, ``kl``: taken over every real action
+    of ``mask`` ``[n, T]``, where the unscored ones hold 0) rescaled to means over the scored (trained) actions."""
+    trained = trained_actions(advantages, mask)
+    scale = float(mask.sum()) / max(float(trained.sum()), 1.0)
+    return {name: value * scale if name in ("entropy", "kl") else value for name, value in metrics.items()}
+
+
+__all__ = ["score_trained", "scored_feature_means", "trained_actions"]

@@ -24,7 +24,7 @@ from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_reduce_max, all_reduce_sum, full_value
 from genalign.trainer.guards import check_parameters, update_is_finite
-from genalign.trainer.trained_scoring import score_trained
+from genalign.trainer.trained_scoring import score_trained, scored_feature_means
 
 
 def score_without_grad(
@@ -134,6 +134,8 @@ def run_update(
                     else:
                         out = policy.score(micro_rollout, request)
                 loss, metrics = plan(out, micro_batch, normalizer)
+                if cfg.score_only_trained:  # entropy and KL logged over the scored actions
+                    metrics = scored_feature_means(metrics, advantages[micro], micro_rollout.action_mask)
                 loss.backward()
                 loss_sum += float(loss.detach())
                 sums.add(loss, metrics, micro_rollout.action_mask)

@@ -290,6 +290,9 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.objective=reg_grpo", "algorithm.aggregation=null",
         "algorithm.sample_sources=[{name: difficulty_shift, solution_column: answer, hint_step: 0.5}]",
     ],
+    "oreal_token_reward_head": [  # [147]: OREAL's reshaping, then the online token-level reward model's weights
+        "algorithm.advantage=rloo", "algorithm.credit=[outcome_reshaped, token_reward_head]",
+    ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",

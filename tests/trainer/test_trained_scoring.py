@@ -11,7 +11,7 @@ from genalign.config import ConfigError
 from genalign.policies.lm.causal import CausalLMPolicyConfig, build_policy
 from genalign.policies.lm.trained_actions import restrict_to_trained, trained_width
 from genalign.registry import Option
-from genalign.trainer.trained_scoring import score_trained, trained_actions
+from genalign.trainer.trained_scoring import score_trained, scored_feature_means, trained_actions
 from tests.algorithms.arith_config import arith_lm_config
 
 
@@ -111,3 +111,10 @@ def test_config_accepts_nat_with_trained_scoring_and_refuses_terms_on_untrained_
         arith_lm_config(score_only_trained=True, ratio_level="sequence")
     with pytest.raises(ConfigError, match="entropy_adaptive"):
         arith_lm_config(score_only_trained=True, clip="entropy_adaptive")
+
+
+def test_logged_entropy_is_the_mean_over_the_scored_actions():
+    mask = torch.ones(2, 4)
+    advantages = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # 2 of 8 actions scored
+    metrics = scored_feature_means({"entropy": torch.tensor(0.25), "clip_frac": 0.5}, advantages, mask)
+    assert float(metrics["entropy"]) == 1.0 and metrics["clip_frac"] == 0.5  # 0.25·8/2
