@@ -9,6 +9,10 @@ the trained ones (:meth:`~genalign.policies.base.Policy.restrict_to_trained`: a 
 its last trained token and runs the head on the trained tokens only). The untrained actions' log-probs are filled with
 the old log-probs (detached: ratio exactly 1, no gradient) and their features with 0; the aggregation's normaliser
 still counts every real action (it is computed from the full mask), as the Horvitz–Thompson estimator requires.
+
+Reading chosen for S-GRPO [312]: its abstract calls it a memory-efficient GRPO without saying which tokens it keeps;
+genalign's subsets are NAT's (``token_subsample``: uniform or random-prefix, inverse-probability weights), and the
+memory is saved by this pass.
 """
 
 from __future__ import annotations

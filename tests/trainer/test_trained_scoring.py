@@ -118,3 +118,18 @@ def test_logged_entropy_is_the_mean_over_the_scored_actions():
     advantages = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # 2 of 8 actions scored
     metrics = scored_feature_means({"entropy": torch.tensor(0.25), "clip_frac": 0.5}, advantages, mask)
     assert float(metrics["entropy"]) == 1.0 and metrics["clip_frac"] == 0.5  # 0.25·8/2
+
+
+def test_a_family_that_cannot_cut_its_scoring_pass_is_refused_at_config_load():
+    from genalign.config import from_dict
+    from genalign.config.schema import TrainConfig
+
+    data = {
+        "policy": {"family": "flow", "model": "some/pipeline"},
+        "data": {"train": {"source": "procedural:arithmetic", "args": {"size": 8}}},
+        "rewards": [{"fn": "exact_match"}],
+        "algorithm": {"group_size": 4, "prompts_per_step": 2, "score_only_trained": True},
+    }
+    with pytest.raises(ConfigError, match=r"policy\.family = 'flow'.*score_only_trained=false"):
+        from_dict(TrainConfig, data)
+    assert CausalLMPolicyConfig().capabilities().trained_action_scoring
