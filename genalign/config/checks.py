@@ -265,6 +265,43 @@ def check_async_rollout(cfg: AlgorithmConfig) -> None:
         )
 
 
+#: Ratio levels whose ratio of action ``t`` reads the log-probs of actions ``<= t`` only: the untrained actions after
+#: the last trained one do not change the loss of the trained ones (``algorithm.score_only_trained``).
+CAUSAL_RATIO_LEVELS = ("token", "prefix_geometric", "cumulative", "min_prefix")
+#: Clip forms that read a whole-sequence mean of a current-pass feature (which the untrained actions would change).
+SEQUENCE_CLIP_FORMS = ("entropy_adaptive",)
+
+
+def check_score_only_trained(cfg: AlgorithmConfig) -> None:
+    """``algorithm.score_only_trained`` drops the untrained actions from the scoring pass: exact only when the loss
+    reads an action's log-prob through its own advantage-weighted term (and those of the actions after it)."""
+    terms = {
+        "kl_coef": cfg.kl_coef if cfg.kl_placement == "loss" else 0.0,
+        "entropy_coef": cfg.entropy_coef,
+        "regularizer": cfg.regularizer.name if cfg.regularizer is not None else None,
+    }
+    for name, value in terms.items():
+        if value:
+            raise ConfigError(
+                f"algorithm.score_only_trained scores only the actions with a non-zero advantage, but "
+                f"algorithm.{name} = {value!r} adds a loss term on every action; remove it (a KL can go in the "
+                "reward: kl_placement=reward) or set score_only_trained=false."
+            )
+    if cfg.objective.name != "clipped_ratio" or cfg.ratio_level.name not in CAUSAL_RATIO_LEVELS:
+        raise ConfigError(
+            f"algorithm.score_only_trained needs objective 'clipped_ratio' with a ratio level in "
+            f"{list(CAUSAL_RATIO_LEVELS)} (the ratio of an action reads no later action), got objective = "
+            f"{cfg.objective.name!r}, ratio_level = {cfg.ratio_level.name!r}; change them or set "
+            "score_only_trained=false."
+        )
+    if cfg.clip.name in SEQUENCE_CLIP_FORMS:
+        raise ConfigError(
+            f"algorithm.score_only_trained: clip = {cfg.clip.name!r} reads a whole-sequence mean of a feature of the "
+            "scoring pass, which the untrained actions would change; choose another clip form or set "
+            "score_only_trained=false."
+        )
+
+
 def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
     """Every score feature and structure field the algorithm needs is one the policy family supplies, and the group
     size is one its rollouts can produce."""
@@ -276,6 +313,11 @@ def check_capabilities(cfg: AlgorithmConfig, policy: Any) -> None:
             f"algorithm.group_size={capabilities.group_size} or change policy.tree."
         )
     _check_sample_sources(cfg, policy.family, capabilities)
+    if cfg.score_only_trained and not capabilities.trained_action_scoring:
+        raise ConfigError(
+            f"algorithm.score_only_trained: policy.family = {policy.family!r} with these options cannot restrict its "
+            "scoring pass to the trained actions (single-turn causal_lm can); set score_only_trained=false."
+        )
     if cfg.async_rollout.enabled and capabilities.rollout_calls_rewards:
         raise ConfigError(
             f"policy.family = {policy.family!r} with these options calls the trainer's rewards inside its rollouts "
@@ -477,6 +519,7 @@ __all__ = [
     "check_reward_args",
     "check_reward_count",
     "check_sample_sources",
+    "check_score_only_trained",
     "check_teacher",
     "configured_options",
     "reward_arguments_of",

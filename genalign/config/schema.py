@@ -25,6 +25,7 @@ from genalign.config.checks import (
     check_group_free,
     check_reward_args,
     check_reward_count,
+    check_score_only_trained,
     declared_aggregation,
     reward_arguments_of,
 )
@@ -314,6 +315,15 @@ class AlgorithmConfig:
     )
     minibatches: int = _help("Optimizer steps per pass (the batch is split into this many optimisation batches).", 1)
     micro_batch_size: int = _help("Samples per forward/backward (gradient accumulation inside a minibatch).", 8)
+    score_only_trained: bool = _help(
+        "Score each sample in the update only up to its last trained action (non-zero advantage), and run the output "
+        "head only on the trained actions: the untrained tokens that credit token_subsample drops (NAT [220], "
+        "S-GRPO [312]) or a zero-advantage group cost no forward or backward. Needs a family with "
+        "trained_action_scoring (single-turn causal_lm), objective clipped_ratio with a ratio level whose ratio of "
+        "action t reads actions <= t (token, prefix_geometric, cumulative, min_prefix), and no loss term on "
+        "untrained actions (kl_coef with kl_placement loss, entropy_coef, regularizer).",
+        False,
+    )
     sample_sources: list[Option] = _help(
         "Sample-source rules (genalign.sampling.SAMPLE_SOURCES), applied in order between the prompt stream and the "
         "rollout, each a name or {name, **hyper-parameters}, e.g. [depo, {name: gfpo, samples: 16}]: which prompts, "
@@ -440,6 +450,8 @@ class AlgorithmConfig:
         check_algorithm_options(self)
         if self.group_size < 2:  # after the names are checked: reads each option's registry meta
             check_group_free(self)
+        if self.score_only_trained:
+            check_score_only_trained(self)
         self._check_update_schedule()
         if self.async_rollout.enabled:
             self.async_rollout.validate()

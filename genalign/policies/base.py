@@ -333,6 +333,15 @@ class Policy(ABC):
         """Re-score a training ``rollout`` under the current parameters (with grad when the modules are in training
         mode) and return the requested features (only those in ``capabilities.signals`` are ever asked)."""
 
+    def restrict_to_trained(self, rollout: Rollout, trained: Tensor) -> Rollout:
+        """A rollout whose :meth:`score` computes only the actions where ``trained`` ``[n, T]`` bool is set (and
+        their log-probs unchanged): ``algorithm.score_only_trained`` (``capabilities.trained_action_scoring``). Its
+        action axis may be shorter than ``T``; the trainer pads the result back."""
+        raise NotImplementedError(
+            f"the {self.family} family cannot restrict its scoring pass to the trained actions "
+            "(capabilities.trained_action_scoring is False); set algorithm.score_only_trained=false."
+        )
+
     # -- parameters and weights ---------------------------------------------------------------------------------------
     @abstractmethod
     def trainable_parameters(self) -> list[nn.Parameter]:

@@ -73,6 +73,8 @@ class PolicyCapabilities:
             sources, :meth:`~genalign.policies.base.TeacherHost.write_with`), ``distribution`` (the full-distribution
             pass of :mod:`genalign.teachers.distribution`: ``TeacherHost.head_logits``).
         teacher_limits: why the kinds it does not host are refused (in the config-load error).
+        trained_action_scoring: :meth:`~genalign.policies.base.Policy.restrict_to_trained` cuts a rollout's scoring
+            pass to its trained actions (``algorithm.score_only_trained``).
     """
 
     rollout_logp_is_exact: bool = False
@@ -83,6 +85,7 @@ class PolicyCapabilities:
     rollout_calls_rewards: bool = False
     teachers: frozenset[str] = frozenset()
     teacher_limits: str = "this family hosts no teacher"
+    trained_action_scoring: bool = False
 
     def missing(self, needs: Iterable[str]) -> list[str]:
         """The signals among ``needs`` a family must produce (score features, rollout structure) that this one cannot

@@ -11,6 +11,7 @@ from genalign.rewards import (  # noqa: F401
     image_edit,
     judge,
     labels,
+    multiple_choice,
     necessary_tools,
     preference_models,
     prefix_gains,

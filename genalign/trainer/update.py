@@ -24,6 +24,7 @@ from genalign.config.schema import AlgorithmConfig
 from genalign.policies.base import Policy, Rollout, ScoreOutput, ScoreRequest
 from genalign.trainer.distributed import all_reduce_max, all_reduce_sum, full_value
 from genalign.trainer.guards import check_parameters, update_is_finite
+from genalign.trainer.trained_scoring import score_trained, scored_feature_means
 
 
 def score_without_grad(
@@ -124,10 +125,17 @@ def run_update(
             loss_sum = 0.0
             micro_batches = [block[i : i + cfg.micro_batch_size] for i in range(0, len(block), cfg.micro_batch_size)]
             for micro in micro_batches:
-                micro_rollout = rollout.select(micro)
+                micro_rollout, micro_batch = rollout.select(micro), batch.select(micro).with_values(phase=phase)
                 with autocast():
-                    out = policy.score(micro_rollout, request)
-                loss, metrics = plan(out, batch.select(micro).with_values(phase=phase), normalizer)
+                    if cfg.score_only_trained:  # NAT [220], S-GRPO [312]: untrained actions are not scored
+                        out = score_trained(
+                            policy, micro_rollout, advantages[micro], request, micro_batch.get("old_logp")
+                        )
+                    else:
+                        out = policy.score(micro_rollout, request)
+                loss, metrics = plan(out, micro_batch, normalizer)
+                if cfg.score_only_trained:  # entropy and KL logged over the scored actions
+                    metrics = scored_feature_means(metrics, advantages[micro], micro_rollout.action_mask)
                 loss.backward()
                 loss_sum += float(loss.detach())
                 sums.add(loss, metrics, micro_rollout.action_mask)

@@ -204,6 +204,14 @@ def check_shared_prefix(out: str, tmp: Path) -> None:
     assert float(row[6]) < 1e-4 and float(row[7]) < 1e-3  # same log-probs and gradients as the plain pass
 
 
+def check_trained_scoring(out: str, tmp: Path) -> None:
+    rows, ratios = _table_rows(out, "trained tokens only"), _table_rows(out, "trained / every")
+    assert len(rows) == len(ratios) == 2  # micro-batches of 4 and 1
+    for row, ratio in zip(rows, ratios, strict=True):
+        assert float(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) < 1e-3  # the full pass's gradient
+        assert float(ratio[3].rstrip("x")) < 1.0  # fewer activations kept for the backward
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
@@ -236,6 +244,7 @@ SMOKES = {
                          check_opd_vs_grpo),
     "bench_shared_prefix": Smoke("bench_shared_prefix.py", (), check_shared_prefix),
     "bench_reference_kl_memory": Smoke("bench_reference_kl_memory.py", (), check_reference_kl_memory),
+    "bench_trained_scoring": Smoke("bench_trained_scoring.py", (), check_trained_scoring),
 }  # fmt: skip
 
 

@@ -46,6 +46,7 @@ OPTIONS = {
     "ar3po": {"sample_sources": [{"name": "ar3po", "stages": 2}], "clip": "off_policy"},
     "sage": {"sample_sources": ["sage"]},
     "adaprefix": {"sample_sources": ["adaprefix"]},
+    "difficulty_shift": {"sample_sources": [{"name": "difficulty_shift", "solution_column": "answer"}]},
     "scaf": {"sample_sources": [{"name": "scaf", "hints": ["hint_1", "hint_2"]}]},
     "gcpo": {"sample_sources": ["gcpo"]},
     "edge_gec": {"sample_sources": [{"name": "edge_gec", "tokenizer": "builtin:arith-lm"}]},

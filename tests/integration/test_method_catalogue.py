@@ -280,6 +280,19 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "policy.probes.relevance_judges=[{name: keyword_spans, column: answer}]",
     ],
     "ma_rlhf_perplexity_macro_actions": ["algorithm.ratio_level={name: macro_action, termination: perplexity}"],
+    "nat_prefix_cut_scored_only_where_trained": [  # [220], [312]: the dropped tail is not scored
+        "algorithm.credit=[{name: token_subsample, scheme: prefix}]", "algorithm.score_only_trained=true",
+    ],
+    "tw_grpo_multi_choice_credit": [  # [156]: the digits of the answer as options, partial credit for a subset
+        "rewards=[{fn: multi_choice_credit, name: accuracy, args: {labels: '0123456789', answer_format: whole}}]",
+    ],
+    "reg_grpo_difficulty_shift": [  # [177]: reference hints for failed prompts, a hotter temperature for solved ones
+        "algorithm.objective=reg_grpo", "algorithm.aggregation=null",
+        "algorithm.sample_sources=[{name: difficulty_shift, solution_column: answer, hint_step: 0.5}]",
+    ],
+    "oreal_token_reward_head": [  # [147]: OREAL's reshaping, then the online token-level reward model's weights
+        "algorithm.advantage=rloo", "algorithm.credit=[outcome_reshaped, token_reward_head]",
+    ],
     "moving_rank_baseline_and_entropy_plateau": [
         "algorithm.credit=[{name: effective_rank_bonus, stride: 1, baseline: moving_average}, "
         "{name: perplexity_position, stage: entropy_plateau, window: 1, tolerance: 10.0}]",

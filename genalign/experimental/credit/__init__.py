@@ -37,6 +37,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     skip_connected,
     subsampling,
     token_probability,
+    token_reward_model,
     token_statistics,
     token_trees,
     token_weights,

@@ -39,8 +39,8 @@ def outcome_reshaped(
 
     Reading chosen: the counts are taken over the rollout batch of the process (exact with one process and one
     minibatch; OREAL counts over the global batch); pair with ``advantage: rloo`` and ``aggregation: token_mean``.
-    OREAL's token-level reward model (importance weights from a separately trained token scorer) is not part of
-    this option.
+    OREAL's token-level reward model (importance weights from a token scorer trained on the outcomes) is the rule
+    ``token_reward_head``, listed after this one.
 
     Args:
         advantages: ``[N, T]`` incoming per-action advantages.

@@ -29,8 +29,8 @@ def prefix_inclusion(position: Tensor, length: Tensor, min_fraction: float) -> t
     needs=(),
     formula="keep_it ~ Bernoulli(π_it); A_it ← A_it·keep_it/π_it; URS: π = q; RPC: keep the first K ~ U{low..L} "
     "actions, π_t = P(K >= t)",
-    source="[220] NAT (URS, RPC; the RPC cut distribution is inferred); differs: dropped tokens still run forward and "
-    "backward (no compute saving)",
+    source="[220] NAT (URS, RPC; the RPC cut distribution is inferred); the compute saving needs "
+    "algorithm.score_only_trained",
     summary="Train on a random subset of tokens, reweighted by the inverse inclusion probability so the "
     "policy gradient stays unbiased.",
 )
@@ -48,9 +48,11 @@ def token_subsample(
     keeps a random prefix of each response, ``K`` uniform on ``{low, …, L}`` valid actions.
 
     The dropped actions stay in the aggregation's denominators, as the estimator requires (the sum over all tokens is
-    what is estimated). Where genalign differs from NAT: the subset only zeroes advantages, so the forward and
-    backward passes still run over every token; NAT's compute and memory savings (it drops the tokens, or cuts the
-    sequences, before the forward pass) are not obtained. Draws use torch's global generator (saved in checkpoints).
+    what is estimated). The rule itself only zeroes advantages; with ``algorithm.score_only_trained: true`` the
+    update's scoring pass skips the dropped tokens (:mod:`genalign.trainer.trained_scoring`): a causal LM runs its
+    backbone only up to each micro-batch's last kept token (RPC's saving: the cut tail never runs forward or backward)
+    and its output head only on the kept tokens (URS keeps the backbone pass: a dropped token before a kept one is
+    still context). Draws use torch's global generator (saved in checkpoints).
 
     Reading chosen: the abstract names the two selectors but not their distributions; URS keeps each token with
     probability ``q`` (default 50 %, the budget at which NAT reports parity), RPC draws the kept prefix length uniformly

@@ -6,6 +6,7 @@ from genalign.experimental.sampling import (  # noqa: F401  (register the option
     boundaries,
     budgets,
     curricula,
+    difficulty_shift,
     drafts,
     exits,
     expert_warmup,

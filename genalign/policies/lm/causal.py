@@ -90,6 +90,7 @@ from genalign.policies.lm.routing_replay import recording, replaying, routes_uns
 from genalign.policies.lm.segments import SegmentBoundaries
 from genalign.policies.lm.shared_prefix import shared_prefix_hidden_states
 from genalign.policies.lm.tokenizer import load_tokenizer
+from genalign.policies.lm.trained_actions import restrict_to_trained
 from genalign.policies.lm.trees import sample_tree_group
 
 
@@ -427,6 +428,11 @@ class CausalLMPolicy(TokenLMPolicy):
             "ref_vocab_term": scores.ref_vocab_term,
         }
         return ScoreOutput(pad(scores.logp), {name: pad(value) for name, value in features.items()})
+
+    def restrict_to_trained(self, rollout: Rollout, trained: Tensor) -> Rollout:
+        """:func:`~genalign.policies.lm.trained_actions.restrict_to_trained`: the completions cut after their last
+        trained token, the head run on the trained tokens only."""
+        return restrict_to_trained(rollout, trained)
 
     def _completion_scores(
         self, module: nn.Module, data: dict[str, Any], first: int, width: int, request: ScoreRequest

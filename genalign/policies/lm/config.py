@@ -196,7 +196,7 @@ class CausalLMPolicyConfig:
         if self.reference != "none":  # the reference's full next-token distribution, compared in the head pass
             capabilities = replace(capabilities, signals=capabilities.signals | {"ref_forward_kl", "ref_vocab_term"})
         return replace(capabilities, forced_completions=True, guidance=GUIDANCE_KEYS, teachers=teachers,
-                       teacher_limits="")  # fmt: skip
+                       teacher_limits="", trained_action_scoring=True)  # fmt: skip
 
     def _teachers(self, kinds: set[str]) -> frozenset[str]:
         """``kinds``, and ``reference`` (a self-teacher with the base weights) unless ``reference='none'``."""
