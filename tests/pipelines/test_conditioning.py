@@ -138,7 +138,9 @@ def test_a_row_without_its_source_image_and_a_text_only_architecture_name_the_fi
     policy = _policy(model_dirs["wan_i2v"], "wan_i2v")
     with pytest.raises(ImageLoadError, match=r"row 0 has no source image in column 'image'.*policy.source_column"):
         policy.rollout([{"prompt": "a red circle", "picture": SOURCE}], 1)
-    with pytest.raises(ValueError, match=r"'sd3' takes no source images.*sd3_img2img, flux_kontext, wan_i2v"):
+    with pytest.raises(
+        ValueError, match=r"'sd3' takes no source images.*flux_kontext, qwen_image_edit, sd3_img2img, wan_i2v"
+    ):
         FLOW_ARCHITECTURES.get("sd3")().encode_sources(None, [SOURCE], height=16, width=16, num_frames=1,
                                                        device=torch.device("cpu"))  # fmt: skip
     with pytest.raises(ValueError, match=r"strength=0.5 applies to image-to-image architectures only"):
@@ -146,3 +148,82 @@ def test_a_row_without_its_source_image_and_a_text_only_architecture_name_the_fi
     with pytest.raises(ValueError, match=r"policy.strength=0.5 .*tree rollouts"):
         tree = TreeRolloutConfig(enabled=True, split_steps=[0])
         FlowPolicyConfig(model=str(tmp_path), strength=0.5, tree=tree).validate()
+
+
+# ---- Qwen-Image-Edit: the source as extra tokens and in the VL prompt encoder -----------------------------------------
+EDIT_SETTINGS = dict(num_inference_steps=3, height=16, width=16)
+
+
+@pytest.fixture(scope="module")
+def qwen_edit_dir(tmp_path_factory):
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    return save_tiny_pipeline("qwen_image_edit", tmp_path_factory.mktemp("qwen_image_edit") / "pipe")
+
+
+def test_qwen_image_edit_lora_loads_into_the_plain_diffusers_pipeline_and_reproduces_the_sample(
+    qwen_edit_dir, tmp_path, monkeypatch
+):
+    """diffusers' QwenImageEditPipeline with the exported LoRA, given genalign's source size (its
+    ``calculate_dimensions`` would resize the source to about a megapixel; genalign resizes it to the output size,
+    the reading its module documents), reproduces genalign's ODE latents to float rounding (genalign pads the prompt
+    embeddings to a fixed length with a mask, diffusers does not), for a source of another size and aspect."""
+    import diffusers.pipelines.qwenimage.pipeline_qwenimage_edit as edit_module
+    from diffusers import DiffusionPipeline
+
+    from genalign.export.flow import write_flow
+
+    config = FlowPolicyConfig(model=str(qwen_edit_dir), architecture="qwen_image_edit", height=16, width=16,
+                              num_steps=3, eval_num_steps=3, max_sequence_length=16, guidance_scale=2.0,
+                              lora=flow_lora(rank=4, alpha=16.0))  # fmt: skip
+    policy = build_flow_policy(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # trained-looking adapters: B != 0
+        for param in policy.trainable_parameters():
+            param.add_(0.2 * torch.randn(param.shape, generator=generator))
+    write_flow(policy, tmp_path / "export", merge_lora=False, dtype=None)
+    monkeypatch.setattr(edit_module, "calculate_dimensions", lambda area, ratio: (16, 16, None))
+    pipe = DiffusionPipeline.from_pretrained(qwen_edit_dir)
+    assert type(pipe).__name__ == "QwenImageEditPipeline"
+    pipe.set_progress_bar_config(disable=True)
+    source = SOURCE.resize((24, 20))
+    call = dict(image=source, prompt=["make the red circle blue"], negative_prompt="", true_cfg_scale=2.0,
+                generator=torch.Generator().manual_seed(7), output_type="latent", **EDIT_SETTINGS)  # fmt: skip
+    plain = pipe(**call).images
+    pipe.load_lora_weights(tmp_path / "export")
+    theirs = pipe(**call | {"generator": torch.Generator().manual_seed(7)}).images
+    ours = policy.model.sampler(["make the red circle blue"], source_images=[source], guidance_scale=2.0,
+                                noise_level=0.0, max_sequence_length=16, generator=torch.Generator().manual_seed(7),
+                                **EDIT_SETTINGS)  # fmt: skip
+    torch.testing.assert_close(theirs, ours.trajectory.final, rtol=0, atol=1e-5)
+    assert (plain - ours.trajectory.final).abs().max() > 1e-3, "the LoRA must change the sample"
+
+
+def test_qwen_image_edit_planner_shapes_are_those_it_makes_and_its_prompts_read_the_source(qwen_edit_dir):
+    """The source tokens and the prompt embeddings (the prompt's tokens plus the source's 2 x 2 merged vision patches
+    of 8 px) have the planner's shapes; another source image changes the prompt embeddings and the source tokens."""
+    from diffusers import DiffusionPipeline
+
+    arch = FLOW_ARCHITECTURES.get("qwen_image_edit")
+    pipe = DiffusionPipeline.from_pretrained(qwen_edit_dir)
+    configs = {role: module.config for role, module in pipe.components.items() if hasattr(module, "config")}
+    assert arch.prompt_source_tokens(configs, height=16, width=16) == 4 and arch.source_in_prompt
+    assert arch.prompt_source_tokens(configs, height=1024, width=512) == 128 * 64  # 8 px per token
+    cpu = torch.device("cpu")
+    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=16 + 4, batch=1)
+    planned |= arch.source_shapes(pipe.transformer.config, pipe.vae.config, height=16, width=16, num_frames=1, batch=1)
+    made = {}
+    for image in (SOURCE, SOURCE.rotate(90)):
+        cond, uncond = arch().encode_with_sources(pipe, ["add a green square"], [image], negative_prompt="",
+                                                  max_sequence_length=16, height=16, width=16, device=cpu)  # fmt: skip
+        sources = arch().encode_sources(pipe, [image], height=16, width=16, num_frames=1, device=cpu)
+        assert {k: tuple(v.shape) for k, v in (cond | sources).items()} == planned
+        made[image.tobytes()] = (cond["encoder_hidden_states"], uncond["encoder_hidden_states"], sources)
+    (cond_a, uncond_a, src_a), (cond_b, uncond_b, src_b) = made.values()
+    assert not torch.equal(cond_a, cond_b) and not torch.equal(uncond_a, uncond_b)  # the negative prompt sees it too
+    assert not torch.equal(src_a["source_tokens"], src_b["source_tokens"])
+    with pytest.raises(ValueError, match=r"raise policy.max_sequence_length to at least"):
+        arch().encode_with_sources(pipe, ["add a green square"], [SOURCE], negative_prompt="", max_sequence_length=2,
+                                   height=16, width=16, device=cpu)  # fmt: skip
+    with pytest.raises(ValueError, match=r"qwen_image_edit reads every prompt with its source image"):
+        arch().encode(pipe, ["add a green square"], negative_prompt="", max_sequence_length=16, device=cpu)
