@@ -1,8 +1,9 @@
-"""Source-image conditioning of the flow family: image-to-image (``sd3_img2img``), editing (``flux_kontext``) and
-image-to-video (``wan_i2v``). Each mode's exported LoRA loads into the plain diffusers pipeline of that mode and
-reproduces genalign's ODE sample bit for bit; the image-to-image schedule and start state are checked against
-hand-computed values; the conditioning the planner assumes is the conditioning the architecture makes; rollouts store
-the conditioning, so re-scoring does not read the rows' images again."""
+"""Source-image conditioning of the flow family: image-to-image (``sd3_img2img``), editing (``flux_kontext``,
+``qwen_image_edit``, FLUX.2 with a reference: ``flux2_edit`` / ``flux2_klein_edit``) and image-to-video
+(``wan_i2v``). Each mode's exported LoRA loads into the plain diffusers pipeline of that mode and reproduces
+genalign's ODE sample (bit for bit, or to float rounding where noted); the image-to-image schedule and start state are
+checked against hand-computed values; the conditioning the planner assumes is the conditioning the architecture makes;
+rollouts store the conditioning, so re-scoring does not read the rows' images again."""
 
 from __future__ import annotations
 
@@ -227,3 +228,81 @@ def test_qwen_image_edit_planner_shapes_are_those_it_makes_and_its_prompts_read_
                                    height=16, width=16, device=cpu)  # fmt: skip
     with pytest.raises(ValueError, match=r"qwen_image_edit reads every prompt with its source image"):
         arch().encode(pipe, ["add a green square"], negative_prompt="", max_sequence_length=16, device=cpu)
+
+
+# ---- FLUX.2 with a reference image: [dev] (embedded guidance) and [klein] (true CFG) ------------------------------------
+#: architecture -> prompt tokens (FLUX.2 [dev]'s system message alone takes about 40)
+REFERENCE_MODES = {"flux2_edit": 64, "flux2_klein_edit": 16}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE_MODES))
+def test_flux2_reference_lora_loads_into_the_plain_diffusers_pipeline_and_reproduces_the_sample(name, tmp_path):
+    """Flux2Pipeline / Flux2KleinPipeline called with ``image`` and the exported LoRA reproduce genalign's ODE latents
+    bit for bit (64 px: diffusers refuses references under 64 px, and keeps a reference's own size where genalign
+    resizes it to the output size, so the reference here has the output size)."""
+    from diffusers import DiffusionPipeline
+
+    from genalign.export.flow import write_flow
+    from genalign.pipelines.architectures.flux2 import channels_to_patches
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    model_dir = save_tiny_pipeline(name, tmp_path / "base")
+    length, size = REFERENCE_MODES[name], 64
+    config = FlowPolicyConfig(model=str(model_dir), architecture=name, height=size, width=size, num_steps=2,
+                              eval_num_steps=2, max_sequence_length=length, guidance_scale=2.0,
+                              lora=flow_lora(rank=4, alpha=16.0))  # fmt: skip
+    policy = build_flow_policy(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # trained-looking adapters: B != 0
+        for param in policy.trainable_parameters():
+            param.add_(0.2 * torch.randn(param.shape, generator=generator))
+    write_flow(policy, tmp_path / "export", merge_lora=False, dtype=None)
+    pipe = DiffusionPipeline.from_pretrained(model_dir)
+    assert type(pipe).__name__ in FLOW_ARCHITECTURES.get(name).pipeline_classes
+    pipe.set_progress_bar_config(disable=True)
+    reference = SOURCE.resize((size, size))
+    settings = dict(num_inference_steps=2, height=size, width=size, max_sequence_length=length, guidance_scale=2.0)
+
+    def diffusers_latents() -> torch.Tensor:
+        """diffusers' final latents as genalign's tokens ``[1, tokens, 4C]`` (Klein returns the VAE's layout)."""
+        out = pipe(prompt=["make the red circle blue"], image=[reference], generator=torch.Generator().manual_seed(7),
+                   output_type="latent", **settings).images  # fmt: skip
+        if name == "flux2_edit":
+            return out
+        patches = out.reshape(1, out.shape[1], size // 4, 2, size // 4, 2).permute(0, 1, 3, 5, 2, 4)
+        grid = patches.reshape(1, -1, size // 4, size // 4)  # [1, 4C, h, w], diffusers' _patchify_latents
+        std = torch.sqrt(pipe.vae.bn.running_var.view(1, -1, 1, 1) + pipe.vae.config.batch_norm_eps)
+        normalised = (grid - pipe.vae.bn.running_mean.view(1, -1, 1, 1)) / std
+        assert channels_to_patches(grid).equal(out)
+        return normalised.flatten(2).transpose(1, 2)
+
+    plain = diffusers_latents()
+    pipe.load_lora_weights(tmp_path / "export")
+    theirs = diffusers_latents()
+    ours = policy.model.sampler(["make the red circle blue"], source_images=[reference], noise_level=0.0,
+                                generator=torch.Generator().manual_seed(7), **settings)  # fmt: skip
+    torch.testing.assert_close(theirs, ours.trajectory.final, rtol=0, atol=1e-5 if name == "flux2_klein_edit" else 0)
+    assert (plain - ours.trajectory.final).abs().max() > 1e-3, "the LoRA must change the sample"
+
+
+def test_flux2_reference_tokens_have_the_planner_shape_and_ids_at_time_ten():
+    """The reference tokens have the planner's shape and differ by reference; the reference's position ids are
+    diffusers' ``_prepare_image_ids`` (time 10) and the text-to-image architecture is what ``auto`` picks."""
+    from diffusers import Flux2Pipeline
+
+    from genalign.pipelines.architectures import architecture_name
+    from genalign.pipelines.architectures.flux2 import position_ids
+    from genalign.pipelines.architectures.flux2_edit import REFERENCE_TIME
+
+    arch = FLOW_ARCHITECTURES.get("flux2_klein_edit")
+    pipe = arch.tiny_pipeline(0)
+    cpu = torch.device("cpu")
+    made = arch().encode_sources(pipe, [SOURCE, SOURCE.rotate(90)], height=16, width=16, num_frames=1, device=cpu)
+    planned = arch.source_shapes(pipe.transformer.config, pipe.vae.config, height=16, width=16, num_frames=1, batch=2)
+    assert planned == {k: tuple(v.shape) for k, v in made.items()} == {"source_tokens": (2, 16, 16)}
+    assert not torch.equal(made["source_tokens"][0], made["source_tokens"][1])
+    ids, _ = position_ids(4, 4, 1, 1, cpu)
+    ids[..., 0] = REFERENCE_TIME
+    assert ids.equal(Flux2Pipeline._prepare_image_ids([torch.zeros(1, 16, 4, 4)]).float())
+    assert architecture_name("auto", "Flux2Pipeline") == "flux2"
+    assert architecture_name("auto", "Flux2KleinPipeline") == "flux2_klein"
