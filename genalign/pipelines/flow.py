@@ -474,7 +474,8 @@ class FlowLogProbPipeline:
         )
         # 5. decode
         return FlowGenerationOutput(
-            outputs=self.decode(trajectory.final, height=height, width=width), trajectory=trajectory
+            outputs=self.decode(self.arch.output_latents(trajectory.final, cond), height=height, width=width),
+            trajectory=trajectory,
         )
 
 

@@ -140,7 +140,9 @@ def test_a_row_without_its_source_image_and_a_text_only_architecture_name_the_fi
     with pytest.raises(ImageLoadError, match=r"row 0 has no source image in column 'image'.*policy.source_column"):
         policy.rollout([{"prompt": "a red circle", "picture": SOURCE}], 1)
     with pytest.raises(
-        ValueError, match=r"'sd3' takes no source images.*flux_kontext, qwen_image_edit, sd3_img2img, wan_i2v"
+        ValueError,
+        match=r"'sd3' takes no source images.*\(flux2_edit, flux2_klein_edit, flux_kontext, qwen_image_edit, "
+        r"sd3_img2img, wan22_ti2v_i2v, wan_i2v\)",
     ):
         FLOW_ARCHITECTURES.get("sd3")().encode_sources(None, [SOURCE], height=16, width=16, num_frames=1,
                                                        device=torch.device("cpu"))  # fmt: skip
@@ -306,3 +308,47 @@ def test_flux2_reference_tokens_have_the_planner_shape_and_ids_at_time_ten():
     assert ids.equal(Flux2Pipeline._prepare_image_ids([torch.zeros(1, 16, 4, 4)]).float())
     assert architecture_name("auto", "Flux2Pipeline") == "flux2"
     assert architecture_name("auto", "Flux2KleinPipeline") == "flux2_klein"
+
+
+# ---- Wan2.2-TI2V-5B image-to-video: the source as latent frame 0 at timestep 0 ------------------------------------------
+def test_wan22_ti2v_image_to_video_lora_loads_into_diffusers_and_reproduces_the_video(tmp_path):
+    """WanImageToVideoPipeline (``expand_timesteps``) with the exported LoRA reproduces genalign's ODE latents bit for
+    bit once genalign writes the source into the first latent frame (``output_latents``, as diffusers does at the end);
+    genalign's velocity there is 0 and its per-token timesteps are 0 on the first frame's tokens (hand-made mask)."""
+    from diffusers import DiffusionPipeline
+
+    from genalign.export.flow import write_flow
+    from genalign.pipelines.architectures.wan22_ti2v_i2v import first_frame_mask
+    from genalign.pipelines.tiny_models import save_tiny_pipeline
+
+    model_dir = save_tiny_pipeline("wan22_ti2v_i2v", tmp_path / "base")
+    config = FlowPolicyConfig(model=str(model_dir), architecture="wan22_ti2v_i2v", height=32, width=32, num_frames=5,
+                              num_steps=3, eval_num_steps=3, max_sequence_length=8, guidance_scale=2.0,
+                              lora=flow_lora(rank=4, alpha=16.0))  # fmt: skip
+    policy = build_flow_policy(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # trained-looking adapters: B != 0
+        for param in policy.trainable_parameters():
+            param.add_(0.2 * torch.randn(param.shape, generator=generator))
+    write_flow(policy, tmp_path / "export", merge_lora=False, dtype=None)
+    pipe = DiffusionPipeline.from_pretrained(model_dir)
+    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.config.expand_timesteps
+    pipe.set_progress_bar_config(disable=True)
+    source = SOURCE.resize((32, 32))
+    settings = dict(num_inference_steps=3, height=32, width=32, num_frames=5, max_sequence_length=8, guidance_scale=2.0)
+    call = dict(image=source, prompt=["make the red circle blue"], output_type="latent", **settings)
+    plain = pipe(generator=torch.Generator().manual_seed(7), **call).frames
+    pipe.load_lora_weights(tmp_path / "export")
+    theirs = pipe(generator=torch.Generator().manual_seed(7), **call).frames  # [1, 48, 2, 2, 2]
+    sampler = policy.model.sampler
+    ours = sampler(["make the red circle blue"], source_images=[source], noise_level=0.0,
+                   generator=torch.Generator().manual_seed(7), **settings)  # fmt: skip
+    sources = sampler.encode_sources([source], height=32, width=32, num_frames=5)
+    assert torch.equal(theirs, sampler.arch.output_latents(ours.trajectory.final, sources))
+    assert (plain - theirs).abs().max() > 1e-3, "the LoRA must change the sample"
+    assert theirs[:, :, 0].equal(sources["source_latents"][:, :, 0])  # the first latent frame is the source's
+    mask = first_frame_mask(theirs)
+    assert mask.shape == (1, 1, 2, 2, 2) and mask[:, :, 0].eq(0).all() and mask[:, :, 1].eq(1).all()
+    velocity = sampler.arch.velocity(sampler.transformer, ours.trajectory.final, torch.full((1,), 500.0),
+                                     {"encoder_hidden_states": torch.zeros(1, 8, 32), **sources}, guidance=1.0)  # fmt: skip
+    assert velocity[:, :, 0].eq(0).all() and velocity[:, :, 1].abs().max() > 0

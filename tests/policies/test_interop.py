@@ -144,6 +144,7 @@ OWN_INTEROP_TESTS = {
     "qwen_image_edit",
     "flux2_edit",
     "flux2_klein_edit",
+    "wan22_ti2v_i2v",
     "wan22",
     "wan22_ti2v",
 }

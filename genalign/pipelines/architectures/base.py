@@ -309,6 +309,12 @@ class FlowArchitecture:
         schedule: the noise itself, except for image-to-image (``source_role == "initial_latents"``)."""
         return noise
 
+    def output_latents(self, latents: Tensor, conditioning: PromptEmbeddings | None) -> Tensor:
+        """The final latents ``[B, ...]`` to decode, given the (conditional) embeddings joined with the source
+        conditioning they were sampled with (``[B, ...]`` each): ``latents`` itself by default; Wan2.2-TI2V
+        image-to-video writes the source into the first latent frame, which its denoising leaves alone."""
+        return latents
+
     def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor, *, num_steps: int) -> float | None:
         """``mu`` for dynamic shifting of a ``num_steps``-step schedule, or None when the scheduler config does not use
         it; by default linear in the image token count (FLUX.2 makes it depend on ``num_steps`` too)."""

@@ -208,10 +208,13 @@ class FlowModel:
                 prompts=prompts[part],
             )
             pieces.append(piece)
-            outputs += self.decode(piece.final)
+            outputs += self.decode(piece.final, select_embeddings(cond, part))
         return concat_trajectories(pieces), outputs
 
-    def decode(self, latents: Tensor) -> list[Any]:
+    def decode(self, latents: Tensor, conditioning: PromptEmbeddings | None = None) -> list[Any]:
+        """Outputs of final latents ``[n, ...]`` sampled with ``conditioning`` (the conditional embeddings joined with
+        the source conditioning, ``[n, ...]`` each; ``arch.output_latents``)."""
+        latents = self.arch.output_latents(latents, conditioning)
         return self.sampler.decode(latents, height=self.config.height, width=self.config.width)
 
     # --------------------------------------------------------------------------------------------- save / load

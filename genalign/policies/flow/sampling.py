@@ -181,7 +181,7 @@ class TreeSampling:
                 prompts=tree_prompts[part],
             )  # fmt: skip
             pieces.append(piece)
-            outputs += model.decode(piece.final)
+            outputs += model.decode(piece.final, repeat_embeddings(select_embeddings(tree_cond, part), plan.num_leaves))
         trajectory = concat_trajectories(pieces)
         stochastic = plan.stochastic_steps().to(model.device).expand(n, num_steps)  # [N, T]
         trained = trained_steps(cfg.tree, plan).to(model.device).expand(n, num_steps)  # [N, T]
