@@ -202,6 +202,22 @@ def test_qwen_image_edit_lora_loads_into_the_plain_diffusers_pipeline_and_reprod
     assert (plain - ours.trajectory.final).abs().max() > 1e-3, "the LoRA must change the sample"
 
 
+def test_qwen_image_edit_rollouts_store_the_per_row_prompt_embeddings_and_scores_do_not_read_the_rows(qwen_edit_dir):
+    """Two rows with the same instruction and different sources get different stored prompt embeddings (the encoder
+    read the source), both branches stored; re-scoring with the rows' images replaced gives the rollout's log-probs."""
+    config = FlowPolicyConfig(model=str(qwen_edit_dir), architecture="qwen_image_edit", height=16, width=16,
+                              num_steps=2, max_sequence_length=16, guidance_scale=2.0, lora=flow_lora(rank=2))  # fmt: skip
+    policy = build_flow_policy(config)
+    rows = [{"prompt": "add a green square", "image": image} for image in (SOURCE, SOURCE.rotate(90))]
+    rollout = policy.rollout(rows, 2)
+    cond = rollout.per_sample["cond.encoder_hidden_states"]  # [4, 16 + 4, 16]
+    assert cond.shape == (4, 20, 16) and "uncond.encoder_hidden_states" in rollout.per_sample
+    assert torch.equal(cond[0], cond[1]) and not torch.equal(cond[1], cond[2])
+    for row in rows:
+        row["image"] = Image.new("RGB", (16, 16))  # the score must not see this
+    assert torch.equal(policy.score(rollout).logp, rollout.old_logp)
+
+
 def test_qwen_image_edit_planner_shapes_are_those_it_makes_and_its_prompts_read_the_source(qwen_edit_dir):
     """The source tokens and the prompt embeddings (the prompt's tokens plus the source's 2 x 2 merged vision patches
     of 8 px) have the planner's shapes; another source image changes the prompt embeddings and the source tokens."""
@@ -318,6 +334,7 @@ def test_wan22_ti2v_image_to_video_lora_loads_into_diffusers_and_reproduces_the_
     from diffusers import DiffusionPipeline
 
     from genalign.export.flow import write_flow
+    from genalign.pipelines.architectures import architecture_name
     from genalign.pipelines.architectures.wan22_ti2v_i2v import first_frame_mask
     from genalign.pipelines.tiny_models import save_tiny_pipeline
 
@@ -333,6 +350,8 @@ def test_wan22_ti2v_image_to_video_lora_loads_into_diffusers_and_reproduces_the_
     write_flow(policy, tmp_path / "export", merge_lora=False, dtype=None)
     pipe = DiffusionPipeline.from_pretrained(model_dir)
     assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.config.expand_timesteps
+    assert architecture_name("auto", "WanImageToVideoPipeline", dict(pipe.config)) == "wan22_ti2v_i2v"
+    assert architecture_name("auto", "WanImageToVideoPipeline", {"expand_timesteps": False}) == "wan_i2v"  # Wan2.1 I2V
     pipe.set_progress_bar_config(disable=True)
     source = SOURCE.resize((32, 32))
     settings = dict(num_inference_steps=3, height=32, width=32, num_frames=5, max_sequence_length=8, guidance_scale=2.0)
