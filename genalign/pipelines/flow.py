@@ -365,6 +365,37 @@ class FlowLogProbPipeline:
         )
 
     @torch.no_grad()
+    def encode_with_sources(
+        self,
+        prompts: list[str],
+        images: list[Any],
+        *,
+        negative_prompt: str = "",
+        max_sequence_length: int = 128,
+        height: int,
+        width: int,
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        """Conditional and unconditional embeddings ``[B, ...]`` of ``prompts`` read with their source ``images``
+        (architectures whose text encoder reads the source: ``arch.source_in_prompt``), one prompt per encoder call,
+        so that an embedding does not depend on the other rows of its batch."""
+        pairs = [
+            self.arch.encode_with_sources(
+                self.pipe,
+                [prompt],
+                [image],
+                negative_prompt=negative_prompt,
+                max_sequence_length=max_sequence_length,
+                height=height,
+                width=width,
+                device=self.device,
+            )
+            for prompt, image in zip(prompts, images, strict=True)
+        ]
+        cond = {key: torch.cat([c[key] for c, _ in pairs]) for key in pairs[0][0]}
+        uncond = None if pairs[0][1] is None else {key: torch.cat([u[key] for _, u in pairs]) for key in pairs[0][1]}
+        return cond, uncond
+
+    @torch.no_grad()
     def decode(self, latents: Tensor, *, height: int, width: int) -> list[Any]:
         return self.arch.decode(self.pipe, latents, height=height, width=width)
 
@@ -396,14 +427,21 @@ class FlowLogProbPipeline:
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ValueError(f"prompts must be a non-empty list of strings, got {prompts!r}.")
         generator = generator or torch.Generator(self.device).manual_seed(0)
-        # 1. encode the prompts and the source images
-        cond, uncond = self.encode(prompts, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length)
+        # 1. encode the prompts (with their source images when the text encoder reads them) and the source images
         sources = None
+        if source_images is not None and len(source_images) != len(prompts):
+            raise ValueError(
+                f"source_images has {len(source_images)} images for {len(prompts)} prompts; give one each."
+            )
+        if source_images is not None and self.arch.source_in_prompt:
+            cond, uncond = self.encode_with_sources(prompts, source_images, negative_prompt=negative_prompt,
+                                                    max_sequence_length=max_sequence_length, height=height,
+                                                    width=width)  # fmt: skip
+        else:
+            cond, uncond = self.encode(
+                prompts, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length
+            )
         if source_images is not None:
-            if len(source_images) != len(prompts):
-                raise ValueError(
-                    f"source_images has {len(source_images)} images for {len(prompts)} prompts; give one each."
-                )
             sources = self.encode_sources(source_images, height=height, width=width, num_frames=num_frames)
             cond, uncond = join_sources(cond, sources), join_sources(uncond, sources)
         # 2. initial latents and 3. timesteps
@@ -436,7 +474,8 @@ class FlowLogProbPipeline:
         )
         # 5. decode
         return FlowGenerationOutput(
-            outputs=self.decode(trajectory.final, height=height, width=width), trajectory=trajectory
+            outputs=self.decode(self.arch.output_latents(trajectory.final, cond), height=height, width=width),
+            trajectory=trajectory,
         )
 
 

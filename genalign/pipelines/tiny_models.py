@@ -88,6 +88,13 @@ def word_tokenizer(*, max_length: int = 16, extra_words: list[str] | None = None
 QWEN_CHAT_MARKERS = ("<|im_start|>", "<|im_end|>")
 
 
+#: Vision markers of the Qwen2.5-VL tokenizer, kept whole by ``chat_word_tokenizer(vision_markers=True)`` (the
+#: processor expands ``<|image_pad|>`` into one token per merged image patch).
+QWEN_VISION_MARKERS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
+#: Pixels per vision patch side and patches merged per side of the tiny Qwen2.5-VL with vision (8 x 8 px per token).
+TINY_VISION_PATCH, TINY_VISION_MERGE = 4, 2
+
+
 #: A chat template in Qwen's markers for :func:`chat_word_tokenizer`; a message's content is a string or a list of
 #: ``{"type": "text", "text": ...}`` parts (Mistral-3 processors' form).
 CHAT_TEMPLATE = (
@@ -98,13 +105,18 @@ CHAT_TEMPLATE = (
 
 
 def chat_word_tokenizer(
-    *, chat_template: str | None = None, max_length: int = 1024, padding_side: str = "right"
+    *,
+    chat_template: str | None = None,
+    max_length: int = 1024,
+    padding_side: str = "right",
+    vision_markers: bool = False,
 ) -> PreTrainedTokenizerFast:
     """A word-level tokenizer of the chat-templated text encoders (Qwen2.5-VL, Qwen3, Mistral): the chat markers
     :data:`QWEN_CHAT_MARKERS` are single special tokens, every line break is a token, no BOS / EOS is added, and
     unknown words become ``<unk>`` (one token each), so a template prefix has the token count it has with the real
     tokenizer when the real one gives one token per word, punctuation mark and line break (Qwen-Image's 34-token
-    system prefix does; its pipeline drops exactly those 34 tokens)."""
+    system prefix does; its pipeline drops exactly those 34 tokens). ``vision_markers``: the
+    :data:`QWEN_VISION_MARKERS` too, as special tokens after the vocabulary (Qwen-Image-Edit's processor)."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
@@ -119,7 +131,7 @@ def chat_word_tokenizer(
         eos_token="</s>",
         pad_token="<pad>",
         unk_token="<unk>",
-        additional_special_tokens=list(QWEN_CHAT_MARKERS),
+        additional_special_tokens=[*QWEN_CHAT_MARKERS, *(QWEN_VISION_MARKERS if vision_markers else ())],
         model_max_length=max_length,
         padding_side=padding_side,
     )
@@ -169,6 +181,46 @@ def tiny_qwen25_vl(hidden: int, *, seed: int):
                               eos_token_id=2, pad_token_id=1)  # fmt: skip
     torch.manual_seed(seed)
     return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def tiny_qwen25_vl_with_vision(hidden: int, *, seed: int):
+    """A Qwen2.5-VL of width ``hidden`` that reads images, with its tokenizer and processor: two text layers, a
+    one-block vision tower of :data:`TINY_VISION_PATCH`-pixel patches merged :data:`TINY_VISION_MERGE` x
+    :data:`TINY_VISION_MERGE` (a 16 x 16 px image is 4 tokens), over ``chat_word_tokenizer(vision_markers=True)``
+    (Qwen-Image-Edit's text encoder). Returns ``(text_encoder, tokenizer, processor)``."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tokenizer = chat_word_tokenizer(vision_markers=True)
+    ids = {marker: tokenizer.convert_tokens_to_ids(marker) for marker in QWEN_VISION_MARKERS}
+    patches = {"patch_size": TINY_VISION_PATCH, "temporal_patch_size": 2}
+    text = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=2, vocab_size=len(tokenizer), rope_theta=1e6, bos_token_id=0, eos_token_id=2,
+                pad_token_id=1, rope_scaling={"type": "default", "rope_type": "default",
+                                              "mrope_section": [1, 1, hidden // 4 - 2]})  # fmt: skip
+    vision = dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=hidden,
+                  spatial_merge_size=TINY_VISION_MERGE, **patches)  # fmt: skip
+    config = Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=2,
+        pad_token_id=1, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
+    side = TINY_VISION_PATCH * TINY_VISION_MERGE
+    processor = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            min_pixels=side * side, max_pixels=64 * 64, merge_size=TINY_VISION_MERGE, **patches
+        ),
+        video_processor=Qwen2VLVideoProcessor(merge_size=TINY_VISION_MERGE, **patches),
+        tokenizer=tokenizer,
+    )
+    return text_encoder, tokenizer, processor
 
 
 def tiny_image_vae(latent_channels: int, *, seed: int) -> AutoencoderKL:

@@ -324,6 +324,13 @@ _QWEN_IMAGE = PublishedModel(
     "config.json; model card: 20B-parameter MMDiT",
     pipeline_class="QwenImagePipeline",
 )
+_QWEN_IMAGE_EDIT = PublishedModel(
+    dict(_QWEN_IMAGE.components),
+    source="Qwen/Qwen-Image-Edit model_index.json (QwenImageEditPipeline, with a Qwen2VLProcessor) and transformer/, "
+    "text_encoder/ (Qwen2.5-VL-7B-Instruct), vae/ config.json, the same configs as Qwen-Image's; model card: the "
+    "20B Qwen-Image continued on editing, the source image read by both the VL encoder and the VAE",
+    pipeline_class="QwenImageEditPipeline",
+)
 _FLUX2_VAE = {"in_channels": 3, "out_channels": 3, "latent_channels": 32, "block_out_channels": [128, 256, 512, 512],
               "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
               "layers_per_block": 2, "norm_num_groups": 32, "patch_size": [2, 2]}  # fmt: skip
@@ -524,6 +531,7 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "stabilityai/stable-diffusion-3.5-medium": _SD35_MEDIUM,
     "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
     "Qwen/Qwen-Image": _QWEN_IMAGE,
+    "Qwen/Qwen-Image-Edit": _QWEN_IMAGE_EDIT,
     "black-forest-labs/FLUX.2-dev": _FLUX2_DEV,
     "black-forest-labs/FLUX.2-klein-base-4B": _FLUX2_KLEIN_4B,
     "black-forest-labs/FLUX.2-klein-4B": _FLUX2_KLEIN_4B,

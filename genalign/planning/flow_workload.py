@@ -68,9 +68,10 @@ def text_embeddings(arch: type[FlowArchitecture], transformer, frozen: dict[str,
     source conditioning of an architecture that takes source images (``arch.source_shapes``)."""
     dtype = next(transformer.parameters()).dtype
     configs = {role: module.config for role, module in frozen.items()}
+    source_tokens = arch.prompt_source_tokens(configs, height=policy_cfg.height, width=policy_cfg.width)
     shapes = arch.text_embedding_shapes(
-        transformer.config, configs, max_sequence_length=policy_cfg.max_sequence_length, batch=batch
-    )
+        transformer.config, configs, max_sequence_length=policy_cfg.max_sequence_length + source_tokens, batch=batch
+    )  # an encoder that reads the source image (Qwen-Image-Edit) adds its vision tokens to the prompt's
     shapes |= arch.source_shapes(
         transformer.config, configs["vae"], height=policy_cfg.height, width=policy_cfg.width,
         num_frames=policy_cfg.num_frames, batch=batch,

@@ -5,14 +5,18 @@ import re
 
 import pytest
 import torch
+from PIL import Image
 
 from genalign.pipelines.architectures import FLOW_ARCHITECTURES, architecture_of_transformer
 from genalign.planning.architectures import ComponentSpec
 from genalign.planning.depth import block_counts, with_block_counts
 
 SIZES = {"height": 16, "width": 16, "num_frames": 5}
-#: prompt tokens per architecture: FLUX.2 [dev]'s system message alone takes about 40
-MAX_SEQUENCE_LENGTH = {"flux2": 64}
+#: prompt tokens per architecture: FLUX.2 [dev]'s system message alone takes about 40; Qwen-Image-Edit's template
+#: leaves a few tokens of the tiny tokenizer around the instruction
+MAX_SEQUENCE_LENGTH = {"flux2": 64, "qwen_image_edit": 16}
+#: a source image for the architectures whose text encoder reads it with the prompt (Qwen-Image-Edit)
+SOURCE = Image.new("RGB", (16, 16), (200, 40, 40))
 
 
 @pytest.fixture(scope="module", params=FLOW_ARCHITECTURES.names())
@@ -35,9 +39,16 @@ def test_config_only_text_embedding_shapes_bound_those_of_encode(tiny):
     arch, pipe = tiny
     configs = {role: module.config for role, module in pipe.components.items() if hasattr(module, "config")}
     tokens = MAX_SEQUENCE_LENGTH.get(arch.name, 4)
-    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=tokens, batch=2)
-    cond, _ = arch().encode(pipe, ["a red circle", "two dogs"], negative_prompt="", max_sequence_length=tokens,
-                            device=torch.device("cpu"))  # fmt: skip
+    source_tokens = arch.prompt_source_tokens(configs, height=16, width=16)  # the source's, when the encoder reads it
+    planned = arch.text_embedding_shapes(pipe.transformer.config, configs, max_sequence_length=tokens + source_tokens,
+                                         batch=2)  # fmt: skip
+    prompts, cpu = ["a red circle", "two dogs"], torch.device("cpu")
+    if arch.source_in_prompt:
+        cond, _ = arch().encode_with_sources(pipe, prompts, [SOURCE, SOURCE], negative_prompt="",
+                                             max_sequence_length=tokens, height=16, width=16, device=cpu)  # fmt: skip
+    else:
+        assert source_tokens == 0
+        cond, _ = arch().encode(pipe, prompts, negative_prompt="", max_sequence_length=tokens, device=cpu)
     assert planned.keys() == cond.keys()
     for keyword, tensor in cond.items():
         assert planned[keyword][0] == 2 and planned[keyword][2:] == tensor.shape[2:], keyword

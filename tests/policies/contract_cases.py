@@ -260,7 +260,8 @@ def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
 
 
 #: architectures with cases of their own (video sizes and frame rates above; source images below)
-_OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v"}
+_OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v", "qwen_image_edit", "flux2_edit",
+              "flux2_klein_edit", "wan22_ti2v_i2v"}  # fmt: skip
 #: case ids of the architecture matrix (left out where a test runs families, not architectures: sharded training)
 ARCHITECTURE_CASES = [f"flow_arch_{name}" for name in FLOW_ARCHITECTURES.names() if name not in _OWN_CASES]
 CASES |= {case: _architecture_case(case.removeprefix("flow_arch_")) for case in ARCHITECTURE_CASES}
@@ -304,6 +305,33 @@ CASES |= {
         "data": {"train": SHAPES_EDIT},
         "algorithm": FLOW_ALGORITHM,
     }),
+    # Qwen-Image-Edit: the VL prompt encoder reads each row's source (24 tokens: the instruction, the tiny tokenizer's
+    # template leftovers, plus the source's 4 vision tokens), two steps
+    "flow_qwen_image_edit": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + "qwen_image_edit", "architecture": "qwen_image_edit",
+                                      "guidance_scale": 2.0, "num_steps": 2, "eval_num_steps": 2,
+                                      "max_sequence_length": 24},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    # FLUX.2 with a reference image: [dev] (embedded guidance, FLUX.2's system message takes about 40 tokens) and
+    # [klein] (true CFG, the reference in both branches), two steps
+    **{f"flow_{name}": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + name, "architecture": name, "guidance_scale": 2.0,
+                                      "num_steps": 2, "eval_num_steps": 2,
+                                      "max_sequence_length": _SEQUENCE_LENGTH.get(name.removesuffix("_edit"), 8)},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }) for name in ("flux2_edit", "flux2_klein_edit")},
+    # Wan2.2-TI2V-5B image-to-video: the source as latent frame 0 at timestep 0, 32 px (16 px per latent), two steps
+    "flow_wan22_ti2v_i2v": ("flow", {
+        "policy": VIDEO_POLICY | {"model": TINY_PIPELINE + "wan22_ti2v_i2v", "architecture": "wan22_ti2v_i2v",
+                                  "height": 32, "width": 32, "num_steps": 2},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
 }  # fmt: skip
 #: the video and source-image flow cases run the flow policy's sharded code like flow_sde: left out of sharded training
-ARCHITECTURE_CASES += ["flow_wan22", "flow_wan22_ti2v", "flow_img2img", "flow_kontext", "flow_i2v"]
+ARCHITECTURE_CASES += ["flow_wan22", "flow_wan22_ti2v", "flow_img2img", "flow_kontext", "flow_i2v",
+                       "flow_qwen_image_edit", "flow_flux2_edit", "flow_flux2_klein_edit",
+                       "flow_wan22_ti2v_i2v"]  # fmt: skip

@@ -137,7 +137,17 @@ SIZE = {"sana": 32}
 
 #: architectures whose LoRA interop is checked with their own inputs: source images (tests/pipelines/test_conditioning.py)
 #: and Wan2.2's two experts (tests/trainer/test_video_training.py)
-OWN_INTEROP_TESTS = {"sd3_img2img", "flux_kontext", "wan_i2v", "wan22", "wan22_ti2v"}
+OWN_INTEROP_TESTS = {
+    "sd3_img2img",
+    "flux_kontext",
+    "wan_i2v",
+    "qwen_image_edit",
+    "flux2_edit",
+    "flux2_klein_edit",
+    "wan22_ti2v_i2v",
+    "wan22",
+    "wan22_ti2v",
+}
 
 
 @pytest.mark.parametrize("architecture", [n for n in FLOW_ARCHITECTURES.names() if n not in OWN_INTEROP_TESTS])

@@ -12,8 +12,10 @@ loop (:mod:`genalign.pipelines.flow`), the flow policy, the planner (:mod:`genal
 * optionally, source images (image-to-image, editing, image-to-video): :attr:`~FlowArchitecture.source_role` says what a
   row's source image is to the model, :meth:`~FlowArchitecture.encode_sources` turns the images into conditioning
   tensors (stored with the trajectory, so re-scoring sees the very tensors the rollout saw) and
-  :meth:`~FlowArchitecture.start_latents` starts image-to-image trajectories from the noised source. The defaults
-  describe a text-only architecture.
+  :meth:`~FlowArchitecture.start_latents` starts image-to-image trajectories from the noised source; an architecture
+  whose text encoder reads the source with the prompt (:attr:`~FlowArchitecture.source_in_prompt`, Qwen-Image-Edit)
+  makes its prompt embeddings per row with :meth:`~FlowArchitecture.encode_with_sources`. The defaults describe a
+  text-only architecture.
 
 Adding an architecture is one file in this package (every module here is imported when the package is, so its
 ``@FLOW_ARCHITECTURES.register`` runs); ``policy.architecture`` accepts every registered name.
@@ -127,6 +129,10 @@ class FlowArchitecture:
     #: (image-to-image: trajectories start from the noised source, ``policy.strength``), ``"tokens"`` (editing: source
     #: latents as extra sequence tokens) or ``"first_frame"`` (image-to-video: first-frame latents and a mask).
     source_role: ClassVar[str | None] = None
+    #: True: the text encoder reads each row's source image with its prompt (Qwen-Image-Edit's vision-language
+    #: encoder), so the prompt embeddings of both guidance branches are made per row by :meth:`encode_with_sources`
+    #: (never from the per-prompt cache) and stored with the trajectory like every other embedding.
+    source_in_prompt: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------ which pipelines, which modules
     @classmethod
@@ -193,6 +199,13 @@ class FlowArchitecture:
         """Shapes ``{name: (batch, ...)}`` of the conditioning :meth:`encode_sources` returns (the planner's velocity
         inputs beside the prompt embeddings); none for a text-only architecture."""
         return {}
+
+    @classmethod
+    def prompt_source_tokens(cls, encoder_configs: dict[str, ModelConfig], *, height: int, width: int) -> int:
+        """Tokens the text encoder adds to the prompt for a source image of ``height`` x ``width`` pixels (only
+        :attr:`source_in_prompt` architectures: their prompt embeddings are ``max_sequence_length`` plus these long);
+        0 by default."""
+        return 0
 
     @classmethod
     def latents_for_decode(cls, latents: Tensor, vae_config: ModelConfig, *, height: int, width: int) -> Tensor:
@@ -265,15 +278,42 @@ class FlowArchitecture:
     ) -> SourceConditioning:
         """Conditioning tensors ``{name: [B, ...]}`` (float32) of ``B`` RGB source images, resized to ``height`` x
         ``width``; deterministic (the VAE's mode, never a sample), so a source always gives the same tensors."""
+        takes = [name for name in FLOW_ARCHITECTURES.names() if FLOW_ARCHITECTURES.get(name).source_role is not None]
         raise ValueError(
             f"flow architecture {self.name!r} takes no source images (its source_role is None); use an architecture "
-            "that does (sd3_img2img, flux_kontext, wan_i2v) or drop policy.source_column."
+            f"that does ({', '.join(takes)}) or drop policy.source_column."
+        )
+
+    def encode_with_sources(
+        self,
+        pipe: DiffusionPipeline,
+        prompts: list[str],
+        images: list[Any],
+        *,
+        negative_prompt: str,
+        max_sequence_length: int,
+        height: int,
+        width: int,
+        device: torch.device,
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None]:
+        """Conditional and (``uses_true_cfg``) unconditional embeddings ``[B, ...]`` of ``prompts`` ``[B]``, each read
+        with its RGB source image (resized to ``height`` x ``width``); only for :attr:`source_in_prompt`
+        architectures."""
+        raise ValueError(
+            f"flow architecture {self.name!r} encodes its prompts without the source images (source_in_prompt is "
+            "False); call encode and encode_sources."
         )
 
     def start_latents(self, scheduler: Any, noise: Tensor, sources: SourceConditioning | None) -> Tensor:
         """The first state ``[B, ...]`` of a trajectory from Gaussian ``noise`` ``[B, ...]`` on ``scheduler``'s current
         schedule: the noise itself, except for image-to-image (``source_role == "initial_latents"``)."""
         return noise
+
+    def output_latents(self, latents: Tensor, conditioning: PromptEmbeddings | None) -> Tensor:
+        """The final latents ``[B, ...]`` to decode, given the (conditional) embeddings joined with the source
+        conditioning they were sampled with (``[B, ...]`` each): ``latents`` itself by default; Wan2.2-TI2V
+        image-to-video writes the source into the first latent frame, which its denoising leaves alone."""
+        return latents
 
     def schedule_mu(self, pipe: DiffusionPipeline, latents: Tensor, *, num_steps: int) -> float | None:
         """``mu`` for dynamic shifting of a ``num_steps``-step schedule, or None when the scheduler config does not use

@@ -24,6 +24,19 @@ def norm_preserving_guidance(v_cond: torch.Tensor, v_uncond: torch.Tensor, guida
     return guided * (v_cond.norm(dim=-1, keepdim=True) / guided.norm(dim=-1, keepdim=True))
 
 
+def padded_prompt_embeddings(embeds: torch.Tensor, mask: torch.Tensor | None, length: int) -> dict[str, torch.Tensor]:
+    """Prompt embeddings ``[B, L, D]`` and their mask ``[B, L]`` (None: every token valid) padded with zeros to
+    ``length`` tokens, as the transformer's keywords ``encoder_hidden_states`` / ``encoder_hidden_states_mask``."""
+    batch, tokens, width = embeds.shape
+    if mask is None:
+        mask = torch.ones(batch, tokens, dtype=torch.long, device=embeds.device)
+    full = embeds.new_zeros(batch, length, width)
+    full[:, :tokens] = embeds
+    full_mask = mask.new_zeros(batch, length)
+    full_mask[:, :tokens] = mask
+    return {"encoder_hidden_states": full, "encoder_hidden_states_mask": full_mask}
+
+
 @FLOW_ARCHITECTURES.register(
     "qwen_image",
     summary="Qwen-Image (QwenImagePipeline): packed 2x2 latents of a 3D VAE, Qwen2.5-VL prompt embeddings with a mask, "
@@ -126,14 +139,7 @@ class QwenImageArchitecture(FlowArchitecture):
 
         def padded(texts: list[str]) -> dict[str, torch.Tensor]:
             embeds, mask = pipe.encode_prompt(prompt=texts, device=device, max_sequence_length=max_sequence_length)
-            batch, tokens, width = embeds.shape
-            if mask is None:  # every token valid
-                mask = torch.ones(batch, tokens, dtype=torch.long, device=embeds.device)
-            full = embeds.new_zeros(batch, max_sequence_length, width)
-            full[:, :tokens] = embeds
-            full_mask = mask.new_zeros(batch, max_sequence_length)
-            full_mask[:, :tokens] = mask
-            return {"encoder_hidden_states": full, "encoder_hidden_states_mask": full_mask}
+            return padded_prompt_embeddings(embeds, mask, max_sequence_length)
 
         return padded(list(prompts)), padded([negative_prompt] * len(prompts))
 

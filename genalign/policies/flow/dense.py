@@ -44,5 +44,6 @@ def step_rewards(model: FlowModel, rollout: Rollout, reward_probe: RewardProbe) 
                 select_embeddings(uncond, part),
                 guidance_scale=guidance,
             )
-            rewards[part, state] = reward_probe(rollout.rows[part], model.decode(final)).float().cpu()
+            outputs = model.decode(final, select_embeddings(cond, part))
+            rewards[part, state] = reward_probe(rollout.rows[part], outputs).float().cpu()
     return rewards

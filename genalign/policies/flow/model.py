@@ -111,6 +111,28 @@ class FlowModel:
             uncond = None
         return cond, uncond
 
+    def conditioning(
+        self, rows: list[dict[str, Any]], repeats: int, guidance: float
+    ) -> tuple[PromptEmbeddings, PromptEmbeddings | None, SourceConditioning | None]:
+        """Conditional and unconditional prompt embeddings and the source conditioning of ``rows``, each row's
+        ``repeats`` times consecutively (``[len(rows) * repeats, ...]`` each): the cached embeddings of the prompts and
+        :meth:`sources`, or, for an architecture whose text encoder reads the source image
+        (``arch.source_in_prompt``), embeddings encoded per row with its image."""
+        if not self.arch.source_in_prompt:
+            prompts = [row["prompt"] for row in rows for _ in range(repeats)]
+            return *self.prompt_embeddings(prompts, guidance), self.sources(rows, repeats)
+        cfg = self.config
+        images = source_images(rows, cfg.source_column)
+        cond, uncond = self.sampler.encode_with_sources(
+            [row["prompt"] for row in rows], images, negative_prompt=cfg.negative_prompt,
+            max_sequence_length=cfg.max_sequence_length, height=cfg.height, width=cfg.width,
+        )  # fmt: skip
+        if not self.arch.uses_true_cfg or guidance == 1.0:
+            uncond = None
+        encoded = self.sampler.encode_sources(images, height=cfg.height, width=cfg.width, num_frames=cfg.num_frames)
+        return (repeat_embeddings(cond, repeats), repeat_embeddings(uncond, repeats),
+                repeat_embeddings(encoded, repeats))  # fmt: skip
+
     def sources(self, rows: list[dict[str, Any]], repeats: int) -> SourceConditioning | None:
         """The conditioning ``{name: [len(rows) * repeats, ...]}`` of the rows' source images (``policy.source_column``),
         each row's ``repeats`` times consecutively; None for a text-only architecture."""
@@ -186,10 +208,13 @@ class FlowModel:
                 prompts=prompts[part],
             )
             pieces.append(piece)
-            outputs += self.decode(piece.final)
+            outputs += self.decode(piece.final, select_embeddings(cond, part))
         return concat_trajectories(pieces), outputs
 
-    def decode(self, latents: Tensor) -> list[Any]:
+    def decode(self, latents: Tensor, conditioning: PromptEmbeddings | None = None) -> list[Any]:
+        """Outputs of final latents ``[n, ...]`` sampled with ``conditioning`` (the conditional embeddings joined with
+        the source conditioning, ``[n, ...]`` each; ``arch.output_latents``)."""
+        latents = self.arch.output_latents(latents, conditioning)
         return self.sampler.decode(latents, height=self.config.height, width=self.config.width)
 
     # --------------------------------------------------------------------------------------------- save / load

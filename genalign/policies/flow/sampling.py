@@ -120,7 +120,7 @@ class SDESampling:
         schedule_steps = cfg.num_steps if training else cfg.eval_num_steps
         num_steps = model.denoising_steps(schedule_steps)  # fewer for image-to-image (policy.strength < 1)
         guidance = cfg.guidance_scale if training or cfg.eval_guidance_scale is None else cfg.eval_guidance_scale
-        sources = model.sources(rows, group_size)  # [N, ...] each, or None
+        cond, uncond, sources = model.conditioning(rows, group_size, guidance)  # [N, ...] each; sources may be None
         if training:
             generator = model.mask_generator
             masks = select_train_steps(cfg.train_steps, num_steps=num_steps, num_samples=n, iteration=iteration,
@@ -132,7 +132,6 @@ class SDESampling:
         levels = self.calibrator.levels if training and self.calibrator is not None else None  # [S] or None
         latents, search_info = self._initial_latents(rows, group_size, schedule_steps, guidance, reward_probe)
         latents = model.start_latents(latents, sources)
-        cond, uncond = model.prompt_embeddings(prompts, guidance)
         trajectory, outputs = model.denoise_in_chunks(
             latents, join_sources(cond, sources), join_sources(uncond, sources), sde, prompts=prompts,
             guidance=guidance, record_latents=training,
@@ -168,8 +167,7 @@ class TreeSampling:
             )
         n, num_steps = len(rows) * group_size, cfg.num_steps
         tree_prompts = [row["prompt"] for row in rows]
-        cond, uncond = model.prompt_embeddings(tree_prompts, cfg.guidance_scale)
-        sources = model.sources(rows, 1)  # [B, ...] each, or None
+        cond, uncond, sources = model.conditioning(rows, 1, cfg.guidance_scale)  # [B, ...] each; sources may be None
         tree_cond, tree_uncond = join_sources(cond, sources), join_sources(uncond, sources)
         roots = model.initial_latents(len(rows), num_steps)  # [B, ...]
         trees_per_chunk = max(1, (cfg.sample_batch_size or n) // plan.num_leaves)
@@ -183,7 +181,7 @@ class TreeSampling:
                 prompts=tree_prompts[part],
             )  # fmt: skip
             pieces.append(piece)
-            outputs += model.decode(piece.final)
+            outputs += model.decode(piece.final, repeat_embeddings(select_embeddings(tree_cond, part), plan.num_leaves))
         trajectory = concat_trajectories(pieces)
         stochastic = plan.stochastic_steps().to(model.device).expand(n, num_steps)  # [N, T]
         trained = trained_steps(cfg.tree, plan).to(model.device).expand(n, num_steps)  # [N, T]
@@ -225,8 +223,7 @@ class FlowMatchingSampling:
         else:
             sde = select_train_steps(cfg.train_steps, num_steps=steps, num_samples=n, iteration=iteration,
                                      generator=model.mask_generator).sde  # fmt: skip
-        cond, uncond = model.prompt_embeddings(prompts, cfg.guidance_scale)
-        sources = model.sources(rows, group_size)  # [N, ...] each, or None
+        cond, uncond, sources = model.conditioning(rows, group_size, cfg.guidance_scale)  # [N, ...]; sources or None
         share = group_size > 1 and cfg.group_initial_noise == "shared"
         latents = model.initial_latents(n // group_size if share else n, cfg.num_steps)
         if share:
