@@ -48,7 +48,7 @@ def curve(run: Path, out: Path) -> list[tuple[int, float]]:
     ax.set_xlabel("GRPO step")
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Flow-GRPO editing on shapes-edit (2 CPU cores)", fontsize=9)
+    ax.set_title("Flow-GRPO editing on shapes-edit-weak (2 CPU cores)", fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
