@@ -1,5 +1,6 @@
-"""Pre-train the shapes-world editing model shipped in ``genalign/assets/shapes-edit``: ``shapes-t2i`` (read its model
-card) continued on editing instructions, for image-to-image editing (``policy.architecture: sd3_img2img``).
+"""Pre-train the shapes-world editing models shipped in ``genalign/assets/shapes-edit`` (and ``shapes-edit-weak``):
+``shapes-t2i`` (read its model card) continued on editing instructions, for image-to-image editing
+(``policy.architecture: sd3_img2img``).
 
 Each training example is a row of the procedural task ``shapes_edit`` (train split only): the instruction ("make the
 red circle blue", "add a green square", "remove the red circle") is the prompt, and the path is the one an
@@ -13,6 +14,14 @@ clean-image estimate ``x - s v`` of the SDE sampler is the edited scene. Plain r
 seeded::
 
     python scripts/pretrain_demo_edit.py --steps 600 --out genalign/assets/shapes-edit
+
+The editing demo's model ``genalign/assets/shapes-edit-weak`` continues that model with a systematic flaw: every
+target *under-edited*, the edit applied only 40 % of the way (``--p-under``, ``--applied``; see
+:func:`training_batch`), so that one consistent direction ("apply the edit fully") is what reinforcement learning has
+to find (read its model card)::
+
+    python scripts/pretrain_demo_edit.py --init-from genalign/assets/shapes-edit --p-under 1.0 --applied 0.4 \
+        --steps 800 --out genalign/assets/shapes-edit-weak
 
 The held-out accuracy it prints (and writes to ``pretrain_report.json``) is the ``shapes_edit`` verifier without
 kinds (``match_kind: false``, as the demo measures it: kinds are poorly drawn by ``shapes-t2i``), on 64 held-out rows,
@@ -41,16 +50,32 @@ IMAGE_SIZE = 32
 MAX_SEQUENCE_LENGTH = 1  # one zero "T5" token, as shapes-t2i was trained
 
 
-def training_batch(rng: np.random.Generator, n: int) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """``n`` train-split edits: instructions, source and edited images ``[n, 3, 32, 32]`` in [-1, 1]."""
+def training_batch(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    p_under: float = 0.0,
+    applied: float = 0.3,
+    mistake_rng: np.random.Generator | None = None,
+) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """``n`` train-split edits: instructions, source and edited images ``[n, 3, 32, 32]`` in [-1, 1].
+
+    With probability ``p_under`` (drawn from ``mistake_rng``, independently of the edit) the target is *under-edited*:
+    ``source + applied (edited - source)``, the edit only ``applied`` of the way done (0.3 leaves every edit kind
+    failing the verifier: a recoloured shape keeps a colour nearest its old one, an added shape is too pale to be
+    found, a removed one is still found). The instruction does not say so."""
     prompts, sources, targets = [], [], []
     while len(prompts) < n:
         drawn = sample_edit(rng, EDITS[int(rng.integers(len(EDITS)))], size=IMAGE_SIZE)
         if edit_split(drawn) != "train":  # as shapes_edit_rows splits: held-out rows are never seen
             continue
         prompts.append(drawn["instruction"])
-        sources.append(np.asarray(render(drawn["source"])).astype(np.float32))
-        targets.append(np.asarray(render_target(drawn["edit"])).astype(np.float32))
+        source = np.asarray(render(drawn["source"])).astype(np.float32)
+        target = np.asarray(render_target(drawn["edit"])).astype(np.float32)
+        if p_under and mistake_rng is not None and mistake_rng.random() < p_under:
+            target = source + applied * (target - source)
+        sources.append(source)
+        targets.append(target)
 
     def pixels(images: list[np.ndarray]) -> torch.Tensor:
         return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2) / 127.5 - 1.0
@@ -106,6 +131,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--eval-rows", type=int, default=64)
+    parser.add_argument("--p-under", type=float, default=0.0, help="share of under-edited training targets")
+    parser.add_argument("--applied", type=float, default=0.3, help="how much of the edit those targets apply")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -122,6 +149,7 @@ def main() -> None:
     report["before"] = evaluate()
     print(f"[edit] before {report['before']}", flush=True)
     rng, generator = np.random.default_rng(args.seed), torch.Generator().manual_seed(args.seed + 1)
+    mistake_rng = np.random.default_rng(args.seed + 2)  # a stream of its own: --p-under 0 draws as before
     params = [*pipe.transformer.parameters(), *pipe.text_encoder.parameters(), *pipe.text_encoder_2.parameters()]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / args.warmup))
@@ -129,7 +157,9 @@ def main() -> None:
     started = time.time()
     for step in range(args.steps):
         pipe.transformer.train()
-        prompts, sources, targets = training_batch(rng, args.batch)
+        prompts, sources, targets = training_batch(
+            rng, args.batch, p_under=args.p_under, applied=args.applied, mistake_rng=mistake_rng
+        )
         source, x0 = ((p - vae.config.shift_factor) * vae.config.scaling_factor for p in (sources, targets))
         noise = torch.randn(x0.shape, generator=generator)  # [B, 3, 32, 32]; identity VAE: latents are pixels
         start = (1 - s0) * source + s0 * noise  # the noised source an image-to-image run starts from

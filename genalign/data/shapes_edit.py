@@ -155,3 +155,19 @@ def render_target(edit: dict[str, Any], size: int | None = None) -> Any:
     """The scene an edit asks for, rendered (``size`` pixels; default the canvas): the verifier's reference answer."""
     shapes = tuple(Shape(s["kind"], s["color"], tuple(s["box"])) for s in edit["target"])
     return render(Scene(size=edit["canvas"], shapes=shapes), size=size)
+
+
+def applied_fraction(outputs: list[Any], rows: list[dict[str, Any]]) -> float:
+    """How far ``outputs`` carry out the edits of ``rows``: the least-squares ``a`` in ``output - source ~ a (target -
+    source)`` over all pixels of all rows (1: every edit done exactly as :func:`render_target` draws it; 0: the
+    sources returned unchanged). Outputs and sources are RGB images of the canvas size (PIL or ``[H, W, 3]`` arrays)."""
+    done = wanted_norm = 0.0
+    for output, row in zip(outputs, rows, strict=True):
+        source = np.asarray(row["image"], dtype=np.float64)  # [H, W, 3]
+        change = np.asarray(output, dtype=np.float64) - source
+        wanted = np.asarray(render_target(row["edit"], size=source.shape[0]), dtype=np.float64) - source
+        done += float((change * wanted).sum())
+        wanted_norm += float((wanted * wanted).sum())
+    if wanted_norm == 0:
+        raise ValueError("applied_fraction: the rows ask for no change (every target equals its source)")
+    return done / wanted_norm

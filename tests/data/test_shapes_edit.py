@@ -8,7 +8,7 @@ import pytest
 
 from genalign.data import DataSourceConfig, load_rows
 from genalign.data.shapes import detect
-from genalign.data.shapes_edit import render_target, shapes_edit_rows
+from genalign.data.shapes_edit import applied_fraction, render_target, shapes_edit_rows
 
 
 def test_rows_are_deterministic_and_the_splits_disjoint():
@@ -44,3 +44,20 @@ def test_the_procedural_task_and_its_argument_errors():
     assert len(rows) == 6 and {r["edit_kind"] for r in rows} == {"remove"}
     with pytest.raises(ValueError, match=r"shapes_edit: edits=\['crop'\] must be a non-empty subset"):
         shapes_edit_rows(4, 0, edits=["crop"])
+
+
+def test_applied_fraction_of_blends_between_source_and_target():
+    rows = shapes_edit_rows(6, 0)
+    blend = lambda a: [  # noqa: E731
+        np.asarray(r["image"], dtype=np.float64) * (1 - a) + np.asarray(render_target(r["edit"]), dtype=np.float64) * a
+        for r in rows
+    ]
+    assert applied_fraction(blend(0.0), rows) == pytest.approx(0.0, abs=1e-12)
+    assert applied_fraction(blend(0.4), rows) == pytest.approx(0.4)
+    assert applied_fraction(blend(1.0), rows) == pytest.approx(1.0)
+    # one row edited fully, the other source returned: weighted by how many pixels each edit changes
+    source, target = (np.asarray(x, dtype=np.float64) for x in (rows[0]["image"], render_target(rows[0]["edit"])))
+    other = np.asarray(rows[1]["image"], dtype=np.float64)
+    n0 = ((target - source) ** 2).sum()
+    n1 = ((np.asarray(render_target(rows[1]["edit"]), dtype=np.float64) - other) ** 2).sum()
+    assert applied_fraction([target, other], rows[:2]) == pytest.approx(n0 / (n0 + n1))
