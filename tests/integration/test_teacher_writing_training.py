@@ -71,7 +71,9 @@ def test_explorer_rollouts_reach_the_update_with_the_teachers_log_probs(tmp_path
     recipe.train(config)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert checked == [4] and records[0]["sampling/small_to_large/explorer_samples"] == 4.0
-    assert records[0]["sampling/frac_kept"] == pytest.approx(16 / 20)  # the explorer's replace 4 of the 16 drawn
+    # step 1 at progress 0.5: φ = 0.25, m = 1 per prompt; the first rollout drew G − round(0.5 · 4) = 2 per prompt and
+    # the top-up round 1 more: 12 learner samples instead of 16, every sample kept
+    assert records[0]["sampling/small_to_large/learner_samples"] == 12.0 and records[0]["sampling/frac_kept"] == 1.0
 
 
 def test_the_dense_bridge_warms_up_on_teacher_rollouts_then_distils_on_the_students(tmp_path):

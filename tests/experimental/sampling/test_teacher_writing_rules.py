@@ -109,18 +109,30 @@ def test_hapo_injects_on_failure_when_the_teacher_draw_beats_the_students_and_up
     assert kept.tolist() == [True, True, True, True, False]  # a failed demonstration leaves, the group is unchanged
 
 
-def test_small_to_large_replaces_an_annealed_share_of_each_group_with_explorer_rollouts():
+def test_small_to_large_has_the_explorer_write_an_annealed_share_instead_of_the_learner():
+    """G = 4, start_fraction 0.5, anneal_until 0.5: the first rollout draws G − round(0.5·4) = 2 learner samples per
+    prompt (the saving); at progress 0 the explorer writes the other 2; at progress 0.2 (φ = 0.3, m = round(1.2) = 1)
+    a top-up round draws 1 more learner sample and the explorer writes 1; from progress 0.5 on the learner draws all."""
     rule = SAMPLE_SOURCES.get("small_to_large")(start_fraction=0.5, anneal_until=0.5)
     assert rule.share(0.0) == 0.5 and rule.share(0.25) == 0.25 and rule.share(0.5) == 0.0 and rule.share(0.9) == 0.0
-    drawn = outcome([0, 0, 0, 0, 1, 1, 1, 1], [0.0] * 8, progress=0.0)
+    assert rule.samples_per_prompt(4) == 2 and rule.rounds == 2
+    drawn = outcome([0, 0, 1, 1], [0.0] * 4, progress=0.0)
+    assert rule.more_samples(drawn) == {}  # no top-up at the start
     forced = rule.forced_samples(drawn)
     assert [(f.position, f.kind, f.teacher_writes) for f in forced] == [(0, "explorer", True)] * 2 + [
         (1, "explorer", True)
-    ] * 2  # round(0.5 · 4) = 2 per prompt
-    after = outcome([0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1], [0.0] * 8 + [1.0, 0.0, 1.0, 1.0], [False] * 8 + [True] * 4)
+    ] * 2
+    after = outcome([0, 0, 1, 1, 0, 0, 1, 1], [0.0] * 4 + [1.0, 0.0, 1.0, 1.0], [False] * 4 + [True] * 4)
     decision = rule.after_rewards(after)
-    assert decision.keep.tolist() == [True, True, False, False, True, True, False, False] + [True] * 4
-    assert decision.stats["explorer_samples"] == 4.0 and decision.stats["explorer_reward_mean"] == 0.75
-    late = outcome([0, 0, 0, 0], [0.0] * 4, progress=0.2)  # share 0.3: round(1.2) = 1
-    assert len(rule.forced_samples(late)) == 1
-    assert rule.forced_samples(outcome([0, 0], [0.0, 0.0], progress=0.6)) == []
+    assert decision.keep is None  # every sample stays: the group is 2 learner + 2 explorer samples
+    assert decision.stats["explorer_samples"] == 4.0 and decision.stats["learner_samples"] == 4.0
+    assert decision.stats["explorer_reward_mean"] == 0.75
+    later = outcome([0, 0, 1, 1], [0.0] * 4, progress=0.2)
+    assert rule.more_samples(later) == {0: 1, 1: 1}
+    topped = outcome([0, 0, 1, 1, 0, 1], [0.0] * 6, progress=0.2)
+    assert rule.more_samples(topped) == {} and len(rule.forced_samples(topped)) == 2  # 3 learner + 1 explorer each
+    assert rule.more_samples(outcome([0, 0], [0.0, 0.0], progress=0.6)) == {0: 2} and not rule.forced_samples(
+        outcome([0, 0, 0, 0], [0.0] * 4, progress=0.6)
+    )
+    whole = SAMPLE_SOURCES.get("small_to_large")(start_fraction=1.0)
+    assert whole.samples_per_prompt(4) == 1  # the learner keeps one sample of every group
