@@ -25,6 +25,10 @@ OPTIONS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "hcapo": ({"credit": [{"name": "hcapo", "coef": 0.5}]}, {"turn_ids", "action_ids"}),
     "at_grpo": ({"credit": [{"name": "at_grpo", "team_coef": 0.5}]}, {"turn_ids", "turn_rewards"}),
     "turn_ppo": ({"credit": [{"name": "turn_baseline", "gamma": 0.95, "lam": 0.9}]}, {"turn_ids", "turn_rewards"}),
+    "turn_ppo_critic": (
+        {"credit": [{"name": "turn_critic", "gamma": 0.95, "lam": 0.9, "projection_dim": 16}]},
+        {"turn_ids", "turn_rewards", "hidden"},
+    ),
     "aem_turns": ({"credit": [{"name": "aem_turns", "power": 0.5}]}, {"turn_ids"}),
     "t2po_gate": ({"credit": [{"name": "turn_progress_gate", "threshold": 0.1}]}, {"turn_ids"}),
     "otc": ({"reward_shaping": [{"name": "otc", "mode": "grpo", "alpha": 1.0}]}, {"tool_calls"}),

@@ -257,3 +257,31 @@ def test_reward_goals_condition_multi_turn_groups(model_path, tmp_path, monkeypa
     for goal, prompts in zip(["answer", "what"] * 2, rollouts, strict=True):
         assert len(prompts) == 8 and all(prompt.rstrip(" ;:").endswith(goal) for prompt in prompts), prompts
     assert all(len(batch.group_ids) == 16 for _, batch in records)
+
+
+def test_turn_critic_fits_on_the_first_step_and_values_the_second(model_path, tmp_path, monkeypatch):
+    """turn-PPO's learned critic [229] (``turn_critic``): step 1 has no fitted probe, so its gradient is
+    turn_baseline's (−A·m/L, recomputed by loops); step 2's values come from the probe fitted on step 1's (state,
+    return) pairs, so its gradient is the rule's advantages under that probe (refitted here from the recorded batch)
+    and no longer turn_baseline's."""
+    from genalign.experimental.credit.turn_critic import TurnCritic
+
+    options = {"gamma": 1.0, "lam": 1.0, "projection_dim": 8}
+    records = train_recording(model_path, tmp_path, monkeypatch, {"credit": [{"name": "turn_critic", **options}]})
+    (first_grad, first), (second_grad, second) = records
+    mask, turns = first.mask.double().cpu(), first["turn_ids"].cpu()
+    for (i, k), advantage in expected_turn_baseline(first).items():
+        in_turn = (turns[i] == k) & (mask[i] > 0)
+        torch.testing.assert_close(
+            first_grad[i][in_turn] * mask.sum(), torch.full_like(first_grad[i][in_turn], -advantage)
+        )
+    critic = TurnCritic(**options)
+    critic(torch.zeros_like(first.mask), first)  # the fit of step 1's pairs
+    expected = critic(torch.zeros_like(second.mask), second).double().cpu()  # [n, T] under that probe
+    mask = second.mask.double().cpu()
+    assert torch.isfinite(second_grad).all() and critic.stats["turn_critic_fitted"] == 1.0
+    torch.testing.assert_close(second_grad, -expected * mask / mask.sum(), rtol=1e-4, atol=1e-7)
+    baseline = {key: value for key, value in expected_turn_baseline(second).items()}
+    differs = [abs(float(expected[i][(second["turn_ids"][i].cpu() == k) & (mask[i] > 0)][0]) - value)
+               for (i, k), value in baseline.items()]  # fmt: skip
+    assert max(differs) > 1e-3, differs  # the probe's values, not the group's

@@ -43,6 +43,7 @@ from genalign.experimental.credit import (  # noqa: F401  (register the options)
     token_weights,
     tree_groups,
     triage,
+    turn_critic,
     turn_phases,
     turn_uncertainty,
     turns,

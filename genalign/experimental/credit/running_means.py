@@ -11,16 +11,23 @@ import torch.distributed as dist
 from torch import Tensor
 
 
-def global_mean(values: Tensor) -> Tensor:
-    """``[...]`` the mean over the rows of ``values`` ``[n, ...]`` of every process (the rows of this process when no
-    process group is running); zeros when no process has a row."""
-    values = values.double()
-    total = torch.cat([values.sum(0).reshape(-1), torch.tensor([float(values.shape[0])], dtype=torch.float64)])
+def global_sum(values: Tensor) -> Tensor:
+    """``[...]`` float64 ``values`` ``[...]`` summed over every process (this process's when no process group runs)."""
+    total = values.double()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
         moved = total.to(device)
         dist.all_reduce(moved)
         total = moved.cpu()
+    return total
+
+
+def global_mean(values: Tensor) -> Tensor:
+    """``[...]`` the mean over the rows of ``values`` ``[n, ...]`` of every process (the rows of this process when no
+    process group is running); zeros when no process has a row."""
+    values = values.double()
+    count = torch.tensor([float(values.shape[0])], dtype=torch.float64)
+    total = global_sum(torch.cat([values.sum(0).reshape(-1), count]))
     count = total[-1]
     return (total[:-1] / count.clamp_min(1.0)).reshape(values.shape[1:])
 
@@ -56,4 +63,4 @@ class RunningMean:
         self.updates = int(state["updates"])
 
 
-__all__ = ["RunningMean", "global_mean"]
+__all__ = ["RunningMean", "global_mean", "global_sum"]

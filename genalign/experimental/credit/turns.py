@@ -144,6 +144,28 @@ def at_grpo(
 
 
 # ----------------------------------------------------------------------------------------------------- turn-PPO
+def turn_returns(
+    batch: StepBatch, rule: str, present: Tensor, gamma: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """``(u [N, K], G [N, K])``: the reward of each turn (its environment reward, 0 where none, plus the episode's
+    combined reward at the sample's last turn) and its discounted return-to-go ``G_ik = Σ_{j≥k} γ^{j−k} u_ij`` (NaN
+    where the turn is absent, and on every turn of a sample without a combined reward)."""
+    rewards = turn_reward_table(batch, f"credit rule {rule!r}", present).to(dtype)  # [N, K]
+    outcome = _outcome(batch, rule, rewards)[:, None]  # [N, 1]
+    earned = rewards.nan_to_num(0.0) + torch.where(last_turns(present), outcome, 0.0)  # [N, K] u_ik
+    return earned, torch.where(present, discounted_future_sum(earned, gamma), torch.nan)
+
+
+def turn_gae(earned: Tensor, values: Tensor, present: Tensor, gamma: float, lam: float) -> Tensor:
+    """``[N, K]`` GAE over turns: ``δ_ik = u_ik + γ·V_{i,k+1}·1[i reached k+1] − V_ik`` and ``A_ik = Σ_{j≥k}
+    (γλ)^{j−k} δ_ij`` from the turn rewards ``earned`` ``[N, K]`` and the state values ``values`` ``[N, K]``; 0 on an
+    absent turn (NaN where a value or reward is NaN on a present turn)."""
+    reached = torch.cat([present[:, 1:], torch.zeros_like(present[:, :1])], 1)  # [N, K] i reached turn k + 1
+    following = torch.where(reached, torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1), 0.0)
+    deltas = torch.where(present, earned + gamma * following - values, 0.0)  # [N, K]
+    return discounted_future_sum(deltas, gamma * lam)
+
+
 @CREDIT_RULES.register(
     "turn_baseline",
     needs=("turn_ids", "turn_rewards", "combined_reward"),
@@ -173,7 +195,8 @@ def turn_baseline(
     turns). The reward of turn ``k`` is its environment reward plus, at the sample's last turn, the episode's combined
     reward. ``λ = 1`` gives ``G_ik − V_{G,k}``; smaller ``λ`` bootstraps from the next turn's group value.
     ``scale_by_std`` divides by the std of ``G_·k`` in the group (off by default, as PPO's advantages). It
-    replaces the incoming advantages. A sample without a combined reward gets 0.
+    replaces the incoming advantages. A sample without a combined reward gets 0. The learned critic (a probe on the
+    policy's hidden states fitted on earlier steps' returns) is ``turn_critic``.
 
     Args:
         advantages: ``[N, T]`` (ignored: the rule replaces them; put it first).
@@ -188,16 +211,9 @@ def turn_baseline(
     _check(eps, gamma=gamma, lam=lam)
     layout = turn_layout(batch, "credit rule 'turn_baseline'")
     present = layout.present  # [N, K]
-    rewards = turn_reward_table(batch, "credit rule 'turn_baseline'", present).to(advantages.dtype)  # [N, K]
-    outcome = _outcome(batch, "turn_baseline", rewards)[:, None]  # [N, 1]
-    earned = rewards.nan_to_num(0.0) + torch.where(last_turns(present), outcome, 0.0)  # [N, K] u_ik
-    returns = torch.where(present, discounted_future_sum(earned, gamma), torch.nan)  # [N, K] G_ik
+    earned, returns = turn_returns(batch, "turn_baseline", present, gamma, advantages.dtype)  # [N, K] u_ik, G_ik
     stats, groups = group_turn_stats(returns, batch.group_ids)
-    values = stats.mean[groups.index]  # [N, K] V_{G,k}
-    reached = torch.cat([present[:, 1:], torch.zeros_like(present[:, :1])], 1)  # [N, K] i reached turn k + 1
-    following = torch.where(reached, torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1), 0.0)
-    deltas = torch.where(present, earned + gamma * following - values, 0.0)  # [N, K]
-    result = discounted_future_sum(deltas, gamma * lam)  # [N, K]
+    result = turn_gae(earned, stats.mean[groups.index], present, gamma, lam)  # [N, K] with V_{G,k}
     if scale_by_std:
         result = result / (stats.std[groups.index] + eps)
     result = torch.where(present, result, 0.0).nan_to_num(0.0)  # a sample without an outcome: 0
