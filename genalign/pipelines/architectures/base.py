@@ -94,6 +94,14 @@ def encode_images(pipe: DiffusionPipeline, images: list[Any], *, height: int, wi
     return ((latents - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
 
 
+def video_clips(video: Tensor) -> list[Any]:
+    """``[F, H, W, 3]`` uint8 arrays, one per sample, of decoded videos ``[B, 3, F, H, W]`` in ``[-1, 1]``."""
+    import numpy as np
+
+    frames = ((video.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return [np.ascontiguousarray(clip.permute(1, 2, 3, 0).cpu().numpy()) for clip in frames]
+
+
 def model_dtype(module: nn.Module) -> torch.dtype:
     """The dtype the transformer computes in: diffusers' ``ModelMixin.dtype``, which skips the parameters kept in
     float32 (``_keep_in_fp32_modules``; Wan's first parameter, ``scale_shift_table``, is one of them)."""
@@ -127,6 +135,14 @@ class FlowArchitecture:
     #: (image-to-image: trajectories start from the noised source, ``policy.strength``), ``"tokens"`` (editing: source
     #: latents as extra sequence tokens) or ``"first_frame"`` (image-to-video: first-frame latents and a mask).
     source_role: ClassVar[str | None] = None
+    #: Samples the VAE decodes per call (:meth:`decode` splits a batch into calls of this many; the planner traces
+    #: one such call); None: the whole batch at once.
+    decode_batch: ClassVar[int | None] = None
+    #: The diffusers LoRA loader mixin (a name in ``diffusers.loaders``) whose ``save_lora_weights`` /
+    #: ``lora_state_dict`` write and read this architecture's LoRA file, for a pipeline class that inherits none
+    #: (diffusers then loads the file with ``pipe.transformer.load_lora_adapter(folder, prefix="transformer")``);
+    #: None: the pipeline class's own.
+    lora_loader: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------------------ which pipelines, which modules
     @classmethod
@@ -143,6 +159,15 @@ class FlowArchitecture:
     def denoiser(self, pipe: DiffusionPipeline) -> nn.Module:
         """The module :meth:`velocity` calls and genalign trains: ``pipe.transformer`` by default."""
         return pipe.transformer
+
+    def lora_files(self, pipe: DiffusionPipeline) -> Any:
+        """The class whose ``save_lora_weights`` / ``lora_state_dict`` write and read LoRA files of ``pipe``: the
+        pipeline's own class, or :attr:`lora_loader` when it names one."""
+        if self.lora_loader is None:
+            return type(pipe)
+        import diffusers.loaders
+
+        return getattr(diffusers.loaders, self.lora_loader)
 
     def trained_components(self, denoiser: nn.Module) -> dict[str, nn.Module]:
         """The modules of ``denoiser`` by pipeline component name, each saved as that component's weights (LoRA:

@@ -210,7 +210,7 @@ class FlowModel:
             from peft.utils import get_peft_model_state_dict
 
             (adapter,) = module.peft_config.values()  # the one adapter added by _add_trainable_weights
-            type(self.sampler.pipe).save_lora_weights(
+            self.arch.lora_files(self.sampler.pipe).save_lora_weights(
                 directory if index == 0 else directory / name,
                 transformer_lora_layers=get_peft_model_state_dict(module),
                 transformer_lora_adapter_metadata=adapter.to_dict(),
@@ -229,7 +229,7 @@ class FlowModel:
     def _load_lora(self, module: nn.Module, directory: Path) -> None:
         from peft.utils import set_peft_model_state_dict
 
-        state = self.sampler.pipe.lora_state_dict(directory)
+        state = self.arch.lora_files(self.sampler.pipe).lora_state_dict(directory)
         state = state[0] if isinstance(state, tuple) else state
         prefix = "transformer."
         adapter_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
