@@ -476,6 +476,26 @@ _HUNYUAN_VIDEO15_480P = PublishedModel(
     pipeline_class="HunyuanVideo15Pipeline",
 )
 
+#: SigLIP so400m-patch14-384 (google/siglip-so400m-patch14-384 vision config.json): HunyuanVideo 1.5's image encoder,
+#: 729 tokens of 1152 per image
+_SIGLIP_SO400M = {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+                  "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 384, "patch_size": 14}  # fmt: skip
+_HUNYUAN_VIDEO15_480P_I2V = PublishedModel(
+    {
+        **_HUNYUAN_VIDEO15_480P.components,
+        "transformer": ComponentSpec(
+            "diffusers",
+            "HunyuanVideo15Transformer3DModel",
+            _HUNYUAN_VIDEO15_480P.components["transformer"].config | {"task_type": "i2v"},
+        ),
+        "image_encoder": ComponentSpec("transformers", "SiglipVisionModel", _SIGLIP_SO400M),
+    },
+    source="hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v model_index.json and transformer/ (the 480p "
+    "t2v config, task_type i2v), image_encoder/ (SigLIP so400m-patch14-384), the text encoders and VAE of the t2v "
+    "model; model card: 8.3B-parameter DiT",
+    pipeline_class="HunyuanVideo15ImageToVideoPipeline",
+)
+
 _DC_AE_SANA = {
     "in_channels": 3,
     "latent_channels": 32,
@@ -589,6 +609,7 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "Wan-AI/Wan2.2-T2V-A14B-Diffusers": _WAN22_A14B,
     "Wan-AI/Wan2.2-TI2V-5B-Diffusers": _WAN22_TI2V_5B,
     "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v": _HUNYUAN_VIDEO15_480P,
+    "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v": _HUNYUAN_VIDEO15_480P_I2V,
 }
 
 

@@ -260,7 +260,7 @@ def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
 
 
 #: architectures with cases of their own (video sizes and frame rates above; source images below)
-_OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v", "hunyuan_video15"}
+_OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v", "hunyuan_video15", "hunyuan_video15_i2v"}
 #: case ids of the architecture matrix (left out where a test runs families, not architectures: sharded training)
 ARCHITECTURE_CASES = [f"flow_arch_{name}" for name in FLOW_ARCHITECTURES.names() if name not in _OWN_CASES]
 CASES |= {case: _architecture_case(case.removeprefix("flow_arch_")) for case in ARCHITECTURE_CASES}
@@ -311,6 +311,12 @@ CASES |= {
         "data": {"train": SHAPES_EDIT},
         "algorithm": FLOW_ALGORITHM,
     }),
+    "flow_hunyuan_i2v": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + "hunyuan_video15_i2v", "architecture": "auto",
+                                      "num_frames": 5, "num_steps": 2, "guidance_scale": 2.0, "ema_decay": 0.0},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
 }  # fmt: skip
 #: the video and source-image flow cases run the flow policy's sharded code like flow_sde: left out of sharded training
 ARCHITECTURE_CASES += [
@@ -320,4 +326,5 @@ ARCHITECTURE_CASES += [
     "flow_img2img",
     "flow_kontext",
     "flow_i2v",
+    "flow_hunyuan_i2v",
 ]

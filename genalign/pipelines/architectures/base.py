@@ -292,7 +292,7 @@ class FlowArchitecture:
         ``width``; deterministic (the VAE's mode, never a sample), so a source always gives the same tensors."""
         raise ValueError(
             f"flow architecture {self.name!r} takes no source images (its source_role is None); use an architecture "
-            "that does (sd3_img2img, flux_kontext, wan_i2v) or drop policy.source_column."
+            "that does (sd3_img2img, flux_kontext, wan_i2v, hunyuan_video15_i2v) or drop policy.source_column."
         )
 
     def start_latents(self, scheduler: Any, noise: Tensor, sources: SourceConditioning | None) -> Tensor:

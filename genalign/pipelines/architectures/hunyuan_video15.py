@@ -33,8 +33,9 @@ from genalign.pipelines.architectures.base import (
 IMAGE_TOKENS = 729
 #: ByT5 tokens of the glyph prompt (the pipeline's ``tokenizer_2_max_length``).
 GLYPH_TOKENS = 256
-#: The conditioning key of image-to-video: first-frame latents and mask, ``[B, C + 1, F', h, w]``.
-SOURCE_CONDITION = "source_condition"
+#: The conditioning keys of image-to-video: first-frame latents and mask ``[B, C + 1, F', h, w]``, SigLIP image tokens
+#: ``[B, 729, image_embed_dim]`` (:mod:`genalign.pipelines.architectures.hunyuan_video15_i2v`).
+SOURCE_CONDITION, IMAGE_EMBEDS = "source_condition", "source_image_embeds"
 
 
 @FLOW_ARCHITECTURES.register(
@@ -157,7 +158,9 @@ class HunyuanVideo15Architecture(FlowArchitecture):
         condition = embeds.get(SOURCE_CONDITION)
         if condition is None:  # text-to-video: no first-frame latents, mask 0
             condition = latents.new_zeros(batch, channels + 1, frames, height, width)
-        image_embeds = latents.new_zeros(batch, IMAGE_TOKENS, transformer.config.image_embed_dim)
+        image_embeds = embeds.get(IMAGE_EMBEDS)
+        if image_embeds is None:  # text-to-video: zero image tokens, which the transformer masks out
+            image_embeds = latents.new_zeros(batch, IMAGE_TOKENS, transformer.config.image_embed_dim)
         out = transformer(
             hidden_states=torch.cat([latents, condition], dim=1).to(dtype),
             image_embeds=image_embeds.to(dtype),
