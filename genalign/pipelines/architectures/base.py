@@ -333,6 +333,16 @@ class FlowArchitecture:
 
 FLOW_ARCHITECTURES: Registry[type[FlowArchitecture]] = Registry("flow-matching architecture")
 
+#: diffusers pipeline classes of flow models genalign has decided not to drive yet, with the reason (``auto`` names it
+#: instead of the generic "not supported").
+NOT_SUPPORTED_PIPELINES: dict[str, str] = {
+    "LTX2Pipeline": "LTX-2 denoises video and audio latents jointly in one transformer (audio-video cross-attention "
+    "in every block, with its own audio guidance scale and x0-space guidance rescale); genalign's flow policy keeps "
+    "one latent state per sample and has no audio VAE, vocoder or Gemma-3 text connectors yet, and video-only "
+    "sampling is no mode of the published pipeline (its transformer always takes the audio tokens)",
+    "LTX2ImageToVideoPipeline": "LTX-2 image-to-video: see LTX2Pipeline (joint audio-video denoising)",
+}
+
 
 def architecture_for(pipe: DiffusionPipeline, name: str = "auto") -> FlowArchitecture:
     """The architecture helper of ``pipe``, configured from the pipeline's config: by registered ``name``, or detected
@@ -351,8 +361,10 @@ def architecture_name(name: str, pipeline_class: str | None, pipeline_config: Ma
         if FLOW_ARCHITECTURES.get(candidate).serves(pipeline_class, pipeline_config or {}):
             return candidate
     served = dict.fromkeys(c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
+    reason = f" ({NOT_SUPPORTED_PIPELINES[pipeline_class]})" if pipeline_class in NOT_SUPPORTED_PIPELINES else ""
     raise ValueError(
-        f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline; supported: {', '.join(served)}. "
+        f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline{reason}; supported: "
+        f"{', '.join(served)}. "
         f"Set policy.architecture to one of {', '.join(FLOW_ARCHITECTURES.names())} for a subclass with another name."
     )
 
