@@ -35,7 +35,7 @@ def write_flow(policy: FlowPolicy, out: Path, *, merge_lora: bool, dtype: torch.
             model.transformer.to(dtype)
         model.save(out)
         _write_card(out, base, config.model, lora=True, absent=_absent_components(Path(base)),
-                    pipeline_loads_lora=hasattr(pipe, "load_lora_weights"))  # fmt: skip
+                    pipeline_loads_lora=model.arch.lora_loader is None)  # fmt: skip
         return f"diffusers LoRA file (rank {config.lora.rank}) for {base}"
     if config.lora.rank > 0:
         model.transformer.fuse_lora()  # W + scale * B @ A in the weights' dtype (float32 when merging)

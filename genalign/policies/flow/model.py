@@ -200,7 +200,8 @@ class FlowModel:
         rather than diffusers' fallback ``alpha = rank``); full fine-tuning: the transformer as a diffusers folder
         ``directory/transformer``. A second trained component (Wan2.2's low-noise expert ``transformer_2``) is saved
         the same way in ``directory/transformer_2`` (its LoRA loads with ``pipe.load_lora_weights(directory /
-        "transformer_2", load_into_transformer_2=True)``)."""
+        "transformer_2", load_into_transformer_2=True)``). A pipeline class without a LoRA loader (HunyuanVideo 1.5)
+        gets the file of the architecture's ``lora_loader``, read by ``pipe.transformer.load_lora_adapter``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for index, (name, module) in enumerate(self.arch.trained_components(self.transformer).items()):
