@@ -34,7 +34,8 @@ def write_flow(policy: FlowPolicy, out: Path, *, merge_lora: bool, dtype: torch.
         if dtype is not None:
             model.transformer.to(dtype)
         model.save(out)
-        _write_card(out, base, config.model, lora=True, absent=_absent_components(Path(base)))
+        _write_card(out, base, config.model, lora=True, absent=_absent_components(Path(base)),
+                    pipeline_loads_lora=model.arch.lora_loader is None)  # fmt: skip
         return f"diffusers LoRA file (rank {config.lora.rank}) for {base}"
     if config.lora.rank > 0:
         model.transformer.fuse_lora()  # W + scale * B @ A in the weights' dtype (float32 when merging)
@@ -51,13 +52,21 @@ def write_flow(policy: FlowPolicy, out: Path, *, merge_lora: bool, dtype: torch.
     return f"diffusers pipeline ({type(pipe).__name__}{merged})"
 
 
-def _write_card(out: Path, base: str, base_name: str, *, lora: bool, absent: dict[str, None]) -> None:
+def _write_card(
+    out: Path, base: str, base_name: str, *, lora: bool, absent: dict[str, None], pipeline_loads_lora: bool = True
+) -> None:
     """The README of an exported folder; ``absent``: components saved as ``[null, null]`` (e.g. SD3 without its T5
-    encoder), which diffusers loads only when they are passed as None."""
+    encoder), which diffusers loads only when they are passed as None; ``pipeline_loads_lora``: False for a pipeline
+    class without ``load_lora_weights`` (HunyuanVideo 1.5), whose transformer loads the file itself."""
     none_kwargs = "".join(f", {name}=None" for name in absent)
     if lora:
         weights = "LoRA weights of the transformer in diffusers' format: `pytorch_lora_weights.safetensors`"
-        load = f'pipe = DiffusionPipeline.from_pretrained("{base}"{none_kwargs})\npipe.load_lora_weights(folder)'
+        into = (
+            "load_lora_weights(folder)"
+            if pipeline_loads_lora
+            else 'transformer.load_lora_adapter(folder, prefix="transformer")'
+        )
+        load = f'pipe = DiffusionPipeline.from_pretrained("{base}"{none_kwargs})\npipe.{into}'
         if (out / "transformer_2").is_dir():  # Wan2.2 A14B: the low-noise expert's adapter (FlowModel.save)
             weights += " (the second expert's in `transformer_2/`)"
             load += '\npipe.load_lora_weights(f"{folder}/transformer_2", load_into_transformer_2=True)'

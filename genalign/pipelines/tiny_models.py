@@ -104,27 +104,42 @@ CHAT_TEMPLATE = (
 )
 
 
+#: Qwen2's pre-tokenization pattern (its ``tokenizer.json``): words with their leading space, single digits, runs of
+#: punctuation, line breaks and runs of spaces are pieces of their own.
+QWEN_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 def chat_word_tokenizer(
     *,
     chat_template: str | None = None,
     max_length: int = 1024,
     padding_side: str = "right",
     vision_markers: bool = False,
+    qwen_pieces: bool = False,
 ) -> PreTrainedTokenizerFast:
     """A word-level tokenizer of the chat-templated text encoders (Qwen2.5-VL, Qwen3, Mistral): the chat markers
     :data:`QWEN_CHAT_MARKERS` are single special tokens, every line break is a token, no BOS / EOS is added, and
     unknown words become ``<unk>`` (one token each), so a template prefix has the token count it has with the real
     tokenizer when the real one gives one token per word, punctuation mark and line break (Qwen-Image's 34-token
     system prefix does; its pipeline drops exactly those 34 tokens). ``vision_markers``: the
-    :data:`QWEN_VISION_MARKERS` too, as special tokens after the vocabulary (Qwen-Image-Edit's processor)."""
+    :data:`QWEN_VISION_MARKERS` too, as special tokens after the vocabulary (Qwen-Image-Edit's processor).
+
+    ``qwen_pieces``: split as Qwen2's tokenizer pre-tokenizes (:data:`QWEN_SPLIT_PATTERN`: runs of spaces and single
+    digits are pieces too, a word keeps its leading space), one token per piece; the real tokenizer gives one token
+    per piece of common English text, so HunyuanVideo 1.5's system prefix takes the 108 tokens its pipeline drops."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for word in [*QWEN_CHAT_MARKERS, "\n", "system", "user", "assistant", *_WORDS]:
+    words = [*_WORDS, *(f" {word}" for word in _WORDS)] if qwen_pieces else _WORDS
+    for word in [*QWEN_CHAT_MARKERS, "\n", "system", "user", "assistant", *words]:
         vocab.setdefault(word, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # every match is a piece, the rest (spaces) is dropped: words, runs of punctuation, single line breaks
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+|\n"), behavior="removed", invert=True)
+    if qwen_pieces:
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated")
+    else:  # every match is a piece, the rest (spaces) is dropped: words, runs of punctuation, single line breaks
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+|\n"), behavior="removed", invert=True)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token="<s>",
@@ -159,9 +174,9 @@ def tiny_clip(hidden: int, *, projection: bool, seed: int) -> CLIPTextModel:
     return CLIPTextModelWithProjection(config) if projection else CLIPTextModel(config)
 
 
-def tiny_t5(d_model: int, *, umt5: bool, seed: int) -> T5EncoderModel:
-    """A T5 (or UMT5) encoder of width ``d_model``."""
-    kwargs = dict(vocab_size=64, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, pad_token_id=1)
+def tiny_t5(d_model: int, *, umt5: bool, seed: int, vocab_size: int = 64) -> T5EncoderModel:
+    """A T5 (or UMT5) encoder of width ``d_model`` (``vocab_size`` 384: ByT5's bytes and special tokens)."""
+    kwargs = dict(vocab_size=vocab_size, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4, pad_token_id=1)
     torch.manual_seed(seed)
     return UMT5EncoderModel(UMT5Config(**kwargs)) if umt5 else T5EncoderModel(T5Config(**kwargs))
 

@@ -427,6 +427,82 @@ _FLUX2_KLEIN_4B = PublishedModel(
     pipeline_class="Flux2KleinPipeline",
 )
 
+#: ByT5-small as ``T5EncoderModel`` (google/byt5-small config.json), HunyuanVideo 1.5's glyph encoder (Glyph-SDXL-v2
+#: weights; its few hundred added colour / font tokens are not counted: under 0.1 % of the model)
+_BYT5_SMALL = {"model_type": "t5", "vocab_size": 384, "d_model": 1472, "d_ff": 3584, "d_kv": 64, "num_heads": 6,
+               "num_layers": 12, "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 32}  # fmt: skip
+_HUNYUAN_VIDEO15_480P = PublishedModel(
+    {
+        "transformer": ComponentSpec(
+            "diffusers",
+            "HunyuanVideo15Transformer3DModel",
+            {
+                "in_channels": 65,
+                "out_channels": 32,
+                "num_attention_heads": 16,
+                "attention_head_dim": 128,
+                "num_layers": 54,
+                "num_refiner_layers": 2,
+                "mlp_ratio": 4.0,
+                "patch_size": 1,
+                "patch_size_t": 1,
+                "qk_norm": "rms_norm",
+                "text_embed_dim": 3584,
+                "text_embed_2_dim": 1472,
+                "image_embed_dim": 1152,
+                "rope_theta": 256.0,
+                "rope_axes_dim": [16, 56, 56],
+                "use_meanflow": False,
+                "target_size": 640,
+                "task_type": "t2v",
+            },
+        ),
+        "text_encoder": ComponentSpec(
+            "transformers",
+            "Qwen2_5_VLTextModel",
+            _QWEN25_VL_7B.components["model"].config["text_config"],
+        ),
+        "text_encoder_2": ComponentSpec("transformers", "T5EncoderModel", _BYT5_SMALL),
+        "vae": ComponentSpec(
+            "diffusers",
+            "AutoencoderKLHunyuanVideo15",
+            {
+                "latent_channels": 32,
+                "block_out_channels": [128, 256, 512, 1024, 1024],
+                "layers_per_block": 2,
+                "spatial_compression_ratio": 16,
+                "temporal_compression_ratio": 4,
+                "scaling_factor": 1.03682,
+            },
+        ),
+    },
+    source="hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v model_index.json and transformer/ (54 "
+    "dual-stream blocks, 16 heads of 128), text_encoder/ (the language model of Qwen2.5-VL-7B-Instruct), "
+    "text_encoder_2/ (ByT5-small), vae/ config.json (diffusers' conversion script's 480p_t2v configs); model card: "
+    "8.3B-parameter DiT, 480p (480 x 848) 121 frames at 24 fps",
+    pipeline_class="HunyuanVideo15Pipeline",
+)
+
+#: SigLIP so400m-patch14-384 (google/siglip-so400m-patch14-384 vision config.json): HunyuanVideo 1.5's image encoder,
+#: 729 tokens of 1152 per image
+_SIGLIP_SO400M = {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+                  "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 384, "patch_size": 14}  # fmt: skip
+_HUNYUAN_VIDEO15_480P_I2V = PublishedModel(
+    {
+        **_HUNYUAN_VIDEO15_480P.components,
+        "transformer": ComponentSpec(
+            "diffusers",
+            "HunyuanVideo15Transformer3DModel",
+            _HUNYUAN_VIDEO15_480P.components["transformer"].config | {"task_type": "i2v"},
+        ),
+        "image_encoder": ComponentSpec("transformers", "SiglipVisionModel", _SIGLIP_SO400M),
+    },
+    source="hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v model_index.json and transformer/ (the 480p "
+    "t2v config, task_type i2v), image_encoder/ (SigLIP so400m-patch14-384), the text encoders and VAE of the t2v "
+    "model; model card: 8.3B-parameter DiT",
+    pipeline_class="HunyuanVideo15ImageToVideoPipeline",
+)
+
 _DC_AE_SANA = {
     "in_channels": 3,
     "latent_channels": 32,
@@ -540,6 +616,8 @@ PUBLISHED_MODELS: dict[str, PublishedModel] = {
     "Wan-AI/Wan2.1-T2V-14B-Diffusers": _WAN21_14B,
     "Wan-AI/Wan2.2-T2V-A14B-Diffusers": _WAN22_A14B,
     "Wan-AI/Wan2.2-TI2V-5B-Diffusers": _WAN22_TI2V_5B,
+    "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v": _HUNYUAN_VIDEO15_480P,
+    "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v": _HUNYUAN_VIDEO15_480P_I2V,
 }
 
 

@@ -160,14 +160,16 @@ def flow_workload(config, shape: BatchShape, gpu_memory_bytes: float) -> Workloa
     workload.parameter_averages = int(policy_cfg.ema_decay > 0) + int(policy_cfg.likelihood_free.method == "nft")
     batch = _sampling_batch(policy_cfg, shape)
     denoise, _ = traced_pass(spec, build, velocity(batch), backward=False)
-    decode = trace_peak(lambda: _decode(arch, workload.policy, frozen["vae"], policy_cfg, batch), backward=False)
+    decoded = min(batch, arch.decode_batch or batch)
+    decode = trace_peak(lambda: _decode(arch, workload.policy, frozen["vae"], policy_cfg, decoded), backward=False)
     workload.rollout = max(denoise, decode, key=lambda p: p.peak)
     cfg_branch = arch.uses_true_cfg and policy_cfg.guidance_scale != 1.0
     workload.rollout_storage = _stored_rollout_bytes(arch, workload.policy, frozen, policy_cfg, shape, cfg_branch)
     workload.assumptions += [
         f"update micro-batch: {micro} samples x {steps} transformer forward(s) with gradient before one backward; "
         f"activations {how}",
-        f"rollout: {batch} samples per denoising forward and per VAE decode; {shape.samples} stored trajectories",
+        f"rollout: {batch} samples per denoising forward, {decoded} per VAE decode; {shape.samples} stored "
+        "trajectories",
     ]
     return workload
 

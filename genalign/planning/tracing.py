@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from genalign.planning.known_fills import KnownFills
+
 
 class LiveBytes(TorchDispatchMode):
     """Counts the bytes of storages created while it is active, from creation until they are freed.
@@ -126,13 +128,14 @@ def storage_keys(tensors) -> set[int]:
 
 def trace_peak(forward: Callable[[], object], *, existing: set[int] | None = None, backward: bool = True) -> TracedPeak:
     """Run ``forward()`` on meta tensors, then ``backward()`` on what it returns (a scalar loss) when ``backward``, and
-    return the bytes the computation added at its peak and after the forward stage.
+    return the bytes the computation added at its peak and after the forward stage. Values of constant fills are
+    followed (:class:`~genalign.planning.known_fills.KnownFills`), so the model may branch or index on them.
 
     Args:
         forward: builds its inputs and runs the forward stage; without ``backward`` it runs under ``no_grad``.
         existing: storages alive before (parameters, gradients) that are not counted.
     """
-    with fused_attention_on_meta(), LiveBytes(existing) as tracker:
+    with fused_attention_on_meta(), LiveBytes(existing) as tracker, KnownFills():
         if backward:
             loss = forward()
             kept = tracker.live

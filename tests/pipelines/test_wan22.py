@@ -59,9 +59,12 @@ def test_auto_picks_by_the_pipeline_config_and_a_wrong_name_says_which_to_use(pi
         architecture_for(pipes["wan"], "wan22")
     with pytest.raises(ValueError, match=r"architecture=wan22_ti2v needs a Wan2.2 TI2V-5B pipeline"):
         architecture_for(pipes["wan22"], "wan22_ti2v")
-    with pytest.raises(ValueError, match=r"'HunyuanVideo15Pipeline' is not a supported flow-matching pipeline") as err:
-        architecture_name("auto", "HunyuanVideo15Pipeline", {})
+    with pytest.raises(ValueError, match=r"'CogVideoXPipeline' is not a supported flow-matching pipeline") as err:
+        architecture_name("auto", "CogVideoXPipeline", {})
     assert str(err.value).count("WanPipeline") == 1  # three architectures, one pipeline class, named once
+    with pytest.raises(ValueError, match=r"'LTX2Pipeline' is not a supported flow-matching pipeline \(LTX-2 denoises "
+                       r"video and audio latents jointly .*\); supported: .*HunyuanVideo15Pipeline"):  # fmt: skip
+        architecture_name("auto", "LTX2Pipeline", {})
 
 
 def test_ti2v_gives_every_latent_token_the_step_timestep(pipes):

@@ -261,7 +261,7 @@ def _architecture_case(architecture: str) -> tuple[str, dict[str, Any]]:
 
 #: architectures with cases of their own (video sizes and frame rates above; source images below)
 _OWN_CASES = {"wan22", "wan22_ti2v", "sd3_img2img", "flux_kontext", "wan_i2v", "qwen_image_edit", "flux2_edit",
-              "flux2_klein_edit", "wan22_ti2v_i2v"}  # fmt: skip
+              "flux2_klein_edit", "wan22_ti2v_i2v", "hunyuan_video15", "hunyuan_video15_i2v"}  # fmt: skip
 #: case ids of the architecture matrix (left out where a test runs families, not architectures: sharded training)
 ARCHITECTURE_CASES = [f"flow_arch_{name}" for name in FLOW_ARCHITECTURES.names() if name not in _OWN_CASES]
 CASES |= {case: _architecture_case(case.removeprefix("flow_arch_")) for case in ARCHITECTURE_CASES}
@@ -278,6 +278,13 @@ CASES |= {
     }),
     "flow_wan22_ti2v": ("flow", {
         "policy": VIDEO_POLICY | {"model": TINY_PIPELINE + "wan22_ti2v", "height": 32, "width": 32},
+        "data": {"train": SHAPES_T2I},
+        "algorithm": FLOW_ALGORITHM,
+    }),
+    # HunyuanVideo 1.5: its tiny VAE packs 2 frames per latent (5 frames: 3 latent frames of 4 x 4), 2 steps
+    "flow_hunyuan_video15": ("flow", {
+        "policy": VIDEO_POLICY | {"model": TINY_PIPELINE + "hunyuan_video15", "height": 16, "width": 16,
+                                  "num_steps": 2},
         "data": {"train": SHAPES_T2I},
         "algorithm": FLOW_ALGORITHM,
     }),
@@ -330,8 +337,14 @@ CASES |= {
         "data": {"train": SHAPES_EDIT},
         "algorithm": FLOW_ALGORITHM,
     }),
+    "flow_hunyuan_i2v": ("flow", {
+        "policy": TINY_FLOW_POLICY | {"model": TINY_PIPELINE + "hunyuan_video15_i2v", "architecture": "auto",
+                                      "num_frames": 5, "num_steps": 2, "guidance_scale": 2.0, "ema_decay": 0.0},
+        "data": {"train": SHAPES_EDIT},
+        "algorithm": FLOW_ALGORITHM,
+    }),
 }  # fmt: skip
 #: the video and source-image flow cases run the flow policy's sharded code like flow_sde: left out of sharded training
-ARCHITECTURE_CASES += ["flow_wan22", "flow_wan22_ti2v", "flow_img2img", "flow_kontext", "flow_i2v",
-                       "flow_qwen_image_edit", "flow_flux2_edit", "flow_flux2_klein_edit",
-                       "flow_wan22_ti2v_i2v"]  # fmt: skip
+ARCHITECTURE_CASES += ["flow_wan22", "flow_wan22_ti2v", "flow_hunyuan_video15", "flow_img2img", "flow_kontext",
+                       "flow_i2v", "flow_hunyuan_i2v", "flow_qwen_image_edit", "flow_flux2_edit",
+                       "flow_flux2_klein_edit", "flow_wan22_ti2v_i2v"]  # fmt: skip

@@ -135,8 +135,9 @@ SEQUENCE_LENGTH = {"flux2": 64}
 SIZE = {"sana": 32}
 
 
-#: architectures whose LoRA interop is checked with their own inputs: source images (tests/pipelines/test_conditioning.py)
-#: and Wan2.2's two experts (tests/trainer/test_video_training.py)
+#: architectures whose LoRA interop is checked with their own inputs: source images (tests/pipelines/test_conditioning.py),
+#: Wan2.2's two experts (tests/trainer/test_video_training.py) and HunyuanVideo 1.5, whose pipeline class has no LoRA
+#: loader and takes its guidance from a guider (tests/pipelines/test_hunyuan_video15.py)
 OWN_INTEROP_TESTS = {
     "sd3_img2img",
     "flux_kontext",
@@ -147,6 +148,8 @@ OWN_INTEROP_TESTS = {
     "wan22_ti2v_i2v",
     "wan22",
     "wan22_ti2v",
+    "hunyuan_video15",
+    "hunyuan_video15_i2v",
 }
 
 

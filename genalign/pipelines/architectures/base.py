@@ -96,6 +96,14 @@ def encode_images(pipe: DiffusionPipeline, images: list[Any], *, height: int, wi
     return ((latents - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
 
 
+def video_clips(video: Tensor) -> list[Any]:
+    """``[F, H, W, 3]`` uint8 arrays, one per sample, of decoded videos ``[B, 3, F, H, W]`` in ``[-1, 1]``."""
+    import numpy as np
+
+    frames = ((video.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return [np.ascontiguousarray(clip.permute(1, 2, 3, 0).cpu().numpy()) for clip in frames]
+
+
 def model_dtype(module: nn.Module) -> torch.dtype:
     """The dtype the transformer computes in: diffusers' ``ModelMixin.dtype``, which skips the parameters kept in
     float32 (``_keep_in_fp32_modules``; Wan's first parameter, ``scale_shift_table``, is one of them)."""
@@ -133,6 +141,14 @@ class FlowArchitecture:
     #: encoder), so the prompt embeddings of both guidance branches are made per row by :meth:`encode_with_sources`
     #: (never from the per-prompt cache) and stored with the trajectory like every other embedding.
     source_in_prompt: ClassVar[bool] = False
+    #: Samples the VAE decodes per call (:meth:`decode` splits a batch into calls of this many; the planner traces
+    #: one such call); None: the whole batch at once.
+    decode_batch: ClassVar[int | None] = None
+    #: The diffusers LoRA loader mixin (a name in ``diffusers.loaders``) whose ``save_lora_weights`` /
+    #: ``lora_state_dict`` write and read this architecture's LoRA file, for a pipeline class that inherits none
+    #: (diffusers then loads the file with ``pipe.transformer.load_lora_adapter(folder, prefix="transformer")``);
+    #: None: the pipeline class's own.
+    lora_loader: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------------------ which pipelines, which modules
     @classmethod
@@ -149,6 +165,15 @@ class FlowArchitecture:
     def denoiser(self, pipe: DiffusionPipeline) -> nn.Module:
         """The module :meth:`velocity` calls and genalign trains: ``pipe.transformer`` by default."""
         return pipe.transformer
+
+    def lora_files(self, pipe: DiffusionPipeline) -> Any:
+        """The class whose ``save_lora_weights`` / ``lora_state_dict`` write and read LoRA files of ``pipe``: the
+        pipeline's own class, or :attr:`lora_loader` when it names one."""
+        if self.lora_loader is None:
+            return type(pipe)
+        import diffusers.loaders
+
+        return getattr(diffusers.loaders, self.lora_loader)
 
     def trained_components(self, denoiser: nn.Module) -> dict[str, nn.Module]:
         """The modules of ``denoiser`` by pipeline component name, each saved as that component's weights (LoRA:
@@ -348,6 +373,16 @@ class FlowArchitecture:
 
 FLOW_ARCHITECTURES: Registry[type[FlowArchitecture]] = Registry("flow-matching architecture")
 
+#: diffusers pipeline classes of flow models genalign has decided not to drive yet, with the reason (``auto`` names it
+#: instead of the generic "not supported").
+NOT_SUPPORTED_PIPELINES: dict[str, str] = {
+    "LTX2Pipeline": "LTX-2 denoises video and audio latents jointly in one transformer (audio-video cross-attention "
+    "in every block, with its own audio guidance scale and x0-space guidance rescale); genalign's flow policy keeps "
+    "one latent state per sample and has no audio VAE, vocoder or Gemma-3 text connectors yet, and video-only "
+    "sampling is no mode of the published pipeline (its transformer always takes the audio tokens)",
+    "LTX2ImageToVideoPipeline": "LTX-2 image-to-video: see LTX2Pipeline (joint audio-video denoising)",
+}
+
 
 def architecture_for(pipe: DiffusionPipeline, name: str = "auto") -> FlowArchitecture:
     """The architecture helper of ``pipe``, configured from the pipeline's config: by registered ``name``, or detected
@@ -366,8 +401,10 @@ def architecture_name(name: str, pipeline_class: str | None, pipeline_config: Ma
         if FLOW_ARCHITECTURES.get(candidate).serves(pipeline_class, pipeline_config or {}):
             return candidate
     served = dict.fromkeys(c for n in FLOW_ARCHITECTURES.names() for c in FLOW_ARCHITECTURES.get(n).pipeline_classes)
+    reason = f" ({NOT_SUPPORTED_PIPELINES[pipeline_class]})" if pipeline_class in NOT_SUPPORTED_PIPELINES else ""
     raise ValueError(
-        f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline; supported: {', '.join(served)}. "
+        f"pipeline class {pipeline_class!r} is not a supported flow-matching pipeline{reason}; supported: "
+        f"{', '.join(served)}. "
         f"Set policy.architecture to one of {', '.join(FLOW_ARCHITECTURES.names())} for a subclass with another name."
     )
 

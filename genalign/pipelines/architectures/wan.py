@@ -6,10 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
-from genalign.pipelines.architectures.base import FLOW_ARCHITECTURES, FlowArchitecture, config_value, model_dtype
+from genalign.pipelines.architectures.base import (
+    FLOW_ARCHITECTURES,
+    FlowArchitecture,
+    config_value,
+    model_dtype,
+    video_clips,
+)
 
 
 def has_component(pipeline_config: Mapping[str, Any], name: str) -> bool:
@@ -139,9 +144,7 @@ class WanArchitecture(FlowArchitecture):
         z_dim = vae.config.z_dim
         mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(latents.device)
         std = torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device)
-        video = vae.decode((latents * std + mean).to(vae.dtype), return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
-        frames = ((video.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-        return [np.ascontiguousarray(clip.permute(1, 2, 3, 0).cpu().numpy()) for clip in frames]  # [F, H, W, 3] each
+        return video_clips(vae.decode((latents * std + mean).to(vae.dtype), return_dict=False)[0])
 
     def scheduler_config(self, pipe):
         config = dict(pipe.scheduler.config)

@@ -225,7 +225,8 @@ class FlowModel:
         rather than diffusers' fallback ``alpha = rank``); full fine-tuning: the transformer as a diffusers folder
         ``directory/transformer``. A second trained component (Wan2.2's low-noise expert ``transformer_2``) is saved
         the same way in ``directory/transformer_2`` (its LoRA loads with ``pipe.load_lora_weights(directory /
-        "transformer_2", load_into_transformer_2=True)``)."""
+        "transformer_2", load_into_transformer_2=True)``). A pipeline class without a LoRA loader (HunyuanVideo 1.5)
+        gets the file of the architecture's ``lora_loader``, read by ``pipe.transformer.load_lora_adapter``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for index, (name, module) in enumerate(self.arch.trained_components(self.transformer).items()):
@@ -235,7 +236,7 @@ class FlowModel:
             from peft.utils import get_peft_model_state_dict
 
             (adapter,) = module.peft_config.values()  # the one adapter added by _add_trainable_weights
-            type(self.sampler.pipe).save_lora_weights(
+            self.arch.lora_files(self.sampler.pipe).save_lora_weights(
                 directory if index == 0 else directory / name,
                 transformer_lora_layers=get_peft_model_state_dict(module),
                 transformer_lora_adapter_metadata=adapter.to_dict(),
@@ -254,7 +255,7 @@ class FlowModel:
     def _load_lora(self, module: nn.Module, directory: Path) -> None:
         from peft.utils import set_peft_model_state_dict
 
-        state = self.sampler.pipe.lora_state_dict(directory)
+        state = self.arch.lora_files(self.sampler.pipe).lora_state_dict(directory)
         state = state[0] if isinstance(state, tuple) else state
         prefix = "transformer."
         adapter_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
