@@ -10,6 +10,10 @@ a form :mod:`genalign.policies.vlm.video` reads), with a verifiable question abo
   straight line, the same step each frame, in one of ``left``, ``right``, ``up``, ``down``, next to a still distractor.
   Columns ``direction`` and ``answer`` (for ``answer_accuracy``).
 
+Image-to-video rows (``"shapes_i2v"``, :func:`shapes_i2v_rows`) take the first frame of a motion clip, the moving shape
+alone, as the source image (``image`` column) with the instruction ``"The red circle moves right."`` and its
+``direction`` column, which the ``shape_motion`` reward checks in the generated video.
+
 The frames are given at the clip's own rate (``fps``; ``policy.video_fps`` resamples them). The split of a
 problem is a stable hash (:func:`genalign.data.procedural.split_of`) of its question and every frame's scene, so the
 train and eval splits are disjoint for every pair of seeds. Configs reach the rows as the procedural task
@@ -109,6 +113,7 @@ def shapes_video_rows(
     colors: Sequence[str] = tuple(PALETTE),
     shape_kinds: Sequence[str] = KINDS,
     side: float = 0.25,
+    keep_scenes: bool = False,
 ) -> list[dict[str, Any]]:
     """``size`` video question rows (module docstring).
 
@@ -123,6 +128,7 @@ def shapes_video_rows(
         canvas: side of the scene canvas in pixels; ``image_size``: side of the rendered frames.
         colors, shape_kinds: the scene vocabulary (at least two labels: the asked shape and a distractor).
         side: shape side as a fraction of ``canvas``.
+        keep_scenes: also return each clip's scenes (``scenes``: one :class:`~genalign.data.shapes.Scene` per frame).
 
     Returns:
         rows with ``prompt``, ``video`` (``{"frames": [F, H, W, 3] uint8, "fps": fps}``), ``answer`` (str), ``task``,
@@ -156,8 +162,41 @@ def shapes_video_rows(
         seen.add(key)
         video = np.stack([np.asarray(render(scene, size=image_size)) for scene in scenes])  # [F, H, W, 3]
         rows.append({"prompt": question, "video": {"frames": video, "fps": fps}, "answer": answer, "task": task,
-                     "label": f"{color} {kind}", **columns})  # fmt: skip
+                     "label": f"{color} {kind}", **columns, **({"scenes": scenes} if keep_scenes else {})})  # fmt: skip
     raise RuntimeError(f"shapes_video: could not draw {size} distinct {split} problems; widen the vocabulary")
+
+
+@PROCEDURAL_TASKS.register("shapes_i2v", source="genalign")
+def shapes_i2v_rows(
+    size: int,
+    seed: int,
+    *,
+    split: Split = "train",
+    eval_fraction: float = 0.2,
+    num_frames: int = 4,
+    canvas: int = 48,
+    image_size: int = 48,
+    colors: Sequence[str] = tuple(PALETTE),
+    shape_kinds: Sequence[str] = KINDS,
+    side: float = 0.25,
+) -> list[dict[str, Any]]:
+    """``size`` image-to-video rows (module docstring): the motion clips of :func:`shapes_video_rows` (same arguments,
+    same splits), each reduced to its first frame with the moving shape alone.
+
+    Returns:
+        rows with ``prompt`` (``"The red circle moves right."``), ``image`` (PIL RGB, ``image_size`` square: the
+        shape at the start of its path), ``direction`` and ``label``.
+    """
+    clips = shapes_video_rows(size, seed, split=split, eval_fraction=eval_fraction, kinds=("motion",),
+                              num_frames=num_frames, canvas=canvas, image_size=image_size, colors=colors,
+                              shape_kinds=shape_kinds, side=side, keep_scenes=True)  # fmt: skip
+    rows = []
+    for clip in clips:
+        moving = clip.pop("scenes")[0].shapes[-1]  # the target moves; the first shape is the still distractor
+        image = render(Scene(size=canvas, shapes=(moving,)), size=image_size)
+        rows.append({"prompt": f"The {clip['label']} moves {clip['direction']}.", "image": image,
+                     "direction": clip["direction"], "label": clip["label"]})  # fmt: skip
+    return rows
 
 
 def _check_arguments(

@@ -73,3 +73,30 @@ def test_registered_as_the_procedural_task_shapes_video():
     loaded, direct = load_rows(config), shapes_video_rows(3, seed=0, kinds=["motion"])
     assert [(r["prompt"], r["answer"]) for r in loaded] == [(r["prompt"], r["answer"]) for r in direct]
     assert all(np.array_equal(a["video"]["frames"], b["video"]["frames"]) for a, b in zip(loaded, direct, strict=True))
+
+
+def test_image_to_video_rows_hold_the_moving_shape_alone_at_the_start_of_its_path():
+    """shapes_i2v: the first frame of the motion clip with the same arguments, its still distractor removed; the
+    instruction names the shape and the direction that the shape_motion reward checks: the shape moving along the
+    clip's path (12 px per frame of 48 at 2 fps: half a width per second) scores high, the source copied scores 0."""
+    from genalign.data.shapes import Scene, render
+    from genalign.data.video_tasks import shapes_i2v_rows
+    from genalign.rewards.video import ShapeMotion
+
+    rows = shapes_i2v_rows(6, 0, split="train")
+    clips = shapes_video_rows(6, 0, split="train", kinds=("motion",), keep_scenes=True)
+    for row, clip in zip(rows, clips, strict=True):
+        assert (
+            row["prompt"] == f"The {clip['label']} moves {clip['direction']}." and row["direction"] == clip["direction"]
+        )
+        (shape,) = detect(row["image"])
+        assert shape.label == clip["label"]
+        first = [s for s in detect(clip["video"]["frames"][0]) if s.label == clip["label"]]
+        assert first and first[0].box == shape.box  # where the clip's shape starts
+    alone = np.stack([np.asarray(render(Scene(size=48, shapes=(scene.shapes[-1],)))) for scene in clips[0]["scenes"]])
+    still = np.repeat(np.asarray(rows[0]["image"])[None], len(alone), axis=0)  # [F, H, W, 3]
+    reward = ShapeMotion(speed=0.5)
+    moving_score, still_score = reward(["p", "p"], [alone, still], fps=[2, 2], direction=[rows[0]["direction"]] * 2)
+    assert moving_score > 0.8 and still_score == 0.0
+    loaded = load_rows(DataSourceConfig(source="procedural:shapes_i2v", args={"size": 2, "seed": 0}))
+    assert loaded[0]["image"].size == (48, 48)

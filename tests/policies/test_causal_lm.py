@@ -453,7 +453,13 @@ def test_capabilities_are_declared_by_the_config_and_follow_the_reference_option
     guidance = frozenset({"hint", "prefix", "temperature", "self_hint"})  # genalign.policies.lm.guidance
     teachers = frozenset({"model", "self", "reference", "context", "remote", "generate", "distribution"})  # teachers
     assert CausalLMPolicyConfig().capabilities() == PolicyCapabilities(
-        False, features | structure, forced_completions=True, guidance=guidance, teachers=teachers, teacher_limits=""
+        False,
+        features | structure,
+        forced_completions=True,
+        guidance=guidance,
+        teachers=teachers,
+        teacher_limits="",
+        trained_action_scoring=True,  # NAT [220] / S-GRPO [312]: the scoring pass can stop at the last trained token
     )
     without_reference = (features | structure) - {"kl", "ref_logp", "ref_entropy", "ref_forward_kl", "ref_vocab_term"}
     assert CausalLMPolicyConfig(reference="none").capabilities().signals == without_reference

@@ -351,21 +351,7 @@ def token_scores_from_hidden(
     stats = None
     if with_logit_stats:
         stats = _head_logit_stats(flat_hidden, flat_targets, head, temperature=temperature, chunk_size=chunk_size)
-    against: dict[str, Tensor] = {}
-    if reference is not None and reference.terms:
-        other_hidden = reference.hidden
-        other_flat = other_hidden.reshape(-1, other_hidden.shape[-1])[flat_index].to(flat_hidden.device)  # [n, H']
-        names = list(reference.terms)
-        values = chunked_reference_terms(
-            flat_hidden,
-            other_flat,
-            head,
-            reference.head,
-            temperature=temperature,
-            chunk_size=chunk_size,
-            terms=tuple(reference.terms.values()),
-        )  # [n, k]
-        against = {name: _scatter(values[:, j], flat_index, mask) for j, name in enumerate(names)}  # [B, C] each
+    against = _against_reference(flat_hidden, flat_index, mask, head, reference, temperature, chunk_size)
     return TokenScores(
         logp=_scatter(logp, flat_index, mask),
         entropy=_scatter(entropy, flat_index, mask) if with_entropy else None,
@@ -376,6 +362,20 @@ def token_scores_from_hidden(
         ref_forward_kl=against.get("ref_forward_kl"),  # [B, C]
         ref_vocab_term=against.get("ref_vocab_term"),  # [B, C]
     )
+
+
+def _against_reference(
+    flat_hidden: Tensor, flat_index: Tensor, mask: Tensor, head: nn.Module, reference: OtherModel | None,
+    temperature: float, chunk_size: int,
+) -> dict[str, Tensor]:  # fmt: skip
+    """``{feature: [B, C]}`` each of the ``reference``'s terms at the real tokens (``flat_hidden`` ``[n, H]`` at
+    ``flat_index`` of ``mask`` ``[B, C]``), 0 on padding; ``{}`` without a reference."""
+    if reference is None or not reference.terms:
+        return {}
+    other = reference.hidden.reshape(-1, reference.hidden.shape[-1])[flat_index].to(flat_hidden.device)  # [n, H']
+    values = chunked_reference_terms(flat_hidden, other, head, reference.head, temperature=temperature,
+                                     chunk_size=chunk_size, terms=tuple(reference.terms.values()))  # fmt: skip
+    return {name: _scatter(values[:, j], flat_index, mask) for j, name in enumerate(reference.terms)}  # [B, C] each
 
 
 class SoftCappedHead(nn.Module):
