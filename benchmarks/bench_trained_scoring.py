@@ -219,7 +219,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.prompt_tokens, args.completion_tokens, args.samples, args.repeats = 8, 16, 4, 1
-        args.micro_batches = [4, 1]
+        args.micro_batches = [2]  # one size: the resident-size workers are a process each
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     if args.worker is not None:

@@ -11,18 +11,12 @@ has a case of its own on its tiny random pipeline (the architecture matrix).
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
-from safetensors.torch import load_file
 
 import tests.policies.contract_reward  # noqa: F401  (registers the reward)
 from genalign.algorithms import names_by
@@ -33,8 +27,8 @@ from genalign.policies import BUILTIN_FAMILIES
 from genalign.policies.base import Policy, Rollout, RolloutRequest, ScoreRequest
 from genalign.trainer.evaluate import evaluation_randomness
 from genalign.trainer.recipe import build_policy
-from tests import prepared_python
-from tests.policies.contract_cases import CASES, case_config
+from tests.policies.contract_cases import ARCHITECTURE_CASES, CASES, case_config
+from tests.policies.contract_runs import check_resumed_exactly, killed_runs_of
 
 pytestmark = pytest.mark.heavy(cpu_s=150)  # scheduled first (tests/conftest.py)
 
@@ -157,73 +151,17 @@ def test_evaluation_repeats_its_noise_and_leaves_the_training_stream_alone(case,
     assert same_outputs(after_evaluation.outputs, expected.outputs), "evaluating must not change what training samples"
 
 
-def run(config_path: Path, *overrides: str, kill_at_call: int | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    if kill_at_call is not None:
-        env["GENALIGN_TEST_KILL_AT_CALL"] = str(kill_at_call)
-    return prepared_python.run(
-        [sys.executable, str(RUNNER), "train", str(config_path), *overrides],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-
-def records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
-
-
-def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    folder = run_dir / "checkpoints" / "step-4" / "policy"
-    return {f"{path.name}/{k}": v for path in sorted(folder.rglob("*.safetensors")) for k, v in load_file(path).items()}
-
-
-def run_each(commands: list[list[str]], folder: Path) -> tuple[list[int], str]:
-    """``commands`` (CLI argument lists) one after the other in one runner process: their exit codes, its stderr."""
-    folder.mkdir()
-    listing = folder / "commands.json"
-    listing.write_text(json.dumps(commands))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = prepared_python.run([sys.executable, str(RUNNER), "--each", str(listing)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(listing.read_text())["codes"], proc.stderr
+#: the families' cases (the flow architecture matrix resumes in tests/policies/test_contract_architectures.py)
+FAMILY_CASES = [case for case in CASES if case not in ARCHITECTURE_CASES]
 
 
 @pytest.fixture(scope="module")
 def killed_runs(tmp_path_factory) -> dict[str, dict]:
-    """Per case: the uninterrupted reference run, a run killed inside step 3 and its resume. The references of all
-    cases train in one process, then each killed run in its own, then the resumes in one process."""
-    root = tmp_path_factory.mktemp("killed_runs")
-    runs: dict[str, dict] = {}
-    for case in CASES:
-        folder = root / case
-        folder.mkdir()
-        config = folder / "config.yaml"
-        config.write_text(yaml.safe_dump(case_config(case, str(folder / "reference"))))
-        runs[case] = {"config": config, "reference": folder / "reference", "killed": folder / "killed"}
-    codes, stderr = run_each([["train", str(r["config"])] for r in runs.values()], root / "references")
-    for r, code in zip(runs.values(), codes, strict=True):
-        r["reference_code"], r["reference_stderr"] = code, stderr
-    for r in runs.values():
-        r["killed_proc"] = run(r["config"], f"run.output_dir={r['killed']}", kill_at_call=3)
-        r["steps_logged_when_killed"] = [record["step"] for record in records(r["killed"])]
-    resumes = [["train", str(r["config"]), f"run.output_dir={r['killed']}", "run.resume=latest"] for r in runs.values()]
-    codes, stderr = run_each(resumes, root / "resumes")
-    for r, code in zip(runs.values(), codes, strict=True):
-        r["resumed_code"], r["resumed_stderr"] = code, stderr
-    return runs
+    return killed_runs_of(FAMILY_CASES, tmp_path_factory.mktemp("killed_runs"))
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", FAMILY_CASES)
 def test_run_killed_after_a_checkpoint_resumes_exactly(case, killed_runs):
     """4 steps with a checkpoint every 2; the killed run dies by SIGKILL inside step 3 (its reward call), after the
     step-2 checkpoint, and ``run.resume=latest`` finishes it (in another process)."""
-    r = killed_runs[case]
-    assert r["reference_code"] == 0, r["reference_stderr"][-3000:]
-    killed = r["killed_proc"]
-    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
-    assert r["steps_logged_when_killed"] == [1, 2]
-    assert r["resumed_code"] == 0, r["resumed_stderr"][-3000:]
-    assert records(r["killed"]) == records(r["reference"]), "metrics after the resume differ"
-    expected, got = final_weights(r["reference"]), final_weights(r["killed"])
-    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+    check_resumed_exactly(killed_runs[case])
