@@ -141,8 +141,8 @@ def test_a_row_without_its_source_image_and_a_text_only_architecture_name_the_fi
         policy.rollout([{"prompt": "a red circle", "picture": SOURCE}], 1)
     with pytest.raises(
         ValueError,
-        match=r"'sd3' takes no source images.*\(flux2_edit, flux2_klein_edit, flux_kontext, qwen_image_edit, "
-        r"sd3_img2img, wan22_ti2v_i2v, wan_i2v\)",
+        match=r"'sd3' takes no source images.*\(flux2_edit, flux2_klein_edit, flux_kontext, hunyuan_video15_i2v, "
+        r"qwen_image_edit, sd3_img2img, wan22_ti2v_i2v, wan_i2v\)",
     ):
         FLOW_ARCHITECTURES.get("sd3")().encode_sources(None, [SOURCE], height=16, width=16, num_frames=1,
                                                        device=torch.device("cpu"))  # fmt: skip
