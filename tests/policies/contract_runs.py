@@ -38,8 +38,8 @@ def records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
 
 
-def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    folder = run_dir / "checkpoints" / "step-4" / "policy"
+def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    folder = run_dir / "checkpoints" / f"step-{step}" / "policy"
     return {f"{path.name}/{k}": v for path in sorted(folder.rglob("*.safetensors")) for k, v in load_file(path).items()}
 
 
@@ -55,21 +55,24 @@ def run_each(commands: list[list[str]], folder: Path) -> tuple[list[int], str]:
     return json.loads(listing.read_text())["codes"], proc.stderr
 
 
-def killed_runs_of(cases: list[str], root: Path) -> dict[str, dict]:
-    """Per case: the uninterrupted reference run, a run killed inside step 3 and its resume. The references of all
-    ``cases`` train in one process, then each killed run in its own, then the resumes in one process."""
+def killed_runs_of(cases: list[str], root: Path, *, steps: int = 4) -> dict[str, dict]:
+    """Per case: the uninterrupted reference run of ``steps`` steps with a checkpoint every ``steps / 2``, a run killed
+    inside step ``steps / 2 + 1`` (after that checkpoint) and its resume. The references of all ``cases`` train in
+    one process, then each killed run in its own, then the resumes in one process."""
     runs: dict[str, dict] = {}
     for case in cases:
         folder = root / case
         folder.mkdir()
         config = folder / "config.yaml"
-        config.write_text(yaml.safe_dump(case_config(case, str(folder / "reference"))))
-        runs[case] = {"config": config, "reference": folder / "reference", "killed": folder / "killed"}
+        sections = case_config(case, str(folder / "reference"))
+        sections["run"] |= {"max_steps": steps, "save_every": steps // 2}
+        config.write_text(yaml.safe_dump(sections))
+        runs[case] = {"config": config, "reference": folder / "reference", "killed": folder / "killed", "steps": steps}
     codes, stderr = run_each([["train", str(r["config"])] for r in runs.values()], root / "references")
     for r, code in zip(runs.values(), codes, strict=True):
         r["reference_code"], r["reference_stderr"] = code, stderr
     for r in runs.values():
-        r["killed_proc"] = run(r["config"], f"run.output_dir={r['killed']}", kill_at_call=3)
+        r["killed_proc"] = run(r["config"], f"run.output_dir={r['killed']}", kill_at_call=steps // 2 + 1)
         r["steps_logged_when_killed"] = [record["step"] for record in records(r["killed"])]
     resumes = [["train", str(r["config"]), f"run.output_dir={r['killed']}", "run.resume=latest"] for r in runs.values()]
     codes, stderr = run_each(resumes, root / "resumes")
@@ -79,14 +82,14 @@ def killed_runs_of(cases: list[str], root: Path) -> dict[str, dict]:
 
 
 def check_resumed_exactly(r: dict) -> None:
-    """4 steps with a checkpoint every 2; the killed run died by SIGKILL inside step 3 (its reward call), after the
-    step-2 checkpoint, and ``run.resume=latest`` finished it (in another process) with the reference's metrics and
+    """The killed run died by SIGKILL inside step ``steps / 2 + 1`` (its reward call), after the checkpoint of step
+    ``steps / 2``, and ``run.resume=latest`` finished it (in another process) with the reference's metrics and
     weights."""
     assert r["reference_code"] == 0, r["reference_stderr"][-3000:]
     killed = r["killed_proc"]
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
-    assert r["steps_logged_when_killed"] == [1, 2]
+    assert r["steps_logged_when_killed"] == list(range(1, r["steps"] // 2 + 1))
     assert r["resumed_code"] == 0, r["resumed_stderr"][-3000:]
     assert records(r["killed"]) == records(r["reference"]), "metrics after the resume differ"
-    expected, got = final_weights(r["reference"]), final_weights(r["killed"])
+    expected, got = final_weights(r["reference"], r["steps"]), final_weights(r["killed"], r["steps"])
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
