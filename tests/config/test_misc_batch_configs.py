@@ -36,6 +36,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
                                 "reward_shaping": [{"name": "self_reward_bonus", **LASER, "weight": 0.5}]},
     "poise_single_rollout": {"group_size": 1, "advantage": "reinforce",
                              "reward_shaping": [{"name": "probe_baseline", "single_rollout": True}]},
+    "spo_single_stream": {"group_size": 1, "advantage": "reinforce", "sample_sources": ["spo"],
+                          "reward_shaping": ["tracked_baseline"]},
 }  # fmt: skip
 
 

@@ -328,6 +328,11 @@ EXTRA_RUNS: dict[str, list[str]] = {
         "algorithm.reward_shaping=[{name: self_reward_bonus, token_id: 3, reference_logp: -20.0, weight: 0.5}]",
     ],
     # POISE with one rollout per prompt: the probe reads the prompt's state (the second step uses the fitted probe)
+    # SPO's single stream [324]: one sample per prompt, the tracker's value (before the visit) as the baseline
+    "spo_single_stream": [
+        "algorithm.group_size=1", "algorithm.advantage=reinforce", "algorithm.sample_sources=[spo]",
+        "algorithm.reward_shaping=[tracked_baseline]",
+    ],
     "poise_single_rollout": [
         "algorithm.group_size=1", "algorithm.advantage=reinforce",
         "algorithm.reward_shaping=[{name: probe_baseline, single_rollout: true}]",

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from genalign.experimental.shaping.tracked import PROMPT_VALUE
 from genalign.sampling.base import SAMPLE_SOURCES, Candidate, Decision, Outcome, RuleDefaults, per_prompt
 
 
@@ -112,6 +113,7 @@ class DEPO(RuleDefaults):
     source="[324] SPO (value tracker and prioritized sampling)",
     summary="A persistent Beta value tracker per prompt (discounted success counts) drives prioritized sampling: "
     "prompts whose success probability is most uncertain (near 0.5) are drawn most often.",
+    provides=(PROMPT_VALUE,),
 )
 class SPOTracker(RuleDefaults):
     """[324] SPO's persistent per-prompt value tracker with prioritized sampling.
@@ -124,9 +126,10 @@ class SPOTracker(RuleDefaults):
 
     Reading chosen where the abstract is silent: SPO adapts the discount ρ to the KL between the current policy and
     the one of the prompt's last visit; genalign uses a fixed ρ (that KL needs log-probs the trainer does not keep),
-    initialises the tracker from the first visit's group (SPO estimates it offline) and keeps GRPO's groups (the
-    group-free, batch-normalised advantage of SPO is not part of this rule). ``discount``, ``epsilon`` and ``pool``
-    defaults are genalign's choices.
+    initialises the tracker from the first visit's group (SPO estimates it offline). Each sample's ``prompt_value``
+    signal is its prompt's ``v̂`` *before* this visit (0.5 for a prompt never seen), so the reward shaper
+    ``tracked_baseline`` can give SPO's group-free advantage (``r − v̂``, normalised over the batch) with one sample per
+    prompt (``algorithm.group_size: 1``). ``discount``, ``epsilon`` and ``pool`` defaults are genalign's choices.
 
     Args:
         discount: ρ in ``(0, 1)``, the weight of earlier visits.
@@ -162,6 +165,7 @@ class SPOTracker(RuleDefaults):
         return [pool[i] for i in picks.tolist()]
 
     def after_rewards(self, outcome: Outcome) -> Decision:
+        prior = torch.tensor([self.value(int(i)) for i in outcome.indices.tolist()], dtype=torch.float64)  # [N]
         prompts = per_prompt(outcome)
         rho, n_eff = self.discount, 1.0 / (1.0 - self.discount)
         for index, mean, valid, successes in zip(prompts.indices, prompts.mean, prompts.valid, prompts.successes):
@@ -174,7 +178,7 @@ class SPOTracker(RuleDefaults):
                 self.beta[index] = rho * self.beta[index] + (valid - successes)
         values = [self.value(i) for i in prompts.indices]
         stats = {"tracked": float(len(self.alpha)), "value_mean": sum(values) / len(values) if values else math.nan}
-        return Decision(stats=stats)
+        return Decision(stats=stats, signals={PROMPT_VALUE: prior})
 
     def state_dict(self) -> dict[str, Any]:
         return {"alpha": dict(self.alpha), "beta": dict(self.beta)}

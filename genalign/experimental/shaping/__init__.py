@@ -11,4 +11,5 @@ from genalign.experimental.shaping import (  # noqa: F401  (register the options
     probe,
     segments,
     self_reward,
+    tracked,
 )
