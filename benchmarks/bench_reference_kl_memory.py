@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.bench_teacher_memory import peak_rss_mb, rss_mb
+from benchmarks.bench_teacher_memory import peak_rss_mb, rss_mb, run_worker
 
 SHAPE = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 128}
 FULL = {"vocab": 50_000, "batch": 4, "prompt": 16, "completion": 512, "chunk": 256}
@@ -101,13 +100,7 @@ def measure(mode: str, folder: Path, sizes: dict[str, int]) -> dict:
 
 def spawn(folder: Path, mode: str) -> dict:
     """``measure(mode)`` in a fresh worker process."""
-    args = [sys.executable, __file__, "--worker", mode, "--model", str(folder)]
-    env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"worker {mode} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return run_worker(__file__, ["--model", str(folder)], mode)
 
 
 def render(results: dict[str, dict], sizes: dict[str, int], smoke: bool) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench_teacher_memory import FULL, SMOKE, build_models, peak_rss_mb, rss_mb
+from bench_teacher_memory import FULL, SMOKE, build_models, peak_rss_mb, rss_mb, run_worker
 
 WANTED = frozenset({"teacher_scored", "teacher_action_logp", "teacher_vocab_reverse_kl", "teacher_vocab_forward_kl"})
 
@@ -91,14 +90,9 @@ def measure(mode: str, folders: dict[str, Path], sizes: dict[str, int]) -> dict:
 
 
 def spawn(folders: dict[str, Path], mode: str) -> dict:
-    args = [sys.executable, __file__, "--worker", mode, "--student", str(folders["student"]),
-            "--teacher", str(folders["teacher"])]  # fmt: skip
-    env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    done = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"worker {mode} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    """``measure(mode)`` in a fresh worker process."""
+    args = ["--student", str(folders["student"]), "--teacher", str(folders["teacher"])]
+    return run_worker(__file__, args, mode, timeout=1800)
 
 
 def render(results: dict[str, dict], sizes: dict[str, int], smoke: bool) -> str:

@@ -105,18 +105,23 @@ def measure(mode: str, folders: dict[str, Path], sizes: dict[str, int]) -> dict:
             "logp_sum": float(logp.sum())}  # fmt: skip
 
 
-def spawn(folders: dict[str, Path], mode: str) -> dict:
-    """``measure(mode)`` in a fresh worker process."""
-    args = [sys.executable, __file__, "--worker", mode, "--student", str(folders["student"]),
-            "--teacher", str(folders["teacher"])]  # fmt: skip
+def run_worker(script: str, args: list[str], mode: str, timeout: int = 900) -> dict:
+    """The JSON result (the last ``{...}`` line of stdout) of ``script --worker mode *args`` run in a fresh process,
+    with the allocator settings every memory benchmark measures under; a failed worker raises with its stderr."""
     # A fixed mmap threshold makes glibc return every large freed buffer to the OS at once, so the peak resident size
     # measures live tensors rather than allocator fragmentation (the same setting for both paths).
     env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
+    command = [sys.executable, script, "--worker", mode, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"worker {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(lines[-1])
+
+
+def spawn(folders: dict[str, Path], mode: str) -> dict:
+    """``measure(mode)`` in a fresh worker process."""
+    return run_worker(__file__, ["--student", str(folders["student"]), "--teacher", str(folders["teacher"])], mode)
 
 
 def render(results: dict[str, dict], sizes: dict[str, int], smoke: bool) -> str:
